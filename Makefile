@@ -1,0 +1,41 @@
+# Every target builds the local virtualenv itself: on a fresh machine `make run` and `make test`
+# are the only two commands a user needs.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test bench lint fmt clean system-deps
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+# Debian's prometheus (for the monitoring tests against a real server). Best effort: the
+# tests that need it skip with a clear reason where it cannot be installed.
+system-deps:
+	@command -v prometheus >/dev/null 2>&1 || { \
+	  command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null) \
+	  || echo "note: could not install prometheus; the tests that need it will skip"; }
+
+run: $(STAMP)
+	$(BIN)/gpufleet simulate
+
+test: $(STAMP) system-deps
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/pytest
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/run_all.py
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
+
+fmt: $(STAMP)
+	$(BIN)/ruff format src tests benchmarks
+
+clean:
+	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache out

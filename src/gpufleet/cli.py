@@ -1,0 +1,73 @@
+"""The ``gpufleet`` command line.
+
+Each feature keeps its command in its own module (``gpufleet.<feature>.cli``) and registers it
+here, so this file stays a table of contents. Every command turns :class:`InputError` into one
+red line and exit status 2: bad input never ends in a traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import typer
+from rich.console import Console
+
+from gpufleet.errors import InputError
+
+app = typer.Typer(
+    name="gpufleet",
+    help="Make rented GPU compute cheap and busy: placement, autoscaling, spot, recovery, cost.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+bench_app = typer.Typer(
+    help="Reproducible benchmarks against published results.", no_args_is_help=True
+)
+app.add_typer(bench_app, name="bench")
+
+err_console = Console(stderr=True)
+
+
+def friendly_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap a command so InputError prints one line naming file/line/field and exits 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except InputError as exc:
+            err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+            raise typer.Exit(code=2) from None
+
+    return wrapper
+
+
+def _register() -> None:
+    """Import feature CLIs; each calls ``app.command``/``bench_app.command`` on import."""
+    import importlib
+
+    for mod in (
+        "gpufleet.placement.cli",
+        "gpufleet.sim.cli",
+        "gpufleet.market.cli",
+        "gpufleet.checkpoint.cli",
+        "gpufleet.metrics.cli",
+    ):
+        try:
+            importlib.import_module(mod)
+        except ModuleNotFoundError as exc:
+            if exc.name is None or not mod.startswith(exc.name):
+                raise
+
+
+def main() -> None:
+    _register()
+    app(prog_name="gpufleet")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""Decisions: what a policy asks a driver to do, as plain frozen data.
+
+Policies never touch the world; they return these and the driver (simulator or live controller)
+applies them and reports the world's reaction back as events. Keeping them small and immutable is
+what lets one policy code path serve both drivers and makes decisions easy to log and assert on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+from enum import StrEnum
+
+
+class CapacityType(StrEnum):
+    """Karpenter's ``karpenter.sh/capacity-type`` values."""
+
+    SPOT = "spot"
+    ON_DEMAND = "on-demand"
+
+
+@dataclass(frozen=True, slots=True)
+class MigSlot:
+    """One MIG instance to create/use: profile name (``3g.20gb``) at a memory-slice offset."""
+
+    gpu: int
+    profile: str
+    start: int
+
+
+@dataclass(frozen=True, slots=True)
+class Bind:
+    """Place ``job_id`` on ``node``: ``gpus`` (indices) at ``milli_per_gpu`` each, or MIG slots."""
+
+    job_id: str
+    node: str
+    gpus: tuple[int, ...] = ()
+    milli_per_gpu: int = 1000
+    mig: tuple[MigSlot, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Preempt:
+    job_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """Ask the cloud for ``count`` nodes of ``instance_type`` in ``zone`` on ``capacity_type``."""
+
+    instance_type: str
+    zone: str
+    capacity_type: CapacityType
+    count: int = 1
+    max_price: Decimal | None = None
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Terminate:
+    node: str
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Bid:
+    """A spot max price (Aliyun ``SpotWithPriceLimit``; AWS's optional max price)."""
+
+    instance_type: str
+    zone: str
+    max_price: Decimal
+
+
+@dataclass(frozen=True, slots=True)
+class Requeue:
+    job_id: str
+    from_checkpoint: bool
+    reason: str = ""
+
+
+Decision = Bind | Preempt | Launch | Terminate | Bid | Requeue

@@ -1,0 +1,268 @@
+"""FleetState: the snapshot every policy reads.
+
+Nodes live in NumPy arrays (one row per node, one column per GPU slot) so that a placement filter
+or scorer is a single vectorised pass over the whole fleet; the per-node Python objects carry only
+what no hot path needs (labels, names). Policies read; only drivers call the mutating methods
+(``allocate``/``release``/``add_node``/``remove_node``), after a policy has returned a decision.
+
+Units: CPU in milli-cores, memory in MiB, GPU in milli-GPU (1000 = one whole GPU). A MIG-enabled
+GPU offers no milli-GPU; it offers memory slices (bitmask ``mig_used``) under its model's profile
+placement rules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gpufleet.decisions import Bind, CapacityType
+
+GPU_MILLI = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceRequest:
+    """What one pod / job replica asks for.
+
+    ``gpu_milli`` is per GPU: a shared pod has ``num_gpu == 1`` and ``gpu_milli < 1000``; a
+    multi-GPU pod takes whole, fully idle GPUs. ``mig_profile`` (``"1g.5gb"``) asks for one MIG
+    instance instead of GPUs. ``gpu_models`` is a hard constraint (None = any model).
+    ``min_cuda`` uses CUDA's encoding (12.4 → 12040).
+    """
+
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    num_gpu: int = 0
+    gpu_milli: int = GPU_MILLI
+    gpu_models: frozenset[str] | None = None
+    gpu_memory_mib: int = 0
+    mig_profile: str | None = None
+    min_cuda: int = 0
+    tolerations: frozenset[str] = frozenset()
+
+    @property
+    def total_gpu_milli(self) -> int:
+        if self.mig_profile is not None:
+            return 0
+        return self.num_gpu * self.gpu_milli
+
+    @property
+    def is_shared(self) -> bool:
+        return self.num_gpu == 1 and self.gpu_milli < GPU_MILLI and self.mig_profile is None
+
+    @property
+    def whole_gpus(self) -> int:
+        """GPUs the request needs when fractions are rounded up (the exclusive baseline)."""
+        if self.mig_profile is not None:
+            return 1
+        return self.num_gpu
+
+
+@dataclass(slots=True)
+class NodeInfo:
+    """Per-node attributes that hot paths never touch."""
+
+    name: str
+    instance_type: str = ""
+    zone: str = ""
+    capacity_type: CapacityType = CapacityType.ON_DEMAND
+    labels: dict[str, str] = field(default_factory=dict)
+    taints: frozenset[str] = frozenset()
+
+
+class FleetState:
+    """Nodes as arrays; rows are never reused while a node lives (``active`` masks the gaps)."""
+
+    def __init__(self, max_gpus: int = 8, capacity: int = 64) -> None:
+        self.max_gpus = max_gpus
+        self._cap = 0
+        self.n = 0  # rows used (active or not)
+        self.nodes: list[NodeInfo] = []
+        self.index: dict[str, int] = {}
+        self.model_names: list[str] = []
+        self._model_ids: dict[str, int] = {}
+        self.taint_names: list[str] = []
+        self._taint_ids: dict[str, int] = {}
+        self.zone_names: list[str] = []
+        self._zone_ids: dict[str, int] = {}
+        self._alloc(capacity)
+
+    # -- storage -----------------------------------------------------------------------------
+    def _alloc(self, cap: int) -> None:
+        g = self.max_gpus
+
+        def grow(old: np.ndarray | None, shape: tuple[int, ...], dtype, fill) -> np.ndarray:
+            new = np.full(shape, fill, dtype=dtype)
+            if old is not None:
+                sl = tuple(slice(0, s) for s in old.shape)
+                new[sl] = old
+            return new
+
+        get = self.__dict__.get
+        self.active = grow(get("active"), (cap,), bool, False)
+        self.cpu_total = grow(get("cpu_total"), (cap,), np.int64, 0)
+        self.cpu_free = grow(get("cpu_free"), (cap,), np.int64, 0)
+        self.mem_total = grow(get("mem_total"), (cap,), np.int64, 0)
+        self.mem_free = grow(get("mem_free"), (cap,), np.int64, 0)
+        self.num_gpus = grow(get("num_gpus"), (cap,), np.int32, 0)
+        self.model_id = grow(get("model_id"), (cap,), np.int32, -1)
+        self.zone_id = grow(get("zone_id"), (cap,), np.int32, -1)
+        self.spot = grow(get("spot"), (cap,), bool, False)
+        self.cuda_driver = grow(get("cuda_driver"), (cap,), np.int32, 0)
+        self.taint_bits = grow(get("taint_bits"), (cap,), np.int64, 0)
+        # Per GPU slot; slots >= num_gpus hold -1 free milli so no filter ever picks them.
+        self.free_milli = grow(get("free_milli"), (cap, g), np.int32, -1)
+        self.gpu_mem_total = grow(get("gpu_mem_total"), (cap, g), np.int64, 0)
+        self.gpu_mem_free = grow(get("gpu_mem_free"), (cap, g), np.int64, 0)
+        self.nvlink_domain = grow(get("nvlink_domain"), (cap, g), np.int16, -1)
+        self.mig_enabled = grow(get("mig_enabled"), (cap, g), bool, False)
+        self.mig_used = grow(get("mig_used"), (cap, g), np.int32, 0)  # memory-slice bitmask
+        self.mig_compute_used = grow(get("mig_compute_used"), (cap, g), np.int8, 0)
+        self._cap = cap
+
+    def _widen(self, gpus: int) -> None:
+        """Grow the GPU axis (a 16-GPU p2.16xlarge joins an 8-GPU fleet)."""
+        extra = gpus - self.max_gpus
+        fills = {
+            "free_milli": -1,
+            "gpu_mem_total": 0,
+            "gpu_mem_free": 0,
+            "nvlink_domain": -1,
+            "mig_enabled": False,
+            "mig_used": 0,
+            "mig_compute_used": 0,
+        }
+        for name, fill in fills.items():
+            arr = getattr(self, name)
+            pad = np.full((arr.shape[0], extra), fill, dtype=arr.dtype)
+            setattr(self, name, np.concatenate([arr, pad], axis=1))
+        self.max_gpus = gpus
+
+    def _id(self, table: dict[str, int], names: list[str], key: str) -> int:
+        if key not in table:
+            table[key] = len(names)
+            names.append(key)
+        return table[key]
+
+    def model_index(self, name: str) -> int:
+        return self._id(self._model_ids, self.model_names, name)
+
+    def taint_mask(self, taints: Iterable[str]) -> int:
+        bits = 0
+        for t in taints:
+            idx = self._id(self._taint_ids, self.taint_names, t)
+            if idx >= 63:
+                raise ValueError("more than 63 distinct taints in one fleet")
+            bits |= 1 << idx
+        return bits
+
+    def toleration_mask(self, tolerations: Iterable[str]) -> int:
+        """Bits of the known taints the tolerations cover (unknown ones cannot matter)."""
+        bits = 0
+        for t in tolerations:
+            idx = self._taint_ids.get(t)
+            if idx is not None:
+                bits |= 1 << idx
+        return bits
+
+    # -- mutation (drivers only) -------------------------------------------------------------
+    def add_node(
+        self,
+        name: str,
+        *,
+        gpu_model: str,
+        num_gpus: int,
+        cpu_milli: int,
+        memory_mib: int,
+        gpu_memory_mib: int = 0,
+        nvlink_domains: Iterable[int] | None = None,
+        cuda_driver: int = 12040,
+        mig_gpus: Iterable[int] = (),
+        info: NodeInfo | None = None,
+    ) -> int:
+        if name in self.index:
+            raise ValueError(f"node {name!r} already in the fleet")
+        if num_gpus > self.max_gpus:
+            self._widen(num_gpus)
+        if self.n == self._cap:
+            self._alloc(max(64, self._cap * 2))
+        i = self.n
+        self.n += 1
+        info = info or NodeInfo(name=name)
+        self.nodes.append(info)
+        self.index[name] = i
+        self.active[i] = True
+        self.cpu_total[i] = self.cpu_free[i] = cpu_milli
+        self.mem_total[i] = self.mem_free[i] = memory_mib
+        self.num_gpus[i] = num_gpus
+        self.model_id[i] = self.model_index(gpu_model) if num_gpus else -1
+        self.zone_id[i] = self._id(self._zone_ids, self.zone_names, info.zone) if info.zone else -1
+        self.spot[i] = info.capacity_type == CapacityType.SPOT
+        self.cuda_driver[i] = cuda_driver
+        self.taint_bits[i] = self.taint_mask(info.taints)
+        self.free_milli[i, :] = -1
+        self.free_milli[i, :num_gpus] = GPU_MILLI
+        self.gpu_mem_total[i, :num_gpus] = gpu_memory_mib
+        self.gpu_mem_free[i, :num_gpus] = gpu_memory_mib
+        doms = list(nvlink_domains) if nvlink_domains is not None else [-1] * num_gpus
+        self.nvlink_domain[i, :num_gpus] = doms
+        for g in mig_gpus:
+            self.mig_enabled[i, g] = True
+            self.free_milli[i, g] = 0  # MIG GPUs offer slices, not milli-GPU
+        return i
+
+    def remove_node(self, name: str) -> None:
+        i = self.index.pop(name)
+        self.active[i] = False
+        self.free_milli[i, :] = -1
+        self.cpu_free[i] = 0
+        self.mem_free[i] = 0
+
+    def _apply(self, req: ResourceRequest, bind: Bind, sign: int) -> int:
+        i = self.index[bind.node]
+        self.cpu_free[i] -= sign * req.cpu_milli
+        self.mem_free[i] -= sign * req.memory_mib
+        for g in bind.gpus:
+            self.free_milli[i, g] -= sign * bind.milli_per_gpu
+            self.gpu_mem_free[i, g] -= sign * req.gpu_memory_mib
+        return i
+
+    def allocate(
+        self, req: ResourceRequest, bind: Bind, mig_masks: Iterable[tuple[int, int, int]] = ()
+    ) -> None:
+        """Apply a Bind; ``mig_masks`` = (gpu, slice_mask, compute) per MIG slot."""
+        i = self._apply(req, bind, +1)
+        for g, mask, compute in mig_masks:
+            if self.mig_used[i, g] & mask:
+                raise ValueError(f"MIG slices {mask:#x} already used on {bind.node} GPU {g}")
+            self.mig_used[i, g] |= mask
+            self.mig_compute_used[i, g] += compute
+        if self.cpu_free[i] < 0 or self.mem_free[i] < 0 or (self.free_milli[i] < -1).any():
+            self._apply(req, bind, -1)
+            raise ValueError(f"bind of {bind.job_id} overcommits node {bind.node}")
+
+    def release(
+        self, req: ResourceRequest, bind: Bind, mig_masks: Iterable[tuple[int, int, int]] = ()
+    ) -> None:
+        if bind.node not in self.index:
+            return  # node already gone (reclaimed); nothing to give back
+        i = self._apply(req, bind, -1)
+        for g, mask, compute in mig_masks:
+            self.mig_used[i, g] &= ~mask
+            self.mig_compute_used[i, g] -= compute
+
+    # -- read helpers ------------------------------------------------------------------------
+    def rows(self) -> np.ndarray:
+        """Indices of live nodes."""
+        return np.flatnonzero(self.active[: self.n])
+
+    def gpu_capacity_milli(self) -> int:
+        live = self.active[: self.n]
+        return int(self.num_gpus[: self.n][live].sum()) * GPU_MILLI
+
+    def gpu_allocated_milli(self) -> int:
+        fm = self.free_milli[: self.n][self.active[: self.n]]
+        used = np.where(fm >= 0, GPU_MILLI - fm, 0)
+        return int(used.sum())
