@@ -13,10 +13,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-# Debian's prometheus (for the monitoring tests against a real server). Best effort: the
-# tests that need it skip with a clear reason where it cannot be installed.
+# Debian's prometheus (for the monitoring tests against a real server); the same Debian package
+# ships promtool. Best effort: the tests that need it skip with a clear reason where it cannot be
+# installed.
 system-deps:
-	@command -v prometheus >/dev/null 2>&1 || { \
+	@{ command -v prometheus && command -v promtool; } >/dev/null 2>&1 || { \
 	  command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null) \
 	  || echo "note: could not install prometheus; the tests that need it will skip"; }

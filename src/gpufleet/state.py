@@ -120,6 +120,13 @@ class FleetState:
         self.mig_enabled = grow(get("mig_enabled"), (cap, g), bool, False)
         self.mig_used = grow(get("mig_used"), (cap, g), np.int32, 0)  # memory-slice bitmask
         self.mig_compute_used = grow(get("mig_compute_used"), (cap, g), np.int8, 0)
+        self.mig_compute_total = grow(get("mig_compute_total"), (cap, g), np.int8, 0)
+        # Bumped on every change to a row: derived per-node data (FGD's fragmentation terms) is
+        # memoised against it, so a placement pass only recomputes the nodes that changed.
+        self.row_version = grow(get("row_version"), (cap,), np.int64, 0)
+        # Pods per GPU shape on the node (column 0: shared GPU, k: k whole GPUs) — what
+        # GpuClustering's "same shape already here" reads. Widened with the GPU axis.
+        self.shape_count = grow(get("shape_count"), (cap, g + 1), np.int32, 0)
         self._cap = cap
 
     def _widen(self, gpus: int) -> None:
@@ -133,6 +140,8 @@ class FleetState:
             "mig_enabled": False,
             "mig_used": 0,
             "mig_compute_used": 0,
+            "mig_compute_total": 0,
+            "shape_count": 0,
         }
         for name, fill in fills.items():
             arr = getattr(self, name)
@@ -181,6 +190,7 @@ class FleetState:
         cuda_driver: int = 12040,
         mig_gpus: Iterable[int] = (),
         info: NodeInfo | None = None,
+        mig_compute_slices: int = 7,
     ) -> int:
         if name in self.index:
             raise ValueError(f"node {name!r} already in the fleet")
@@ -208,9 +218,15 @@ class FleetState:
         self.gpu_mem_free[i, :num_gpus] = gpu_memory_mib
         doms = list(nvlink_domains) if nvlink_domains is not None else [-1] * num_gpus
         self.nvlink_domain[i, :num_gpus] = doms
+        self.mig_used[i, :] = 0
+        self.mig_compute_used[i, :] = 0
+        self.mig_compute_total[i, :] = 0
+        self.shape_count[i, :] = 0
         for g in mig_gpus:
             self.mig_enabled[i, g] = True
+            self.mig_compute_total[i, g] = mig_compute_slices
             self.free_milli[i, g] = 0  # MIG GPUs offer slices, not milli-GPU
+        self.row_version[i] += 1
         return i
 
     def remove_node(self, name: str) -> None:
@@ -219,6 +235,14 @@ class FleetState:
         self.free_milli[i, :] = -1
         self.cpu_free[i] = 0
         self.mem_free[i] = 0
+        self.row_version[i] += 1
+
+    @staticmethod
+    def shape_column(req: ResourceRequest) -> int:
+        """Column of ``shape_count`` for a request: 0 shared, k for k whole GPUs, -1 none."""
+        if req.mig_profile is not None or req.num_gpu == 0:
+            return -1
+        return 0 if req.is_shared else req.num_gpu
 
     def _apply(self, req: ResourceRequest, bind: Bind, sign: int) -> int:
         i = self.index[bind.node]
@@ -227,21 +251,29 @@ class FleetState:
         for g in bind.gpus:
             self.free_milli[i, g] -= sign * bind.milli_per_gpu
             self.gpu_mem_free[i, g] -= sign * req.gpu_memory_mib
+        col = self.shape_column(req)
+        if 0 <= col < self.shape_count.shape[1] and bind.gpus:
+            self.shape_count[i, col] += sign
+        self.row_version[i] += 1
         return i
 
     def allocate(
         self, req: ResourceRequest, bind: Bind, mig_masks: Iterable[tuple[int, int, int]] = ()
     ) -> None:
         """Apply a Bind; ``mig_masks`` = (gpu, slice_mask, compute) per MIG slot."""
-        i = self._apply(req, bind, +1)
-        for g, mask, compute in mig_masks:
-            if self.mig_used[i, g] & mask:
+        masks = list(mig_masks)
+        row = self.index[bind.node]
+        for g, mask, _ in masks:
+            if self.mig_used[row, g] & mask:
                 raise ValueError(f"MIG slices {mask:#x} already used on {bind.node} GPU {g}")
-            self.mig_used[i, g] |= mask
-            self.mig_compute_used[i, g] += compute
-        if self.cpu_free[i] < 0 or self.mem_free[i] < 0 or (self.free_milli[i] < -1).any():
+        i = self._apply(req, bind, +1)
+        over_gpu = any(self.free_milli[i, g] < 0 for g in bind.gpus)
+        if self.cpu_free[i] < 0 or self.mem_free[i] < 0 or over_gpu:
             self._apply(req, bind, -1)
             raise ValueError(f"bind of {bind.job_id} overcommits node {bind.node}")
+        for g, mask, compute in masks:
+            self.mig_used[i, g] |= mask
+            self.mig_compute_used[i, g] += compute
 
     def release(
         self, req: ResourceRequest, bind: Bind, mig_masks: Iterable[tuple[int, int, int]] = ()
@@ -263,6 +295,16 @@ class FleetState:
         return int(self.num_gpus[: self.n][live].sum()) * GPU_MILLI
 
     def gpu_allocated_milli(self) -> int:
-        fm = self.free_milli[: self.n][self.active[: self.n]]
-        used = np.where(fm >= 0, GPU_MILLI - fm, 0)
-        return int(used.sum())
+        """Allocated milli-GPU; a MIG GPU counts its used compute slices as a share of 1000."""
+        live = self.active[: self.n]
+        fm = self.free_milli[: self.n][live]
+        mig = self.mig_enabled[: self.n][live]
+        used = np.where((fm >= 0) & ~mig, GPU_MILLI - fm, 0)
+        total = self.mig_compute_total[: self.n][live].astype(np.int64)
+        mig_used = self.mig_compute_used[: self.n][live].astype(np.int64) * GPU_MILLI
+        mig_milli = np.floor_divide(mig_used, np.maximum(total, 1))
+        return int(used.sum() + np.where(mig, mig_milli, 0).sum())
+
+    def gpu_free_milli_total(self) -> int:
+        """Idle milli-GPU over the live fleet (the denominator of the fragmentation ratio)."""
+        return self.gpu_capacity_milli() - self.gpu_allocated_milli()

@@ -1,1 +1,5 @@
-"""queueing."""
+"""Queueing: order of pending work, backfill, gang admission."""
+
+from gpufleet.queueing.order import BackfillPass, PassResult, queue_key
+
+__all__ = ["BackfillPass", "PassResult", "queue_key"]

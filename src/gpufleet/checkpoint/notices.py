@@ -1,0 +1,276 @@
+"""Preemption-notice watchers for the cloud metadata services (AWS, Aliyun, GCP).
+
+Each watcher answers one question per ``poll()``: is there a notice right now? A notice is data
+(``Notice``), "no notice" is ``None``; a metadata server that cannot be reached is neither — it is
+recorded in ``last_error`` and the next poll tries again, because a transient metadata hiccup must
+not stop a training job. The URL paths and headers are the providers' documented ones:
+
+* AWS (IMDSv2): ``PUT /latest/api/token`` with ``X-aws-ec2-metadata-token-ttl-seconds``, then
+  ``GET /latest/meta-data/spot/instance-action`` with ``X-aws-ec2-metadata-token``: 404 until a
+  notice, then ``{"action": "terminate"|"stop"|"hibernate", "time": "...Z"}`` (2 minutes ahead).
+  ``/latest/meta-data/events/recommendations/rebalance`` gives ``{"noticeTime": ...}`` earlier.
+* Aliyun: ``GET /latest/meta-data/instance/spot/termination-time``: 404 until set, then an
+  ISO-8601 UTC time (about 5 minutes ahead).
+* GCP: ``GET /computeMetadata/v1/instance/preempted`` with ``Metadata-Flavor: Google``: ``TRUE``
+  once preempted (30 seconds' notice), else ``FALSE``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+from gpufleet.errors import InputError
+
+DEFAULT_POLL_S = 5.0  # AWS recommends polling instance-action every 5 seconds
+GCP_NOTICE_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    provider: str
+    kind: str  # terminate | stop | hibernate | preempted | rebalance
+    deadline: float | None  # Unix time the instance goes away; None if the provider did not say
+    detail: str
+
+    @property
+    def stops(self) -> bool:
+        """A rebalance recommendation is advice to checkpoint, not a termination."""
+        return self.kind != "rebalance"
+
+    def time_left(self, now: float) -> float | None:
+        return None if self.deadline is None else self.deadline - now
+
+
+class Watcher(Protocol):
+    provider: str
+    last_error: str | None
+
+    def poll(self) -> Notice | None: ...
+
+
+def _iso_to_unix(text: str) -> float:
+    return datetime.fromisoformat(text.strip()).timestamp()
+
+
+class _Http:
+    """urllib with a short timeout; returns (status, body) and maps 4xx/5xx to a status."""
+
+    def __init__(self, base_url: str, timeout_s: float) -> None:
+        self.base = base_url.rstrip("/")
+        self.timeout_s = timeout_s
+
+    def request(self, method: str, path: str, headers: dict[str, str]) -> tuple[int, str]:
+        req = urllib.request.Request(self.base + path, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+                return resp.status, resp.read().decode("utf-8", "replace")
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode("utf-8", "replace")
+
+
+class AwsWatcher:
+    """EC2 spot interruption notices through IMDSv2 (token flow; token renewed on 401)."""
+
+    provider = "aws"
+    DEFAULT_URL = "http://169.254.169.254"
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        *,
+        rebalance: bool = True,
+        token_ttl_s: int = 21600,
+        timeout_s: float = 2.0,
+    ) -> None:
+        self.http = _Http(base_url or self.DEFAULT_URL, timeout_s)
+        self.rebalance = rebalance
+        self.token_ttl_s = token_ttl_s
+        self._token: str | None = None
+        self._token_expires = 0.0
+        self.last_error: str | None = None
+
+    def _get(self, path: str) -> tuple[int, str]:
+        for _ in range(2):
+            if self._token is None or time.monotonic() > self._token_expires:
+                code, body = self.http.request(
+                    "PUT",
+                    "/latest/api/token",
+                    {"X-aws-ec2-metadata-token-ttl-seconds": str(self.token_ttl_s)},
+                )
+                if code != 200 or not body:
+                    raise OSError(f"IMDSv2 token request answered {code}")
+                self._token = body.strip()
+                self._token_expires = time.monotonic() + self.token_ttl_s * 0.9
+            code, body = self.http.request("GET", path, {"X-aws-ec2-metadata-token": self._token})
+            if code != 401:
+                return code, body
+            self._token = None  # expired or revoked: fetch a new one and retry once
+        return code, body
+
+    def poll(self) -> Notice | None:
+        try:
+            code, body = self._get("/latest/meta-data/spot/instance-action")
+            if code == 200:
+                self.last_error = None
+                return self._instance_action(body)
+            if code != 404:
+                raise OSError(f"instance-action answered {code}")
+            if self.rebalance:
+                code, body = self._get("/latest/meta-data/events/recommendations/rebalance")
+                if code == 200:
+                    self.last_error = None
+                    return self._rebalance(body)
+                if code != 404:
+                    raise OSError(f"rebalance answered {code}")
+        except (OSError, TimeoutError) as exc:
+            self.last_error = str(exc)
+            return None
+        self.last_error = None
+        return None
+
+    def _instance_action(self, body: str) -> Notice:
+        # An unparseable 200 is still a notice: acting on it costs a checkpoint, ignoring it
+        # could cost the work since the last one.
+        try:
+            doc = json.loads(body)
+            return Notice("aws", str(doc["action"]), _iso_to_unix(doc["time"]), body.strip())
+        except (ValueError, KeyError, TypeError):
+            return Notice("aws", "terminate", None, f"unparseable instance-action: {body!r}")
+
+    def _rebalance(self, body: str) -> Notice:
+        return Notice("aws", "rebalance", None, body.strip())
+
+
+class AliyunWatcher:
+    """ECS preemptible-instance reclaim notices."""
+
+    provider = "aliyun"
+    DEFAULT_URL = "http://100.100.100.200"
+
+    def __init__(self, base_url: str | None = None, *, timeout_s: float = 2.0) -> None:
+        self.http = _Http(base_url or self.DEFAULT_URL, timeout_s)
+        self.last_error: str | None = None
+
+    def poll(self) -> Notice | None:
+        try:
+            code, body = self.http.request(
+                "GET", "/latest/meta-data/instance/spot/termination-time", {}
+            )
+        except (OSError, TimeoutError) as exc:
+            self.last_error = str(exc)
+            return None
+        if code == 404:
+            self.last_error = None
+            return None
+        if code != 200:
+            self.last_error = f"termination-time answered {code}"
+            return None
+        self.last_error = None
+        try:
+            deadline: float | None = _iso_to_unix(body)
+        except ValueError:
+            deadline = None
+        return Notice("aliyun", "terminate", deadline, body.strip())
+
+
+class GcpWatcher:
+    """GCE spot/preemptible VMs: ``instance/preempted`` turns TRUE about 30 s before the stop."""
+
+    provider = "gcp"
+    DEFAULT_URL = "http://metadata.google.internal"
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        *,
+        timeout_s: float = 2.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.http = _Http(base_url or self.DEFAULT_URL, timeout_s)
+        self.clock = clock
+        self.last_error: str | None = None
+        self._first_seen: float | None = None
+
+    def poll(self) -> Notice | None:
+        try:
+            code, body = self.http.request(
+                "GET", "/computeMetadata/v1/instance/preempted", {"Metadata-Flavor": "Google"}
+            )
+        except (OSError, TimeoutError) as exc:
+            self.last_error = str(exc)
+            return None
+        if code != 200:
+            self.last_error = f"preempted answered {code}"
+            return None
+        self.last_error = None
+        if body.strip().upper() != "TRUE":
+            return None
+        if self._first_seen is None:  # GCP gives no time: count 30 s from when we first saw it
+            self._first_seen = self.clock()
+        return Notice("gcp", "preempted", self._first_seen + GCP_NOTICE_S, body.strip())
+
+
+PROVIDERS: dict[str, type[AwsWatcher] | type[AliyunWatcher] | type[GcpWatcher]] = {
+    "aws": AwsWatcher,
+    "aliyun": AliyunWatcher,
+    "gcp": GcpWatcher,
+}
+
+
+def make_watcher(provider: str, base_url: str | None = None) -> Watcher:
+    """A watcher by provider name; an unknown name is an InputError listing the valid ones."""
+    cls = PROVIDERS.get(provider.lower())
+    if cls is None:
+        raise InputError(
+            f"unknown provider {provider!r}; expected one of {', '.join(PROVIDERS)}",
+            field="provider",
+        )
+    if base_url is not None and not base_url.startswith(("http://", "https://")):
+        raise InputError(
+            f"metadata URL {base_url!r} must start with http:// or https://", field="notice-url"
+        )
+    return cls(base_url)
+
+
+class NoticePoller:
+    """Polls a watcher on a daemon thread and calls ``on_notice`` for each new kind of notice."""
+
+    def __init__(
+        self,
+        watcher: Watcher,
+        on_notice: Callable[[Notice], None],
+        interval_s: float = DEFAULT_POLL_S,
+    ) -> None:
+        if interval_s <= 0:
+            raise InputError(f"poll interval must be > 0 s, got {interval_s}", field="interval")
+        self.watcher = watcher
+        self.on_notice = on_notice
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._seen: set[str] = set()
+        self._thread = threading.Thread(target=self._run, name="gpufleet-notice", daemon=True)
+
+    def start(self) -> NoticePoller:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            notice = self.watcher.poll()
+            if notice is not None and notice.kind not in self._seen:
+                self._seen.add(notice.kind)
+                self.on_notice(notice)
+            self._stop.wait(self.interval_s)

@@ -1,0 +1,157 @@
+"""Where checkpoint files live: a local directory (full atomicity and durability) or any fsspec URL.
+
+Guarantees, by backend (see docs/checkpoint.md):
+
+* **local path / file://** — ``write`` goes to a temp file in the same directory, is flushed and
+  fsynced, ``os.replace``-d onto its name and the directory is fsynced. When ``write`` returns the
+  file is complete under its final name and survives a power cut; a crash before that leaves only a
+  ``.tmp-*`` file, which is never read and is removed by the next prune.
+* **object stores (s3://, gs://, oss://, ...)** — the object is written under its final name in one
+  upload; these stores publish an object whole when the upload completes, so readers never see a
+  partial object. Rename would be a server-side copy, so none is done. Durability is the provider's.
+* **memory://** — a process-local dict, nothing is durable; a file becomes visible when it is
+  closed. Meant for tests.
+
+On every backend the checkpoint's manifest is written only after its data, and reading verifies the
+data's SHA-256 against the manifest, so a partial or corrupt file is rejected rather than loaded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import BinaryIO, Protocol
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+TMP_PREFIX = ".tmp-"
+
+
+class Store(Protocol):
+    """The few operations the checkpointer needs from a storage location."""
+
+    url: str
+    durable: bool
+
+    def write(self, name: str, fill: Callable[[BinaryIO], None]) -> None: ...
+
+    def read(self, name: str) -> bytearray: ...
+
+    def size(self, name: str) -> int | None: ...
+
+    def names(self) -> list[str]: ...
+
+    def delete(self, name: str) -> None: ...
+
+
+class LocalStore:
+    """A directory on a local (POSIX) filesystem."""
+
+    durable = True
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.url = str(self.root)
+
+    def write(self, name: str, fill: Callable[[BinaryIO], None]) -> None:
+        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=TMP_PREFIX + name + ".")
+        try:
+            with os.fdopen(fd, "wb", buffering=0) as raw:
+                fill(raw)
+                os.fsync(raw.fileno())
+            os.replace(tmp, self.root / name)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        self._fsync_dir()
+
+    def _fsync_dir(self) -> None:
+        fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def read(self, name: str) -> bytearray:
+        path = self.root / name
+        with open(path, "rb", buffering=0) as f:
+            size = os.fstat(f.fileno()).st_size
+            buf = bytearray(size)
+            view = memoryview(buf)
+            got = 0
+            while got < size:
+                n = f.readinto(view[got:])
+                if not n:
+                    break
+                got += n
+        return buf if got == size else buf[:got]
+
+    def size(self, name: str) -> int | None:
+        try:
+            return (self.root / name).stat().st_size
+        except FileNotFoundError:
+            return None
+
+    def names(self) -> list[str]:
+        return sorted(p.name for p in self.root.iterdir() if p.is_file())
+
+    def delete(self, name: str) -> None:
+        (self.root / name).unlink(missing_ok=True)
+
+
+class FsspecStore:
+    """Any fsspec filesystem without atomic rename: objects are written under their final name."""
+
+    def __init__(self, url: str) -> None:
+        fs, root = fsspec.core.url_to_fs(url)
+        self.fs = fs
+        self.root = root.rstrip("/")
+        self.url = url
+        self.durable = fs.protocol not in ("memory", ("memory",))
+        self.fs.makedirs(self.root, exist_ok=True)
+
+    def _path(self, name: str) -> str:
+        return f"{self.root}/{name}"
+
+    def write(self, name: str, fill: Callable[[BinaryIO], None]) -> None:
+        with self.fs.open(self._path(name), "wb") as f:
+            fill(f)
+
+    def read(self, name: str) -> bytearray:
+        with self.fs.open(self._path(name), "rb") as f:
+            return bytearray(f.read())
+
+    def size(self, name: str) -> int | None:
+        try:
+            return int(self.fs.size(self._path(name)))
+        except FileNotFoundError:
+            return None
+
+    def names(self) -> list[str]:
+        try:
+            entries = self.fs.ls(self.root, detail=True)
+        except FileNotFoundError:
+            return []
+        return sorted(
+            e["name"].rstrip("/").rsplit("/", 1)[-1] for e in entries if e.get("type") == "file"
+        )
+
+    def delete(self, name: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.fs.rm(self._path(name))
+
+
+def open_store(location: str | Path) -> Store:
+    """A local path (or file:// URL) gets LocalStore's guarantees; other URLs go through fsspec."""
+    text = str(location)
+    if "://" not in text:
+        return LocalStore(text)
+    fs, root = fsspec.core.url_to_fs(text)
+    if isinstance(fs, LocalFileSystem):
+        return LocalStore(root)
+    return FsspecStore(text)

@@ -1,0 +1,135 @@
+"""Filter plugins: which nodes could host the pod *now*. Each is one vectorised mask.
+
+Like kube-scheduler's Filter extension point, every plugin is small and independent and a node
+must pass all of them. A filter never scores and never mutates; the policy counts how many nodes
+each filter rejected so an Unschedulable carries kube's "0/N nodes are available: …" reason.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+
+from gpufleet.catalog.gpus import parse_version
+from gpufleet.placement.mig import mig_ok
+from gpufleet.placement.view import PodView
+
+
+class Filter(Protocol):
+    name: str
+    reason: str
+
+    def __call__(self, view: PodView) -> np.ndarray: ...
+
+
+class CpuFit:
+    name = "cpu"
+    reason = "insufficient CPU"
+
+    def __call__(self, view: PodView) -> np.ndarray:
+        return view.cpu_free >= view.req.cpu_milli
+
+
+class MemoryFit:
+    name = "memory"
+    reason = "insufficient memory"
+
+    def __call__(self, view: PodView) -> np.ndarray:
+        return view.mem_free >= view.req.memory_mib
+
+
+class GpuModelFit:
+    """``gpu_models`` (openb's ``gpu_spec``) is a hard constraint for pods that use GPUs."""
+
+    name = "gpu-model"
+    reason = "GPU model not requested"
+
+    def __call__(self, view: PodView) -> np.ndarray:
+        if view.req.num_gpu == 0 and view.req.mig_profile is None:
+            return np.ones(view.n, dtype=bool)
+        return view.model_ok
+
+
+class GpuMemoryFit:
+    """Enough GPUs with the requested free GPU memory each."""
+
+    name = "gpu-memory"
+    reason = "insufficient GPU memory"
+
+    def __call__(self, view: PodView) -> np.ndarray:
+        req = view.req
+        if not req.gpu_memory_mib or req.mig_profile is not None or req.num_gpu == 0:
+            return np.ones(view.n, dtype=bool)
+        return (view.gpu_mem_free >= req.gpu_memory_mib).sum(axis=1) >= req.num_gpu
+
+
+class GpuCountFit:
+    """Shared pods need one GPU with ``gpu_milli`` left; whole-GPU pods need fully idle GPUs."""
+
+    name = "gpu"
+    reason = "insufficient GPU"
+
+    def __call__(self, view: PodView) -> np.ndarray:
+        req = view.req
+        if req.mig_profile is not None or req.num_gpu == 0:
+            return np.ones(view.n, dtype=bool)
+        return view.fit_count >= req.num_gpu
+
+
+class CudaFit:
+    """The node's driver must support the CUDA the pod was built for, and so must the GPU.
+
+    A driver upgrade cannot rescue a Kepler K80: CUDA 12 dropped compute capability 3.x, which
+    the catalog records as the model's ``max_cuda``.
+    """
+
+    name = "cuda"
+    reason = "CUDA version unsupported"
+
+    def __call__(self, view: PodView) -> np.ndarray:
+        need = view.req.min_cuda
+        if not need:
+            return np.ones(view.n, dtype=bool)
+        s = view.state
+        ok = s.cuda_driver[: view.n] >= need
+        limits = np.full(len(s.model_names) + 1, np.iinfo(np.int32).max, dtype=np.int64)
+        for mid, name in enumerate(s.model_names):
+            if name in view.catalog:
+                cap = view.catalog[name].max_cuda
+                if cap:
+                    limits[mid] = parse_version(cap)
+        return ok & (limits[s.model_id[: view.n]] >= need)
+
+
+class TaintToleration:
+    """Every taint on the node must be tolerated (NoSchedule semantics)."""
+
+    name = "taints"
+    reason = "untolerated taint"
+
+    def __call__(self, view: PodView) -> np.ndarray:
+        tol = view.state.toleration_mask(view.req.tolerations)
+        return (view.state.taint_bits[: view.n] & ~np.int64(tol)) == 0
+
+
+class MigFit:
+    name = "mig"
+    reason = "no MIG slice of that profile"
+
+    def __call__(self, view: PodView) -> np.ndarray:
+        if view.req.mig_profile is None:
+            return np.ones(view.n, dtype=bool)
+        return mig_ok(view).any(axis=1)
+
+
+DEFAULT_FILTERS: tuple[Filter, ...] = (
+    TaintToleration(),
+    GpuModelFit(),
+    CudaFit(),
+    CpuFit(),
+    MemoryFit(),
+    GpuMemoryFit(),
+    GpuCountFit(),
+    MigFit(),
+)

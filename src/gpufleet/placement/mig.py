@@ -1,0 +1,78 @@
+"""MIG slice availability under NVIDIA's placement rules.
+
+A profile fits a MIG-enabled GPU at ``start`` when its memory slices ``[start, start+size)`` are all
+free *and* the GPU still has the compute slices it needs. Counting free slices is not enough: an
+A100 whose only instance is a 1g.5gb at slice 0 has seven free memory slices, yet a 3g.20gb may
+only start at 0 or 4, so it fits at 4 only; with a second 1g.5gb at slice 4 it fits nowhere.
+Modelling the start offsets keeps the scheduler from promising layouts the driver refuses.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpufleet.catalog.gpus import MigProfile
+from gpufleet.placement.result import MigAssignment
+from gpufleet.placement.view import PodView
+
+
+def _profiles_by_model(view: PodView, profile: str) -> dict[int, MigProfile]:
+    out: dict[int, MigProfile] = {}
+    for mid, name in enumerate(view.state.model_names):
+        if name not in view.catalog:
+            continue
+        spec = view.catalog[name].mig
+        if spec is not None and profile in spec.profiles:
+            out[mid] = spec.profiles[profile]
+    return out
+
+
+def mig_ok(view: PodView) -> np.ndarray:
+    """(n, G): MIG GPUs where the requested profile has at least one legal free start."""
+    profile = view.req.mig_profile
+    s = view.state
+    out = np.zeros_like(view.mig_used, dtype=bool)
+    if profile is None:
+        return out
+    model = s.model_id[: view.n]
+    enabled = s.mig_enabled[: view.n]
+    compute_total = s.mig_compute_total[: view.n].astype(np.int32)
+    used_compute = view.mig_compute_used.astype(np.int32)
+    for mid, prof in _profiles_by_model(view, profile).items():
+        base = (model == mid)[:, None] & enabled & (used_compute + prof.compute <= compute_total)
+        if not base.any():
+            continue
+        for start in prof.starts:
+            out |= base & ((view.mig_used & prof.slice_mask(start)) == 0)
+    return out
+
+
+def _legal_starts(prof: MigProfile, used: int) -> list[int]:
+    return [st for st in prof.starts if not used & prof.slice_mask(st)]
+
+
+def choose_mig(view: PodView, row: int) -> MigAssignment | None:
+    """Pack: the fullest GPU that fits, at the start that keeps the most future placements open."""
+    profile = view.req.mig_profile
+    if profile is None:
+        return None
+    s = view.state
+    name = s.model_names[s.model_id[row]]
+    spec = view.catalog[name].mig
+    if spec is None or profile not in spec.profiles:
+        return None
+    prof = spec.profiles[profile]
+    ok = mig_ok(view)[row]
+    best: tuple[int, int, int, int] | None = None  # (-used compute, -open after, gpu, start)
+    for g in np.flatnonzero(ok):
+        used = int(view.mig_used[row, g])
+        for st in _legal_starts(prof, used):
+            after = used | prof.slice_mask(st)
+            open_after = sum(len(_legal_starts(p, after)) for p in spec.profiles.values())
+            key = (-int(view.mig_compute_used[row, g]), -open_after, int(g), st)
+            if best is None or key < best:
+                best = key
+    if best is None:
+        return None
+    _, _, g, st = best
+    return MigAssignment(g, profile, st, prof.slice_mask(st), prof.compute)

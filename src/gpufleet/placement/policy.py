@@ -1,0 +1,115 @@
+"""A policy: filters, weighted scorers, tie-breakers and a GPU picker — the scheduling cycle.
+
+One ``place`` call is one kube-scheduler cycle for one pod: Filter (every plugin must pass), Score
+(weighted sum), select the best node (exact ties go to the tie-break scorers in order, then to a
+uniformly random node drawn from the injected RNG — kube-scheduler's ``selectHost``), Reserve
+(pick GPUs / MIG slice). It reads the state and returns data; the caller applies it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gpufleet.catalog.gpus import GpuCatalog, default_gpu_catalog
+from gpufleet.placement.filters import DEFAULT_FILTERS, Filter
+from gpufleet.placement.gpu_select import GpuPicker, best_fit_gpu
+from gpufleet.placement.mig import choose_mig
+from gpufleet.placement.result import PlacementResult, Status, Unschedulable
+from gpufleet.placement.scorers.base import Scorer
+from gpufleet.placement.view import PodView, capacity_view, pod_view
+from gpufleet.state import GPU_MILLI, FleetState, ResourceRequest
+
+
+def tie_rank(rows: np.ndarray, seed: int) -> np.ndarray:
+    """A seeded random permutation of node rows, stable across calls (splitmix64 of row, seed).
+
+    Breaking ties by a fixed order, rather than a fresh draw per pod, keeps sending equally good
+    pods to the same nodes — first-fit among equals — as the packing protocol specifies.
+    """
+    with np.errstate(over="ignore"):
+        z = rows.astype(np.uint64) + np.uint64(seed & 0xFFFFFFFF) * np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+@dataclass(frozen=True)
+class Policy:
+    name: str
+    scorers: tuple[tuple[Scorer, float], ...]
+    picker: GpuPicker = best_fit_gpu
+    tiebreak: tuple[Scorer, ...] = ()
+    filters: tuple[Filter, ...] = DEFAULT_FILTERS
+    description: str = ""
+    tie_seed: int | None = None
+    catalog: GpuCatalog = field(default_factory=default_gpu_catalog, repr=False)
+
+    def feasible(self, view: PodView) -> tuple[np.ndarray, list[np.ndarray]]:
+        mask = view.active.copy()
+        masks = []
+        for f in self.filters:
+            m = f(view)
+            masks.append(m)
+            mask &= m
+        return np.flatnonzero(mask), masks
+
+    def scores(self, view: PodView, rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        total = np.zeros(len(rows))
+        for scorer, weight in self.scorers:
+            total += weight * scorer.score(view, rows, rng)
+        return total
+
+    def select(self, view: PodView, rows: np.ndarray, rng: np.random.Generator) -> int:
+        total = self.scores(view, rows, rng)
+        cand = rows[total == total.max()]
+        for scorer in self.tiebreak:
+            if len(cand) == 1:
+                break
+            s = scorer.score(view, cand, rng)
+            cand = cand[s == s.max()]
+        if len(cand) == 1:
+            return int(cand[0])
+        if self.tie_seed is not None:
+            return int(cand[np.argmin(tie_rank(cand, self.tie_seed))])
+        return int(cand[rng.integers(len(cand))])
+
+    def place(
+        self, state: FleetState, req: ResourceRequest, rng: np.random.Generator
+    ) -> PlacementResult | Unschedulable:
+        view = pod_view(state, req, self.catalog)
+        rows, masks = self.feasible(view)
+        if len(rows) == 0:
+            return self._refuse(view, masks)
+        row = self.select(view, rows, rng)
+        if req.mig_profile is not None:
+            slot = choose_mig(view, row)
+            if slot is None:  # filters and choose_mig disagree: a bug, not an input
+                raise RuntimeError(f"MIG filter passed row {row} but no slot was found")
+            return PlacementResult(row=row, gpus=(slot.gpu,), milli_per_gpu=0, mig=(slot,))
+        gpus = self.picker(view, row, rng)
+        milli = 0 if req.num_gpu == 0 else (req.gpu_milli if req.is_shared else GPU_MILLI)
+        return PlacementResult(row=row, gpus=gpus, milli_per_gpu=milli)
+
+    def _refuse(self, view: PodView, masks: Sequence[np.ndarray]) -> Unschedulable:
+        alive = view.active.copy()
+        parts = []
+        for f, m in zip(self.filters, masks, strict=True):
+            k = int((alive & ~m).sum())
+            if k:
+                parts.append(f"{k} {f.reason}")
+            alive &= m
+        reason = f"0/{int(view.active.sum())} nodes are available: " + (
+            ", ".join(parts) or "no nodes"
+        )
+        empty = capacity_view(view)
+        ever = empty.active.copy()
+        for f in self.filters:
+            ever &= f(empty)
+        if not ever.any():
+            return Unschedulable(
+                reason + " (no node fits even when empty)", Status.UNSCHEDULABLE_AND_UNRESOLVABLE
+            )
+        return Unschedulable(reason, Status.UNSCHEDULABLE)

@@ -1,0 +1,60 @@
+"""What a placement call returns: a placement, or an expected "no" as data.
+
+Following the kube-scheduler framework, a "no" carries a :class:`Status` that separates
+*unschedulable now* (the fleet is full; wait or scale up) from *never schedulable* (no node of this
+fleet could host it even empty; scaling the same node types will not help) — the simulator and the
+provisioner act differently on the two. Internal faults are exceptions, never a Status.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from gpufleet.decisions import Bind, MigSlot
+from gpufleet.state import FleetState
+
+
+class Status(Enum):
+    SUCCESS = "success"
+    UNSCHEDULABLE = "unschedulable"
+    UNSCHEDULABLE_AND_UNRESOLVABLE = "never-schedulable"
+
+
+@dataclass(frozen=True, slots=True)
+class MigAssignment:
+    """One MIG instance: ``profile`` at memory-slice offset ``start`` of ``gpu``."""
+
+    gpu: int
+    profile: str
+    start: int
+    mask: int
+    compute: int
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementResult:
+    row: int
+    gpus: tuple[int, ...]
+    milli_per_gpu: int
+    mig: tuple[MigAssignment, ...] = ()
+
+    def to_bind(self, state: FleetState, job_id: str) -> Bind:
+        node = state.nodes[self.row].name
+        if self.mig:
+            slots = tuple(MigSlot(m.gpu, m.profile, m.start) for m in self.mig)
+            return Bind(job_id=job_id, node=node, gpus=(), milli_per_gpu=0, mig=slots)
+        return Bind(job_id=job_id, node=node, gpus=self.gpus, milli_per_gpu=self.milli_per_gpu)
+
+    def mig_masks(self) -> tuple[tuple[int, int, int], ...]:
+        return tuple((m.gpu, m.mask, m.compute) for m in self.mig)
+
+
+@dataclass(frozen=True, slots=True)
+class Unschedulable:
+    reason: str
+    status: Status = Status.UNSCHEDULABLE
+
+    @property
+    def never(self) -> bool:
+        return self.status is Status.UNSCHEDULABLE_AND_UNRESOLVABLE

@@ -1,0 +1,1 @@
+"""Score plugins (one idea each); see :mod:`.base` for the protocol."""

@@ -1,0 +1,154 @@
+"""Scale-up: which instance type, zone and capacity type to launch for the pending pods.
+
+Trigger (the seed's): the pending ``nvidia.com/gpu`` not already absorbed by booting nodes is at
+least ``gpu_threshold`` (default 2) — or the oldest such pod has waited ``max_wait_s``, so a lone
+1-GPU job is not stranded below the threshold forever.
+
+Choice (Cluster Autoscaler's least-waste and price expanders in one number): pending pods are
+grouped by what they can run on (constraints, spot tolerance, GPUs per pod); for each group every
+fitting offer is bin-packed and scored by *cost per useful GPU-hour* = nodes × price / GPUs the
+pods use. Empty GPUs on the last node are waste and raise the score, so a lone 1-GPU pod takes a
+1-GPU instance while eight of them take one 8-GPU node when that is cheaper per GPU. Spot offers
+are only scored for pods that tolerate spot; the spot strategy (``gpufleet.market.bidding``) then
+spreads the nodes over zones, and when it declines (``[]``) the group falls back to its best
+on-demand offer.
+
+Example: 3 pending 1-GPU spot-tolerant pods; offers p3.2xlarge spot 0.918 $/h, p3.16xlarge spot
+8.0 $/h (8 GPUs), p3.2xlarge on-demand 3.06 $/h. Scores: 3×0.918/3 = 0.918; 8.0/3 = 2.67;
+3.06 → three p3.2xlarge spot nodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from gpufleet.decisions import CapacityType, Launch
+from gpufleet.market.bidding import SpotStrategy, ZoneMarket
+from gpufleet.provisioning.binpack import Bin, NodeShape, fits_shape, pack
+from gpufleet.state import GPU_MILLI, ResourceRequest
+
+
+@dataclass(frozen=True, slots=True)
+class Offer:
+    """One instance type on one capacity type; price in USD/hour (spot: cheapest usable zone)."""
+
+    instance_type: str
+    capacity_type: CapacityType
+    shape: NodeShape
+    usd_per_hour: float
+    zone: str = ""  # on-demand: the zone to launch in
+
+
+@dataclass(frozen=True, slots=True)
+class PendingPod:
+    """One replica waiting; ``group`` ties the replicas of a gang together."""
+
+    job_id: str
+    request: ResourceRequest
+    spot_ok: bool
+    waited_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class InFlight:
+    """A node launched but not ready yet: its capacity absorbs pending pods."""
+
+    shape: NodeShape
+    spot: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleUpPolicy:
+    gpu_threshold: float = 2.0
+    max_wait_s: float = 60.0
+    max_pods: int = 512  # pods considered per scan (queue order); later ones wait a scan
+
+    def decide(
+        self,
+        pending: Sequence[PendingPod],
+        offers: Sequence[Offer],
+        inflight: Sequence[InFlight] = (),
+        markets: Mapping[str, Sequence[ZoneMarket]] | None = None,
+        spot_strategy: SpotStrategy | None = None,
+    ) -> list[Launch]:
+        pods = list(pending[: self.max_pods])
+        uncovered = _absorb(pods, inflight)
+        if not uncovered:
+            return []
+        gpus = sum(p.request.total_gpu_milli for p in uncovered) / GPU_MILLI
+        oldest = max(p.waited_s for p in uncovered)
+        if gpus < self.gpu_threshold and oldest < self.max_wait_s:
+            return []
+        groups: dict[tuple, list[PendingPod]] = {}
+        for p in uncovered:
+            r = p.request
+            key = (r.gpu_models, r.min_cuda, r.gpu_memory_mib, p.spot_ok, min(r.num_gpu, 2))
+            groups.setdefault(key, []).append(p)
+        out: list[Launch] = []
+        for key in sorted(groups, key=repr):
+            out.extend(self._launch_group(groups[key], offers, markets or {}, spot_strategy))
+        return out
+
+    def _launch_group(
+        self,
+        pods: list[PendingPod],
+        offers: Sequence[Offer],
+        markets: Mapping[str, Sequence[ZoneMarket]],
+        spot_strategy: SpotStrategy | None,
+    ) -> list[Launch]:
+        reqs = [p.request for p in pods]
+        spot_ok = pods[0].spot_ok
+        usable = [
+            o
+            for o in offers
+            if (spot_ok or o.capacity_type == CapacityType.ON_DEMAND)
+            and all(fits_shape(r, o.shape) for r in reqs)
+        ]
+        scored = [(score(reqs, o), o) for o in usable]
+        ranked = sorted(
+            ((s, o) for s, o in scored if s[1] > 0),
+            key=lambda so: (so[0][0], so[0][1], so[1].usd_per_hour, so[1].instance_type),
+        )
+        for (_, nodes), offer in ranked:
+            if offer.capacity_type == CapacityType.ON_DEMAND:
+                return [
+                    Launch(offer.instance_type, offer.zone, CapacityType.ON_DEMAND, nodes,
+                           reason=f"{len(pods)} pending pods")
+                ]
+            if spot_strategy is None:
+                continue
+            zones = markets.get(offer.instance_type, ())
+            plan = spot_strategy.plan(offer.instance_type, zones, nodes)
+            if plan:
+                return plan
+        return []
+
+
+def score(reqs: Sequence[ResourceRequest], offer: Offer) -> tuple[float, int]:
+    """(cost per useful GPU-hour, nodes) of packing ``reqs`` on fresh ``offer`` nodes."""
+    bins, left = pack(reqs, offer.shape)
+    if left:
+        return float("inf"), 0
+    useful = sum(r.total_gpu_milli for r in reqs) / GPU_MILLI
+    cost = len(bins) * offer.usd_per_hour
+    if useful <= 0:  # CPU-only pods: cheapest nodes
+        return cost, len(bins)
+    return cost / useful, len(bins)
+
+
+def _absorb(pods: list[PendingPod], inflight: Sequence[InFlight]) -> list[PendingPod]:
+    """Pods the booting nodes will not take (spot nodes only take spot-tolerant pods)."""
+    if not inflight:
+        return pods
+    out = pods
+    for spot in (False, True):
+        bins = [Bin.empty(n.shape) for n in inflight if n.spot == spot]
+        if not bins:
+            continue
+        cand = [p for p in out if p.spot_ok or not spot]
+        _, left = pack([p.request for p in cand], None, bins)
+        leftover = {id(cand[i]) for i in left}
+        out = [p for p in out if id(p) in leftover or (spot and not p.spot_ok)]
+    return out
+

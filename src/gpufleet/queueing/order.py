@@ -1,0 +1,78 @@
+"""Who goes next: priority, then recovered work, then FIFO — with backfill.
+
+The queue order is a sort key so a driver can keep its pending list sorted incrementally
+(``bisect.insort``) instead of re-sorting a large queue on every event. Within a priority, jobs
+requeued after an interruption go ahead of new work: they already paid for queueing once and
+hold checkpoints that age.
+
+A scheduling pass walks the queue in order and lets later jobs start when an earlier one does not
+fit (backfill). Two rules keep the pass cheap and fair:
+
+* once a *shape* (same request, same constraints) has failed in a pass, later jobs of that shape
+  are skipped without another placement call — they cannot fit either; the pass stops as soon as
+  every shape present in the queue has failed;
+* ``starvation_s``: a head job that has waited longer than this stops backfill altogether, so a
+  stream of small jobs cannot starve a big gang forever (a reservation without a runtime
+  estimate). ``None`` (default) = pure backfill, which autoscaling makes safe: the provisioner
+  launches capacity for the head job anyway.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass, field
+
+
+def queue_key(priority: int, requeued: bool, enqueued_s: float, seq: int) -> tuple:
+    """Sort key: higher priority first, then requeued work, then arrival order."""
+    return (-priority, 0 if requeued else 1, enqueued_s, seq)
+
+
+@dataclass(slots=True)
+class PassResult:
+    started: list[str] = field(default_factory=list)
+    blocked: set[Hashable] = field(default_factory=set)
+    stopped_for: str | None = None  # job id of a starving head that stopped backfill
+
+
+@dataclass(frozen=True, slots=True)
+class BackfillPass:
+    starvation_s: float | None = None
+
+    def run(
+        self,
+        ordered: Iterable[tuple[str, Hashable, float]],
+        now: float,
+        try_place: Callable[[str], bool],
+        shapes_present: int,
+        blocked: set[Hashable] | None = None,
+    ) -> PassResult:
+        """Walk ``(job_id, shape, enqueued_s)`` in queue order; ``try_place`` applies a fit.
+
+        ``blocked`` carries shapes already known not to fit (capacity has not grown since).
+        """
+        res = PassResult(blocked=set(blocked or ()))
+        head_seen = False
+        for job_id, shape, enqueued_s in ordered:
+            if len(res.blocked) >= shapes_present:
+                break
+            if shape in res.blocked:
+                if not head_seen:
+                    head_seen = True
+                    if self._starving(now, enqueued_s):
+                        res.stopped_for = job_id
+                        break
+                continue
+            if try_place(job_id):
+                res.started.append(job_id)
+                continue
+            res.blocked.add(shape)
+            if not head_seen:
+                head_seen = True
+                if self._starving(now, enqueued_s):
+                    res.stopped_for = job_id
+                    break
+        return res
+
+    def _starving(self, now: float, enqueued_s: float) -> bool:
+        return self.starvation_s is not None and now - enqueued_s > self.starvation_s

@@ -1,0 +1,932 @@
+"""The simulation driver: applies the pure policies' decisions to a simulated cloud and cluster.
+
+Everything a policy decides comes from ``gpufleet.queueing`` (order, backfill, gangs),
+``gpufleet.placement`` (where), ``gpufleet.provisioning`` (launch / terminate),
+``gpufleet.market`` (spot zones, deadline fallback) and ``gpufleet.recovery`` (what to do on a
+notice, how often to checkpoint). This module only keeps the world's books: it turns decisions
+into state changes and the world's reactions (a node ready, a notice, a job done) into events.
+
+Hot-path notes (82k Philly jobs must replay in well under a minute): a scheduling pass runs once
+per timestamp at most; when no capacity was freed since the last pass only the newly arrived
+jobs are tried; a shape that failed is not tried again until capacity grows; progress and
+checkpoints are computed in closed form (no per-checkpoint events); scans run only while there is
+pending work or a node may become removable.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from decimal import Decimal
+
+import numpy as np
+
+from gpufleet.catalog.gpus import default_gpu_catalog
+from gpufleet.catalog.instances import InstanceType
+from gpufleet.decisions import CapacityType, Launch, Preempt, Terminate
+from gpufleet.errors import InputError
+from gpufleet.market.bidding import get_spot_strategy
+from gpufleet.placement import PlacementResult, get_policy
+from gpufleet.provisioning import (
+    DisruptionPolicy,
+    InFlight,
+    NodeShape,
+    NodeView,
+    Offer,
+    PendingPod,
+    PodView,
+    ScaleUpPolicy,
+)
+from gpufleet.queueing import BackfillPass, queue_key
+from gpufleet.queueing.gang import place_gang
+from gpufleet.recovery import IntervalPolicy, NoticeView, get_recovery_strategy
+from gpufleet.sim.cloud import MICRO, SimCloud, SimNode
+from gpufleet.sim.engine import Engine
+from gpufleet.sim.jobrun import DONE, INF, PENDING, RUNNING, JobRun
+from gpufleet.sim.scenario import Scenario
+from gpufleet.sim.spot import SpotMarket
+from gpufleet.state import GPU_MILLI, FleetState, NodeInfo, ResourceRequest
+from gpufleet.traces.jobs import JobSpec
+
+SPOT_TAINT = "karpenter.sh/capacity-type=spot"
+
+# event kinds (dispatch table index) and priorities at equal times
+ARRIVAL, FINISH, READY, NOTICE, GONE, SCAN, PASS, SAMPLE, CKPT_DONE, DEADLINE = range(10)
+PRIO = {FINISH: 0, GONE: 0, CKPT_DONE: 0, READY: 1, NOTICE: 1, ARRIVAL: 2, DEADLINE: 3,
+        PASS: 5, SCAN: 6, SAMPLE: 9}
+
+
+@dataclass(slots=True)
+class Series:
+    """Time series for the report (one row per sample)."""
+
+    t: list[float] = field(default_factory=list)
+    alloc_gpus: list[float] = field(default_factory=list)
+    od_gpus: list[int] = field(default_factory=list)
+    spot_gpus: list[int] = field(default_factory=list)
+    cost_usd: list[float] = field(default_factory=list)
+    pending: list[int] = field(default_factory=list)
+    interruptions: list[int] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Tally:
+    """Exact integrals and counters (not sampled)."""
+
+    alloc_gpu_s: float = 0.0
+    useful_gpu_s: float = 0.0
+    interruptions: int = 0
+    reclaims: int = 0
+    lost_gpu_s: float = 0.0
+    recoveries: list[float] = field(default_factory=list)
+    cost_by_tenant_micro: Counter = field(default_factory=Counter)
+    launches_failed: int = 0
+    consolidations: int = 0
+    deadline_switches: int = 0
+
+
+def peak_demand_milli(jobs: list[JobSpec], sharing: bool) -> int:
+    """Peak concurrent GPU demand if every job ran from submit for its duration."""
+    if not jobs:
+        return 0
+    t = np.array([j.submit_s for j in jobs] + [j.submit_s + j.duration_s for j in jobs])
+    w = []
+    for j in jobs:
+        r = j.request
+        per = r.total_gpu_milli if sharing else r.whole_gpus * GPU_MILLI
+        w.append(per * j.replicas)
+    wa = np.array(w + [-x for x in w], dtype=np.int64)
+    order = np.lexsort((wa, t))  # ends before starts at equal times
+    return int(np.cumsum(wa[order]).max())
+
+
+class ClusterSim:
+    """One scenario over one workload; ``run_until`` advances it."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        jobs: list[JobSpec],
+        types: list[InstanceType],
+        market: SpotMarket | None,
+        seed: int = 0,
+    ) -> None:
+        self.sc = scenario
+        self.engine = Engine()
+        self.rng = np.random.default_rng(seed)
+        self.cloud = SimCloud()
+        self.state = FleetState()
+        self.market = market if scenario.spot else None
+        self.gpu_catalog = default_gpu_catalog()
+        self.types = {t.name: t for t in types}
+        self.tally = Tally()
+        self.series = Series()
+        self.policy = self._placement_policy(jobs)
+        self.recovery = get_recovery_strategy(scenario.recovery)
+        self.interval = IntervalPolicy()
+        self.scale_up = ScaleUpPolicy(scenario.pending_gpu_threshold, scenario.max_pending_wait_s)
+        self.disruption = DisruptionPolicy(
+            scenario.scale_down_unneeded_s, scenario.utilization_threshold, scenario.consolidation
+        )
+        self.spot_strategy = get_spot_strategy(scenario.spot_strategy) if scenario.spot else None
+        self.backfill = BackfillPass(scenario.starvation_s)
+        self._shapes: dict[tuple, int] = {}
+        self.jobs = [self._job(i, s) for i, s in enumerate(jobs)]
+        self.pending: list[tuple[tuple, int]] = []
+        self.pending_shapes: Counter = Counter()
+        self.running = 0
+        self.done = 0
+        self.arrived = 0
+        self._seq = 0
+        self._new: list[int] = []
+        self._freed = True
+        self._blocked: set[int] = set()
+        self._pass_at: float | None = None
+        self._scans: set[float] = set()
+        self._last_consolidation = -INF
+        self._changed = True
+        self._spot_exposure_s = 0.0
+        self._recent_recoveries: list[float] = []
+        self.finished = False
+        self.end_s: float | None = None
+        self._deadline_ctl = None
+        self._deadline_live: set[int] = set()
+        self._periodic = 0
+        self._dead_rows = 0
+        self._empty: dict[str, SimNode] = {}
+        self._under: dict[str, SimNode] = {}
+        self._spot_ready_n = 0
+        self._spot_ready_sum = 0.0
+        self._shape_cache: dict[str, NodeShape] = {}
+        self._booting: dict[str, SimNode] = {}
+        self._fallback: set[str] = set()
+        self._handlers = [
+            self._on_arrival, self._on_finish, self._on_ready, self._on_notice, self._on_gone,
+            self._on_scan, self._on_pass, self._on_sample, self._on_ckpt_done, self._on_deadline,
+        ]
+        for j in self.jobs:
+            self._at(j.spec.submit_s, ARRIVAL, j.idx)
+        self._periodic_at(0.0, SAMPLE)
+        if not scenario.autoscaling:
+            self._fixed_fleet(jobs)
+        self._setup_deadlines()
+
+    # -- setup --------------------------------------------------------------------------------
+    def _placement_policy(self, jobs: list[JobSpec]) -> object:
+        from gpufleet.placement import DEFAULT_POLICY, typical_tasks_from
+
+        name = self.sc.placement or (DEFAULT_POLICY if self.sc.packing else "spread")
+        typical = typical_tasks_from([self._effective(j) for j in jobs[:20000]]) if jobs else None
+        return get_policy(name, typical_tasks=typical)
+
+    def _effective(self, spec: JobSpec) -> ResourceRequest:
+        r = spec.request
+        if r.mig_profile is not None:
+            raise InputError(
+                f"job {spec.job_id}: MIG requests are not simulated yet (ask for gpu_milli)",
+                field="mig_profile",
+            )
+        if not self.sc.sharing and r.gpu_milli < GPU_MILLI:
+            r = replace(r, gpu_milli=GPU_MILLI)
+        if self.sc.spot and spec.interruptible:
+            r = replace(r, tolerations=r.tolerations | {SPOT_TAINT})
+        return r
+
+    def _job(self, i: int, spec: JobSpec) -> JobRun:
+        req = self._effective(spec)
+        key = (req, spec.replicas)
+        shape = self._shapes.setdefault(key, len(self._shapes))
+        return JobRun(i, spec, req, shape)
+
+    def _fixed_fleet(self, jobs: list[JobSpec]) -> None:
+        """A fixed cluster sized for the peak, of the cheapest per-GPU on-demand type."""
+        biggest = max((j.request.num_gpu for j in jobs), default=1)
+        models = {m for j in jobs if j.request.gpu_models for m in j.request.gpu_models}
+        cands = [
+            t for t in self.types.values()
+            if t.gpus >= biggest and (not models or t.gpu_model in models)
+        ]
+        if not cands:
+            raise InputError(f"no instance type offers {biggest} GPUs of {sorted(models)}")
+        it = min(cands, key=lambda t: (float(t.usd_per_hour) / t.gpus, -t.gpus, t.name))
+        self.fixed_type = it
+        n = self.sc.fixed_nodes or max(1, math.ceil(
+            peak_demand_milli(jobs, self.sc.sharing) / (GPU_MILLI * it.gpus)))
+        n_od = 0
+        if self.sc.spot:
+            strict = [j for j in jobs if not j.interruptible]
+            n_od = math.ceil(peak_demand_milli(strict, self.sc.sharing) / (GPU_MILLI * it.gpus))
+        for k in range(n):
+            self._replace_node(it, spot=self.sc.spot and k >= n_od, delay=0.0)
+
+    def _replace_node(self, it: InstanceType, spot: bool, delay: float) -> None:
+        """Fixed-size node group: launch one node, spot where the strategy finds a zone."""
+        if spot and self.market is not None and self.spot_strategy is not None:
+            plan = self.spot_strategy.plan(it.name, self.market.markets(it.name, self.now), 1)
+            for launch in plan:
+                if self._launch_one(it, launch.zone, True, launch.max_price, delay):
+                    return
+        node = self._launch_one(it, it.zones[0], False, None, delay)
+        if spot and node is not None:
+            self._fallback.add(node.name)  # wanted spot: rebalanced when spot comes back
+
+    def _setup_deadlines(self) -> None:
+        if not (self.sc.spot and self.sc.deadline_policy and self.market is not None):
+            return
+        if not any(j.spec.deadline_s is not None and j.spec.interruptible for j in self.jobs):
+            return
+        from gpufleet.market.deadline import DEFAULT_DEADLINE_POLICY, get_deadline_policy
+
+        name = self.sc.deadline_policy
+        self._deadline_ctl = get_deadline_policy(
+            DEFAULT_DEADLINE_POLICY if name == "default" else name
+        )
+        self._deadline_gap = self._availability_gap()
+        self._periodic_at(0.0, DEADLINE)
+
+    def _availability_gap(self) -> float:
+        m = self.market
+        if m is not None and m.mode == "trace" and m.avail:
+            return float(min(a.gap_s for a in m.avail.values()))
+        return self.sc.price_tick_s
+
+    # -- engine plumbing ----------------------------------------------------------------------
+    @property
+    def now(self) -> float:
+        return self.engine.now
+
+    def _at(self, t: float, kind: int, payload: object = None) -> None:
+        self.engine.schedule(t, kind, payload, PRIO[kind])
+
+    def _periodic_at(self, t: float, kind: int) -> None:
+        """Periodic events keep running only while other work is queued (else the run ends)."""
+        if self.finished or len(self.engine) <= self._periodic:
+            return
+        self._periodic += 1
+        self._at(t, kind)
+
+    def run_until(self, t: float) -> bool:
+        eng = self.engine
+        heap = eng._heap
+        handlers = self._handlers
+        while heap and heap[0][0] <= t:
+            ev = eng.pop()
+            kind = ev[3]
+            if kind in (SAMPLE, DEADLINE):
+                self._periodic -= 1
+            handlers[kind](ev[4])
+            if self.finished:
+                return False
+        if not heap and not self.finished:
+            self._finish()
+            return False
+        if eng.now < t and not self.finished:
+            eng.now = t
+        return not self.finished
+
+    def _finish(self) -> None:
+        now = self.now
+        for node in list(self.cloud.live.values()):
+            self._end_node(node, now)
+        self.finished = True
+        self.end_s = now
+
+    # -- arrivals and the scheduling pass -----------------------------------------------------
+    def _enqueue(self, j: JobRun) -> None:
+        self._seq += 1
+        j.state = PENDING
+        j.enqueued_s = self.now
+        j.key = queue_key(j.spec.priority, j.requeued, self.now, self._seq)
+        bisect.insort(self.pending, (j.key, j.idx))
+        self.pending_shapes[self._eshape(j)] += 1
+        self._new.append(j.idx)
+        self._want_pass()
+        if self.sc.autoscaling:
+            self._ensure_scan(self.now)
+
+    def _dequeue(self, j: JobRun) -> None:
+        i = bisect.bisect_left(self.pending, (j.key, j.idx))
+        del self.pending[i]
+        shape = self._eshape(j)
+        c = self.pending_shapes[shape] - 1
+        if c:
+            self.pending_shapes[shape] = c
+        else:
+            del self.pending_shapes[shape]
+
+    @staticmethod
+    def _eshape(j: JobRun) -> int:
+        """Shape for the blocked-shape memo: on-demand-only jobs are a different request."""
+        return j.shape * 2 + (1 if j.on_demand_only else 0)
+
+    def _set_on_demand_only(self, j: JobRun, flag: bool) -> None:
+        if j.on_demand_only == flag:
+            return
+        if j.state == PENDING:
+            i = bisect.bisect_left(self.pending, (j.key, j.idx))
+            self._dequeue(j)
+            j.on_demand_only = flag
+            self.pending.insert(i, (j.key, j.idx))
+            self.pending_shapes[self._eshape(j)] += 1
+            self._freed = True
+            self._want_pass()
+        else:
+            j.on_demand_only = flag
+
+    def _on_arrival(self, idx: int) -> None:
+        self.arrived += 1
+        j = self.jobs[idx]
+        if self._deadline_ctl is not None and j.spec.deadline_s is not None and (
+            SPOT_TAINT in j.req.tolerations
+        ):
+            self._deadline_live.add(idx)
+        self._enqueue(j)
+
+    def _want_pass(self) -> None:
+        if self._pass_at != self.now:
+            self._pass_at = self.now
+            self._at(self.now, PASS)
+
+    def _on_pass(self, _: object) -> None:
+        self._pass_at = None
+        if not self.pending:
+            self._new.clear()
+            return
+        jobs = self.jobs
+        if self._freed:
+            self._freed = False
+            self._blocked = set()
+            cand = [(i, self._eshape(jobs[i]), jobs[i].enqueued_s) for _, i in self.pending]
+        else:
+            new = sorted(
+                (jobs[i] for i in self._new if jobs[i].state == PENDING), key=lambda j: j.key
+            )
+            cand = [(j.idx, self._eshape(j), j.enqueued_s) for j in new]
+        self._new.clear()
+        if not cand:
+            return
+        res = self.backfill.run(
+            cand, self.now, self._try_start, len(self.pending_shapes), self._blocked
+        )
+        self._blocked = res.blocked
+
+    def _try_start(self, idx: int) -> bool:
+        j = self.jobs[idx]
+        req = self._request_now(j)
+        state = self.state
+        if j.spec.replicas == 1:
+            res = self.policy.place(state, req, self.rng)  # type: ignore[attr-defined]
+            if not isinstance(res, PlacementResult):
+                return False
+            placed = [res]
+        else:
+            got = place_gang(state, req, j.spec.replicas, self.policy, self.rng, j.spec.job_id)
+            if not isinstance(got, list):
+                return False
+            placed = got
+        self._dequeue(j)
+        self._start(j, req, placed)
+        return True
+
+    def _request_now(self, j: JobRun) -> ResourceRequest:
+        if j.on_demand_only and SPOT_TAINT in j.req.tolerations:
+            return replace(j.req, tolerations=j.req.tolerations - {SPOT_TAINT})
+        return j.req
+
+    def _start(self, j: JobRun, req: ResourceRequest, placed: list[PlacementResult]) -> None:
+        now = self.now
+        state = self.state
+        j.binds = []
+        on_spot = False
+        for r, res in enumerate(placed):
+            bind = res.to_bind(state, f"{j.spec.job_id}#{r}")
+            masks = res.mig_masks()
+            state.allocate(req, bind, masks)
+            j.binds.append((bind, masks))
+            node = self.cloud.nodes[bind.node]
+            node.jobs[j.idx] = node.jobs.get(j.idx, 0) + 1
+            node.alloc_milli += req.total_gpu_milli
+            self._node_changed(node)
+            on_spot = on_spot or node.spot
+        j.on_spot = on_spot
+        j.state = RUNNING
+        j.seg_start = now
+        j.overhead = j.spec.restart_overhead_s if j.interruptions else 0.0
+        j.ckpt_tau = self._tau(j, on_spot)
+        if j.first_start_s is None:
+            j.first_start_s = now
+        if j.notice_s is not None:
+            rec = now + j.overhead - j.notice_s
+            self.tally.recoveries.append(rec)
+            self._recent_recoveries.append(rec)
+            j.notice_s = None
+        self.running += 1
+        j.version += 1
+        self._at(j.finish_time(), FINISH, (j.idx, j.version))
+
+    def _tau(self, j: JobRun, on_spot: bool) -> float:
+        if not self.sc.checkpointing or not j.spec.checkpointable:
+            return INF
+        if self.sc.checkpoint_interval_s is not None:
+            return self.sc.checkpoint_interval_s
+        if not on_spot:
+            return INF  # on-demand: nothing to insure against in this model
+        exposure = (self._spot_exposure_s + self._spot_ready_n * self.now
+                    - self._spot_ready_sum)
+        return self.interval.interval(j.ckpt_cost, self.tally.reclaims, exposure)
+
+    def _stop(self, j: JobRun, at: float) -> None:
+        """Release j's GPUs at ``at`` and book its allocated GPU-time and cost share."""
+        seg = max(0.0, at - j.seg_start)
+        self.tally.alloc_gpu_s += seg * j.gpu_milli / GPU_MILLI
+        per_replica = j.req.total_gpu_milli
+        for bind, masks in j.binds:
+            self.state.release(j.req, bind, masks)
+            node = self.cloud.nodes[bind.node]
+            cnt = node.jobs.get(j.idx, 0) - 1
+            if cnt > 0:
+                node.jobs[j.idx] = cnt
+            else:
+                node.jobs.pop(j.idx, None)
+            node.alloc_milli -= per_replica
+            if node.gpus:
+                share = per_replica / (GPU_MILLI * node.gpus)
+                self.tally.cost_by_tenant_micro[j.spec.tenant] += int(
+                    node.usd_per_hour * MICRO * share * seg / 3600.0
+                )
+            self._node_changed(node)
+        j.binds = []
+        self.running -= 1
+        self._freed = True
+        self._changed = True
+        self._want_pass()
+
+    def _on_finish(self, payload: tuple[int, int]) -> None:
+        idx, version = payload
+        j = self.jobs[idx]
+        if j.version != version or j.state != RUNNING:
+            return
+        self._stop(j, self.now)
+        j.state = DONE
+        j.work_s = j.spec.duration_s
+        j.finish_s = self.now
+        self.tally.useful_gpu_s += j.spec.gpu_seconds
+        self.done += 1
+        self._deadline_live.discard(idx)
+        if self.done == len(self.jobs):
+            self._finish()
+
+    # -- nodes --------------------------------------------------------------------------------
+    def _launch_one(
+        self, it: InstanceType, zone: str, spot: bool, max_price: Decimal | None, delay: float
+    ) -> SimNode | None:
+        now = self.now
+        m = self.market
+        if spot:
+            if m is None or not m.available(it.name, zone, now):
+                self.tally.launches_failed += 1
+                return None
+            price = m.price(it.name, zone, now)
+        else:
+            price = float(it.usd_per_hour)
+        bid = float(max_price) if max_price is not None else None
+        node = self.cloud.launch(it, zone, spot, price, now, delay, bid)
+        self._booting[node.name] = node
+        self._at(node.ready_s, READY, node.name)
+        if spot and m is not None:
+            t = m.reclaim_time(it.name, zone, now, bid)
+            if t is not None:
+                self._at(max(t, now), NOTICE, node.name)
+        return node
+
+    def _on_ready(self, name: str) -> None:
+        node = self.cloud.nodes[name]
+        if node.state != "provisioning":
+            return
+        del self._booting[name]
+        it = node.itype
+        gm = self.gpu_catalog[it.gpu_model]
+        info = NodeInfo(
+            name=name, instance_type=it.name, zone=node.zone,
+            capacity_type=CapacityType.SPOT if node.spot else CapacityType.ON_DEMAND,
+            labels={"nvidia.com/gpu.product": it.gpu_model,
+                    "karpenter.sh/capacity-type": "spot" if node.spot else "on-demand",
+                    "topology.kubernetes.io/zone": node.zone},
+            taints=frozenset({SPOT_TAINT}) if node.spot else frozenset(),
+        )
+        self.state.add_node(
+            name, gpu_model=it.gpu_model, num_gpus=it.gpus, cpu_milli=it.cpu_milli,
+            memory_mib=it.memory_mib, gpu_memory_mib=gm.memory_mib,
+            nvlink_domains=it.nvlink_domain_of(), cuda_driver=it.cuda_driver, info=info,
+        )
+        node.state = "ready"
+        node.ready_s = self.now
+        node.empty_since = self.now
+        self._empty[name] = node
+        if node.spot:
+            self._spot_ready_n += 1
+            self._spot_ready_sum += node.ready_s
+        if self.sc.autoscaling:
+            self._ensure_scan(self.now + self.sc.scale_down_unneeded_s)
+        self._freed = True
+        self._want_pass()
+
+    def _node_changed(self, node: SimNode) -> None:
+        now = self.now
+        if node.state != "ready":
+            return
+        if not node.jobs:
+            if node.empty_since is None:
+                node.empty_since = now
+                self._empty[node.name] = node
+                if self.sc.autoscaling:
+                    self._ensure_scan(now + self.sc.scale_down_unneeded_s)
+                elif node.name in self._fallback:
+                    self._ensure_scan(now)
+            node.underused_since = None
+            self._under.pop(node.name, None)
+            return
+        if node.empty_since is not None:
+            node.empty_since = None
+            del self._empty[node.name]
+        under = node.alloc_milli < self.sc.utilization_threshold * GPU_MILLI * node.gpus
+        if under and node.underused_since is None:
+            node.underused_since = now
+            self._under[node.name] = node
+            if self.sc.autoscaling and self.sc.consolidation:
+                self._ensure_scan(now + self.sc.scale_down_unneeded_s)
+        elif not under and node.underused_since is not None:
+            node.underused_since = None
+            del self._under[node.name]
+
+    def _retire(self, node: SimNode) -> None:
+        """Take a node out of scheduling (drain); billing continues until _end_node."""
+        if node.state == "ready":
+            self.state.remove_node(node.name)
+            self._empty.pop(node.name, None)
+            self._under.pop(node.name, None)
+            if node.spot:
+                self._spot_ready_n -= 1
+                self._spot_ready_sum -= node.ready_s
+            self._dead_rows += 1
+            if self._dead_rows > 256 and self._dead_rows > 2 * len(self.state.index):
+                self._compact()
+            self._spot_exposure_s += (self.now - node.ready_s) if node.spot else 0.0
+        self._booting.pop(node.name, None)
+        node.state = "draining"
+
+    def _compact(self) -> None:
+        """Rebuild FleetState without dead rows (rows are never reused; an autoscaled fleet
+        launches tens of thousands of nodes over months, and every placement is a pass over all
+        rows). Live nodes keep their order; running jobs' binds are re-applied by node name."""
+        old = self.state
+        new = FleetState(max_gpus=old.max_gpus, capacity=max(64, 2 * len(old.index)))
+        for name in sorted(old.index, key=old.index.__getitem__):
+            i = old.index[name]
+            info = old.nodes[i]
+            g = int(old.num_gpus[i])
+            node = self.cloud.nodes[name]
+            it = node.itype
+            new.add_node(
+                name, gpu_model=it.gpu_model, num_gpus=g, cpu_milli=int(old.cpu_total[i]),
+                memory_mib=int(old.mem_total[i]), gpu_memory_mib=int(old.gpu_mem_total[i, 0]),
+                nvlink_domains=[int(x) for x in old.nvlink_domain[i, :g]],
+                cuda_driver=int(old.cuda_driver[i]),
+                mig_gpus=[k for k in range(g) if old.mig_enabled[i, k]], info=info,
+            )
+        for name in new.index:
+            for idx in self.cloud.nodes[name].jobs:
+                j = self.jobs[idx]
+                for bind, masks in j.binds:
+                    if bind.node == name:
+                        new.allocate(j.req, bind, masks)
+        self.state = new
+        self._dead_rows = 0
+
+    def _end_node(self, node: SimNode, at: float) -> None:
+        if node.state == "gone":
+            return
+        if node.state == "ready":
+            self._retire(node)
+        bill = None
+        if node.spot and self.market is not None and self.market.mode == "price":
+            bill = round(
+                self.market.cost_usd(node.itype.name, node.zone, node.launched_s, at) * MICRO
+            )
+        self.cloud.end(node, at, bill)
+
+    def _on_notice(self, name: str) -> None:
+        node = self.cloud.nodes[name]
+        if node.state == "gone" or node.reclaimed:
+            return
+        node.reclaimed = True
+        self.tally.reclaims += 1
+        notice = float(node.itype.notice_seconds)
+        was_provisioning = node.state == "provisioning"
+        self._retire(node)
+        for idx in list(node.jobs):
+            self._interrupt(self.jobs[idx], notice, "spot notice")
+        self._at(self.now + (0.0 if was_provisioning else notice), GONE, name)
+
+    def _on_gone(self, name: str) -> None:
+        node = self.cloud.nodes[name]
+        for idx in list(node.jobs):  # jobs still checkpointing when the node dies
+            j = self.jobs[idx]
+            if j.state == RUNNING and j.binds:
+                self._ckpt_done_now(j, failed=True)
+        self._end_node(node, self.now)
+        if not self.sc.autoscaling and node.reclaimed and not self._all_done():
+            self._replace_node(node.itype, spot=True, delay=self.sc.provisioning_delay_s)
+        elif self.sc.autoscaling:
+            self._ensure_scan(self.now)
+
+    def _all_done(self) -> bool:
+        return self.done == len(self.jobs)
+
+    # -- interruptions and recovery -----------------------------------------------------------
+    def _interrupt(self, j: JobRun, notice: float, why: str, graceful: bool = False) -> None:
+        if j.state != RUNNING:
+            return
+        now = self.now
+        done, saved = j.progress(now)
+        view = NoticeView(
+            job_id=j.spec.job_id, checkpointable=j.spec.checkpointable and self.sc.checkpointing,
+            work_done_s=done, last_checkpoint_s=saved, checkpoint_cost_s=j.ckpt_cost,
+            notice_s=notice, interruptions=j.interruptions + 1, on_spot=j.on_spot,
+        )
+        plan = self.recovery.on_notice(view)
+        lost = max(0.0, done - plan.resume_work_s)
+        j.lost_work_s += lost
+        self.tally.lost_gpu_s += lost * j.gpus
+        if not graceful:
+            self.tally.interruptions += 1
+            if j.notice_s is None:
+                j.notice_s = now
+        j.interruptions += 1
+        j.work_s = plan.resume_work_s
+        j.requeued = plan.ahead_of_new_work
+        if plan.on_demand_only:
+            self._set_on_demand_only(j, True)
+        j.version += 1  # the pending FINISH is stale now
+        if plan.checkpoint_now:
+            self._at(now + j.ckpt_cost, CKPT_DONE, (j.idx, j.version))
+        else:
+            self._stop(j, now)
+            self._enqueue(j)
+
+    def _on_ckpt_done(self, payload: tuple[int, int]) -> None:
+        idx, version = payload
+        j = self.jobs[idx]
+        if j.version == version and j.state == RUNNING and j.binds:
+            self._ckpt_done_now(j, failed=False)
+
+    def _ckpt_done_now(self, j: JobRun, failed: bool) -> None:
+        """The job leaves its node after checkpointing (``failed``: the node died first)."""
+        if failed:
+            j.work_s = min(j.work_s, j.progress(self.now)[1])
+        self._stop(j, self.now)
+        self._enqueue(j)
+
+    # -- autoscaler scan ----------------------------------------------------------------------
+    def _ensure_scan(self, t: float) -> None:
+        iv = self.sc.scan_interval_s
+        at = math.ceil(t / iv) * iv
+        if at < self.now:
+            at = self.now
+        if at not in self._scans:
+            self._scans.add(at)
+            self._at(at, SCAN, at)
+
+    def _on_scan(self, at: float) -> None:
+        self._scans.discard(at)
+        if self.finished:
+            return
+        if not self.sc.autoscaling:
+            self._rebalance()
+            return
+        launched = self._scale_up() if self.pending else 0
+        self._disrupt()
+        inflight = bool(self._booting)
+        more_work = self.running or inflight or self.arrived < len(self.jobs) or launched
+        if self.pending and more_work:
+            self._ensure_scan(self.now + self.sc.scan_interval_s)
+
+    def _rebalance(self) -> None:
+        """Fixed spot fleet: swap an empty on-demand fallback node for spot when a zone has
+        capacity again (EC2 Auto Scaling's capacity rebalancing, in spirit)."""
+        if self.market is None or self.spot_strategy is None:
+            return
+        for name in sorted(self._fallback):
+            node = self.cloud.nodes[name]
+            if node.state != "ready" or node.jobs:
+                continue
+            it = node.itype
+            plan = self.spot_strategy.plan(it.name, self.market.markets(it.name, self.now), 1)
+            if not plan:
+                return
+            launched = False
+            for launch in plan:
+                if self._launch_one(it, launch.zone, True, launch.max_price,
+                                    self.sc.provisioning_delay_s):
+                    launched = True
+                    break
+            if not launched:
+                return
+            self._fallback.discard(name)
+            self._end_node(node, self.now)
+
+    def _offers(self) -> list[Offer]:
+        out = []
+        now = self.now
+        for it in self.types.values():
+            shape = self._shape(it)
+            out.append(Offer(it.name, CapacityType.ON_DEMAND, shape, float(it.usd_per_hour),
+                             it.zones[0]))
+            if self.market is not None:
+                p = self.market.best_price(it.name, now)
+                if p is not None:
+                    out.append(Offer(it.name, CapacityType.SPOT, shape, p))
+        return out
+
+    def _shape(self, it: InstanceType) -> NodeShape:
+        shape = self._shape_cache.get(it.name)
+        if shape is None:
+            gm = self.gpu_catalog[it.gpu_model]
+            shape = NodeShape(it.gpu_model, it.gpus, it.cpu_milli, it.memory_mib, gm.memory_mib,
+                              it.cuda_driver)
+            self._shape_cache[it.name] = shape
+        return shape
+
+    def _scale_up(self) -> int:
+        now = self.now
+        if len(self.cloud.live) >= self.sc.max_nodes:
+            return 0
+        pods = []
+        for _, i in self.pending[: self.scale_up.max_pods]:
+            j = self.jobs[i]
+            req = self._request_now(j)
+            spot_ok = SPOT_TAINT in req.tolerations
+            for _r in range(j.spec.replicas):
+                pods.append(PendingPod(j.spec.job_id, req, spot_ok, now - j.enqueued_s))
+        inflight = [InFlight(self._shape(n.itype), n.spot) for n in self._booting.values()]
+        markets = {}
+        if self.market is not None:
+            markets = {name: self.market.markets(name, now) for name in self.types
+                       if self.market.zones(name)}
+        launches = self.scale_up.decide(pods, self._offers(), inflight, markets,
+                                        self.spot_strategy)
+        n = 0
+        for launch in launches:
+            n += self._apply_launch(launch)
+        return n
+
+    def _apply_launch(self, launch: Launch) -> int:
+        it = self.types[launch.instance_type]
+        spot = launch.capacity_type == CapacityType.SPOT
+        n = 0
+        for _ in range(launch.count):
+            if len(self.cloud.live) >= self.sc.max_nodes:
+                break
+            if self._launch_one(it, launch.zone, spot, launch.max_price,
+                                self.sc.provisioning_delay_s):
+                n += 1
+        return n
+
+    def _disrupt(self) -> None:
+        now = self.now
+        unneeded = self.sc.scale_down_unneeded_s
+        due_empty = any(now - n.empty_since >= unneeded for n in self._empty.values()
+                        if n.empty_since is not None)
+        recheck = self.sc.consolidation_recheck_s
+        under_due = self.sc.consolidation and any(
+            now - n.underused_since >= unneeded for n in self._under.values()
+            if n.underused_since is not None)
+        due_under = under_due and self._changed and now - self._last_consolidation >= recheck
+        if not (due_empty or due_under):
+            if under_due:
+                self._ensure_scan(max(now, self._last_consolidation) + recheck)
+            return
+        if due_under:
+            self._last_consolidation = now
+            self._changed = False
+            # candidates plus every node with room to take their pods; full nodes cannot help
+            views = [self._view(n) for n in self.cloud.live.values()
+                     if n.state == "ready" and n.alloc_milli < GPU_MILLI * n.gpus]
+        else:
+            views = [self._view(n) for n in self._empty.values()]
+        cmd = self.disruption.decide(views, now)
+        if cmd is None:
+            return
+        for d in cmd.decisions:
+            if isinstance(d, Preempt):
+                j = self._job_by_id(d.job_id)
+                if j is not None and j.state == RUNNING:
+                    self.tally.consolidations += 1
+                    self._interrupt(j, INF, d.reason, graceful=True)
+            elif isinstance(d, Terminate):
+                node = self.cloud.nodes[d.node]
+                if node.state != "ready":
+                    continue  # re-validation: it changed since the command was computed
+                if cmd.method == "emptiness" and node.jobs:
+                    continue
+                self._retire(node)
+                wait = max((self.jobs[i].ckpt_cost for i in node.jobs), default=0.0)
+                self._at(now + wait, GONE, node.name)
+
+    def _job_by_id(self, job_id: str) -> JobRun | None:
+        if not hasattr(self, "_by_id"):
+            self._by_id = {j.spec.job_id: j for j in self.jobs}
+        return self._by_id.get(job_id)
+
+    def _view(self, n: SimNode) -> NodeView:
+        row = self.state.index[n.name]
+        st = self.state
+        pods = tuple(
+            PodView(self.jobs[i].spec.job_id, self.jobs[i].req,
+                    self.jobs[i].spec.checkpointable and self.jobs[i].spec.replicas == 1
+                    and self.sc.checkpointing,
+                    SPOT_TAINT in self._request_now(self.jobs[i]).tolerations)
+            for i in n.jobs
+        )
+        return NodeView(
+            n.name, self._shape(n.itype), n.spot,
+            tuple(int(x) for x in st.free_milli[row, : n.gpus]),
+            int(st.cpu_free[row]), int(st.mem_free[row]), pods, n.empty_since,
+            n.underused_since,
+        )
+
+    # -- deadline-aware spot fallback ---------------------------------------------------------
+    def _on_deadline(self, _: object) -> None:
+        from gpufleet.market.deadline import Choice, DeadlineJob
+
+        if self._all_done() or self._deadline_ctl is None:
+            return
+        now = self.now
+        m = self.market
+        gap = self._deadline_gap
+        ref = self._spot_reference_type()
+        avail = bool(m.signal(ref, now, 1)[-1]) if (m is not None and ref) else True
+        for idx in sorted(self._deadline_live):
+            j = self.jobs[idx]
+            if j.state not in (PENDING, RUNNING):
+                continue
+            if j.ctl is None:
+                spot_p = (m.best_price(ref, now) if m is not None and ref else None) or 0.0
+                od_p = float(self.types[ref].usd_per_hour) if ref else 1.0
+                ctl = self._deadline_ctl.start(DeadlineJob(
+                    task_s=j.spec.duration_s, deadline_s=j.spec.deadline_s - j.spec.submit_s,
+                    overhead_s=j.spec.restart_overhead_s, gap_s=gap,
+                    spot_price_per_hour=min(spot_p, od_p), on_demand_price_per_hour=od_p))
+                j.ctl = (ctl, bytearray())
+            ctl, seen = j.ctl
+            seen.append(1 if avail else 0)
+            history = np.frombuffer(bytes(seen), dtype=np.int8)
+            done = j.progress(now)[0] if j.state == RUNNING else j.work_s
+            holding = (Choice.SPOT if j.on_spot else Choice.ON_DEMAND) if j.state == RUNNING \
+                else Choice.IDLE
+            left = max(0.0, j.seg_start + j.overhead - now) if j.state == RUNNING else 0.0
+            choice = ctl.decide(t_s=now - j.spec.submit_s, done_s=done, holding=holding,
+                                  overhead_left_s=left, spot_available=avail, history=history)
+            if choice == Choice.ON_DEMAND and not j.on_demand_only:
+                self.tally.deadline_switches += 1
+                self._set_on_demand_only(j, True)
+                if j.state == RUNNING and j.on_spot:
+                    self._interrupt(j, INF, "deadline: move to on-demand", graceful=True)
+            elif choice == Choice.SPOT and j.on_demand_only and j.state == PENDING:
+                self._set_on_demand_only(j, False)
+        self._periodic_at(now + gap, DEADLINE)
+
+    def _spot_reference_type(self) -> str | None:
+        if self.market is None:
+            return None
+        offered = [n for n in self.types if self.market.zones(n)]
+        if not offered:
+            return None
+        return min(offered, key=lambda n: (self.types[n].gpus, n))
+
+    # -- sampling -----------------------------------------------------------------------------
+    def _on_sample(self, _: object) -> None:
+        s = self.series
+        now = self.now
+        s.t.append(now)
+        od = spot = alloc = 0
+        for n in self.cloud.live.values():
+            alloc += n.alloc_milli
+            if n.spot:
+                spot += n.gpus
+            else:
+                od += n.gpus
+        s.alloc_gpus.append(alloc / GPU_MILLI)
+        s.od_gpus.append(od)
+        s.spot_gpus.append(spot)
+        s.cost_usd.append(self.cloud.accrued_usd(now))
+        s.pending.append(len(self.pending))
+        s.interruptions.append(self.tally.interruptions)
+        self._periodic_at(now + self.sc.sample_interval_s, SAMPLE)
+
+    def take_recoveries(self) -> tuple[float, ...]:
+        out = tuple(self._recent_recoveries)
+        self._recent_recoveries.clear()
+        return out

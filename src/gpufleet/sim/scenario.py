@@ -1,0 +1,155 @@
+"""Scenarios: which levers are on, and the knobs of each, validated from YAML.
+
+The built-in set is the report's columns: ``static`` (the baseline: a fixed on-demand cluster
+sized for the workload's peak, whole GPUs, spread placement, no autoscaling, spot or
+checkpoints), ``gpufleet`` (every lever), and one scenario per lever switched on alone over the
+baseline, so each lever's contribution shows. ``gpufleet-bid-agent`` is ``gpufleet`` with the
+seed's ``SpotBidAgent`` as the spot bidder: on flat spot prices it never bids, and the column
+shows what that costs.
+
+A scenario file is either one mapping or ``{scenarios: [ ... ]}``; unknown keys are errors, and
+each error names the file, the line of the scenario and the field.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from gpufleet.errors import InputError
+
+LEVERS = ("packing", "sharing", "autoscaling", "spot", "checkpointing")
+
+
+class Scenario(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    packing: bool = True
+    sharing: bool = True
+    autoscaling: bool = True
+    spot: bool = True
+    checkpointing: bool = True
+
+    provider: Literal["aws", "aliyun"] = "aws"
+    instance_types: tuple[str, ...] | None = None  # restrict the catalog (None = all of provider)
+    placement: str | None = None  # override: default packing policy, or "spread" when off
+    fixed_nodes: int | None = Field(default=None, ge=1)  # non-autoscaled size (None = peak)
+    provisioning_delay_s: float = Field(default=180.0, ge=0)
+    scan_interval_s: float = Field(default=10.0, gt=0)
+    scale_down_unneeded_s: float = Field(default=600.0, ge=0)
+    utilization_threshold: float = Field(default=0.5, ge=0, le=1)
+    consolidation: bool = True
+    consolidation_recheck_s: float = Field(default=300.0, gt=0)
+    pending_gpu_threshold: float = Field(default=2.0, ge=0)
+    max_pending_wait_s: float = Field(default=60.0, ge=0)
+    max_nodes: int = Field(default=5000, ge=1)
+
+    spot_strategy: str = "capacity-aware"
+    spot_market: Literal["trace", "price"] = "trace"
+    availability_dir: str | None = None  # default: <data>/spot-traces/availability
+    price_volatility: float = Field(default=0.08, ge=0)  # log-OU sigma per tick (price model)
+    price_reversion: float = Field(default=0.05, gt=0, le=1)
+    price_tick_s: float = Field(default=300.0, gt=0)
+    spot_discount: float = Field(default=0.3, gt=0, le=1)  # spot/od where no price data
+
+    recovery: str = "checkpoint-requeue"
+    checkpoint_interval_s: float | None = Field(default=None, gt=0)  # None: Young/Daly
+    # deadline-aware spot fallback; "default" = gpufleet.market.deadline.DEFAULT_DEADLINE_POLICY,
+    # None = deadline jobs are treated like any other
+    deadline_policy: str | None = "default"
+
+    sample_interval_s: float = Field(default=600.0, gt=0)
+    starvation_s: float | None = Field(default=None, gt=0)
+
+    @property
+    def levers(self) -> dict[str, bool]:
+        return {k: getattr(self, k) for k in LEVERS}
+
+
+def _static(**kw: Any) -> Scenario:
+    base: dict[str, Any] = dict(
+        packing=False, sharing=False, autoscaling=False, spot=False, checkpointing=False,
+        recovery="restart-from-zero", deadline_policy=None,
+    )
+    base.update(kw)
+    return Scenario(**base)
+
+
+def builtin_scenarios() -> list[Scenario]:
+    out = [_static(name="static"), Scenario(name="gpufleet")]
+    for lever in LEVERS:
+        kw: dict[str, Any] = {lever: True}
+        if lever == "checkpointing":
+            kw["recovery"] = "checkpoint-requeue"
+        if lever == "spot":
+            kw["deadline_policy"] = "default"
+        out.append(_static(name=lever, **kw))
+    out.append(Scenario(name="gpufleet-bid-agent", spot_strategy="bid-agent"))
+    return out
+
+
+def default_scenario() -> Scenario:
+    """The embedded ``gpufleet`` scenario: every lever on."""
+    return Scenario(name="gpufleet")
+
+
+def static_scenario() -> Scenario:
+    return _static(name="static")
+
+
+def _line_of(node: Any, index: int | None) -> int | None:
+    if node is None:
+        return None
+    if index is None:
+        return node.start_mark.line + 1
+    if isinstance(node, yaml.MappingNode):
+        for k, v in node.value:
+            if k.value == "scenarios" and isinstance(v, yaml.SequenceNode) and index < len(v.value):
+                return v.value[index].start_mark.line + 1
+    return None
+
+
+def load_scenarios(path: Path | str) -> list[Scenario]:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError("scenario file not found", path=path) from None
+    try:
+        node = yaml.compose(text)
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise InputError(f"not valid YAML: {getattr(exc, 'problem', exc)}", path=path,
+                         line=mark.line + 1 if mark else None) from None
+    if isinstance(raw, dict) and "scenarios" in raw:
+        items = raw["scenarios"]
+        if not isinstance(items, list) or not items:
+            raise InputError("expected a non-empty list", path=path, field="scenarios")
+        indexed: list[tuple[int | None, Any]] = list(enumerate(items))
+    elif isinstance(raw, dict):
+        indexed = [(None, raw)]
+    else:
+        raise InputError("expected a scenario mapping or {scenarios: [...]}", path=path)
+    out: list[Scenario] = []
+    for i, item in indexed:
+        line = _line_of(node, i)
+        if not isinstance(item, dict):
+            raise InputError("expected a mapping", path=path, line=line,
+                             field=f"scenarios[{i}]" if i is not None else None)
+        try:
+            out.append(Scenario.model_validate(item))
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            field = ".".join(str(p) for p in err["loc"]) or None
+            got = f" (got {err['input']!r})" if "input" in err and field else ""
+            raise InputError(f"{err['msg']}{got}", path=path, line=line, field=field) from None
+    names = [s.name for s in out]
+    dup = {n for n in names if names.count(n) > 1}
+    if dup:
+        raise InputError(f"duplicate scenario names {sorted(dup)}", path=path, field="name")
+    return out

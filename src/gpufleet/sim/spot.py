@@ -1,0 +1,312 @@
+"""The simulated spot market: when a zone's spot capacity goes away, and what spot costs.
+
+Two reclaim models, chosen per scenario:
+
+* ``trace`` — availability traces (SkyPilot's spot-traces, NSDI'24 "Can't Be Late"): a zone is
+  reclaimable while its trace says unavailable. When a tick flips 1 → 0 every spot node of that
+  instance type in that zone gets its notice; launches into an unavailable zone fail
+  (insufficient capacity). Traces shorter than the workload repeat cyclically. Spot prices are
+  the snapshot in ``aws-spot-prices/`` (flat over the run, as AWS prices have been since 2017).
+* ``price`` — Aliyun ``SpotWithPriceLimit``: a seeded mean-reverting (log Ornstein-Uhlenbeck)
+  price per zone around the snapshot price; a node is reclaimed at the first tick after its
+  1-hour protection period where the market price exceeds its bid. Billing integrates the price.
+
+Zone names in the price snapshot are AZ ids (``use1-az2``); they are mapped to the catalog's zone
+names in letter order (``us-east-1a`` = ``use1-az1``, …) — AZ-id mapping is per AWS account, so
+this is a stated assumption, not a fact. A zone without a row takes its region's median, a
+region without rows the median over all regions; a type without any row has no spot offer.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+
+import numpy as np
+
+from gpufleet.catalog.instances import InstanceCatalog, InstanceType
+from gpufleet.catalog.spot_prices import SpotPrice
+from gpufleet.errors import InputError
+from gpufleet.market.bidding import ZoneMarket
+from gpufleet.traces.spot_availability import load_availability
+
+PROTECTION_S = 3600.0  # Aliyun's spot protection period
+REGION_OF_AZ_ID = {"use1": "us-east-1", "use2": "us-east-2", "usw1": "us-west-1",
+                   "usw2": "us-west-2"}
+TRACE_NAME = re.compile(r"^(?P<zone>[a-z]+-[a-z]+-\d[a-z])_(?P<gpu>[a-z0-9]+)_(?P<n>\d+)\.json$")
+GPU_FAMILY = {"v100": ("V100-16GB",), "k80": ("K80",), "a100": ("A100-40GB",), "t4": ("T4",)}
+
+
+@dataclass(frozen=True)
+class Availability:
+    """One zone's availability ticks (1 = spot can be had), repeating with period len·gap."""
+
+    gap_s: float
+    data: np.ndarray
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        if self.gap_s <= 0 or self.data.size == 0:
+            raise InputError(f"availability trace {self.name!r}: needs gap > 0 and some ticks")
+        d = (self.data > 0).astype(np.int8)
+        object.__setattr__(self, "data", d)
+        prev = np.roll(d, 1)
+        drops = np.flatnonzero((prev > 0) & (d == 0))
+        object.__setattr__(self, "_drops", drops.astype(np.int64))
+
+    @property
+    def period_s(self) -> float:
+        return self.gap_s * self.data.size
+
+    def tick(self, t: float) -> int:
+        return int(t // self.gap_s)
+
+    def available(self, t: float) -> bool:
+        return bool(self.data[self.tick(t) % self.data.size])
+
+    def next_drop(self, t: float) -> float | None:
+        """First time > t at which the zone turns unavailable (None: never)."""
+        drops: np.ndarray = self._drops  # type: ignore[attr-defined]
+        if drops.size == 0:
+            return None
+        n = self.data.size
+        k = self.tick(t) + 1  # ticks strictly after the current one
+        cycle, pos = divmod(k, n)
+        i = int(np.searchsorted(drops, pos))
+        if i < drops.size:
+            return float((cycle * n + int(drops[i])) * self.gap_s)
+        return float(((cycle + 1) * n + int(drops[0])) * self.gap_s)
+
+    def history(self, t: float, window: int) -> tuple[int, ...]:
+        """The last ``window`` ticks up to and including now (never the future)."""
+        k = self.tick(t)
+        lo = max(0, k - window + 1)
+        n = self.data.size
+        if k - lo + 1 <= n and lo % n <= k % n:
+            return tuple(self.data[lo % n : k % n + 1].tolist())
+        return tuple(self.data[np.arange(lo, k + 1) % n].tolist())
+
+
+@dataclass(frozen=True, slots=True)
+class PricePath:
+    """A spot price sampled every ``gap_s`` (USD/hour), fixed for the run."""
+
+    gap_s: float
+    prices: np.ndarray
+
+    def at(self, t: float) -> float:
+        return float(self.prices[min(int(t // self.gap_s), self.prices.size - 1)])
+
+    def history(self, t: float, window: int) -> np.ndarray:
+        k = min(int(t // self.gap_s), self.prices.size - 1)
+        return self.prices[max(0, k - window + 1) : k + 1]
+
+    def first_above(self, t: float, bid: float) -> float | None:
+        """First tick start ≥ t where the price exceeds ``bid``."""
+        k = math.ceil(t / self.gap_s)
+        if k >= self.prices.size:
+            return None
+        over = np.flatnonzero(self.prices[k:] > bid)
+        return float((k + int(over[0])) * self.gap_s) if over.size else None
+
+    def integral_usd(self, t0: float, t1: float) -> float:
+        """USD paid for one node held from t0 to t1 (per-second billing at the tick's price)."""
+        if t1 <= t0:
+            return 0.0
+        g = self.gap_s
+        k0, k1 = int(t0 // g), int(t1 // g)
+        n = self.prices.size
+        if k0 == k1:
+            return self.prices[min(k0, n - 1)] * (t1 - t0) / 3600.0
+        idx = np.minimum(np.arange(k0, k1 + 1), n - 1)
+        secs = np.full(idx.size, g)
+        secs[0] = (k0 + 1) * g - t0
+        secs[-1] = t1 - k1 * g
+        return float((self.prices[idx] * secs).sum() / 3600.0)
+
+
+def ou_path(
+    base: float, horizon_s: float, gap_s: float, sigma: float, theta: float,
+    rng: np.random.Generator,
+) -> PricePath:
+    """Log-OU around ``base``: x += theta·(0 − x) + sigma·N(0,1) per tick; price = base·e^x."""
+    n = int(horizon_s // gap_s) + 2
+    eps = rng.standard_normal(n)
+    x = np.empty(n)
+    x[0] = 0.0
+    for i in range(1, n):
+        x[i] = x[i - 1] * (1 - theta) + sigma * eps[i]
+    return PricePath(gap_s, base * np.exp(x))
+
+
+def load_availability_dir(path: Path) -> dict[tuple[str, int, str], Availability]:
+    """``{(gpu_family, gpus, zone): trace}`` from ``<zone>_<gpu>_<n>.json`` files (longest wins)."""
+    out: dict[tuple[str, int, str], Availability] = {}
+    if not path.is_dir():
+        raise InputError("expected a folder of spot availability traces", path=path)
+    for f in sorted(path.rglob("*.json")):
+        m = TRACE_NAME.match(f.name)
+        if not m:
+            continue
+        tr_raw = load_availability(f)
+        key = (m["gpu"], int(m["n"]), m["zone"])
+        tr = Availability(float(tr_raw.gap_seconds), np.asarray(tr_raw.data),
+                          f"{f.parent.name}/{f.name}")
+        if key not in out or tr.period_s > out[key].period_s:
+            out[key] = tr
+    return out
+
+
+def spot_price_table(
+    prices: Iterable[SpotPrice], catalog: InstanceCatalog
+) -> dict[tuple[str, str], float]:
+    """(instance_type, catalog zone) → USD/hour, mapped from AZ ids as the module doc says."""
+    latest: dict[tuple[str, str], tuple[object, float]] = {}
+    for p in prices:
+        k = (p.instance_type, p.zone)
+        if k not in latest or p.timestamp > latest[k][0]:  # type: ignore[operator]
+            latest[k] = (p.timestamp, float(p.price_per_hour))
+    by_type: dict[str, dict[str, float]] = {}
+    for (it, az), (_, price) in latest.items():
+        by_type.setdefault(it, {})[az] = price
+    out: dict[tuple[str, str], float] = {}
+    for it in catalog:
+        rows = by_type.get(it.name)
+        if not rows or it.provider != "aws":
+            continue
+        overall = float(np.median(list(rows.values())))
+        for zone in it.zones:
+            region, letter = zone[:-1], zone[-1]
+            az_prefix = next((k for k, v in REGION_OF_AZ_ID.items() if v == region), None)
+            az = f"{az_prefix}-az{ord(letter) - ord('a') + 1}" if az_prefix else ""
+            if az in rows:
+                out[(it.name, zone)] = rows[az]
+                continue
+            regional = [v for k, v in rows.items() if az_prefix and k.startswith(az_prefix)]
+            out[(it.name, zone)] = float(np.median(regional)) if regional else overall
+    return out
+
+
+class SpotMarket:
+    """Per (instance type, zone): spot price and reclaim process; answers the driver's questions."""
+
+    def __init__(
+        self,
+        types: Iterable[InstanceType],
+        prices: dict[tuple[str, str], float],
+        *,
+        availability: dict[tuple[str, int, str], Availability] | None = None,
+        paths: dict[tuple[str, str], PricePath] | None = None,
+        protection_s: float = PROTECTION_S,
+        history_window: int = 96,
+    ) -> None:
+        self.types = {t.name: t for t in types}
+        self.prices = prices
+        self.mode = "price" if paths is not None else "trace"
+        self.paths = paths or {}
+        self.protection_s = protection_s
+        self.window = history_window
+        self.avail: dict[tuple[str, str], Availability] = {}
+        if availability is not None:
+            for it in self.types.values():
+                fams = [f for f, models in GPU_FAMILY.items() if it.gpu_model in models]
+                for zone in it.zones:
+                    for fam in fams:
+                        # a type without its own trace follows its family's 1-GPU trace in that
+                        # zone (the zone's V100 spot pool): a stated modelling assumption
+                        tr = availability.get((fam, it.gpus, zone)) or availability.get(
+                            (fam, 1, zone)
+                        )
+                        if tr is not None and (it.name, zone) in prices:
+                            self.avail[(it.name, zone)] = tr
+        if self.mode == "trace":
+            self.offered = sorted(self.avail)
+        else:
+            self.offered = sorted(k for k in self.paths if k in prices)
+        self._cache: dict[tuple[str, int], list[ZoneMarket]] = {}
+        gaps = [a.gap_s for a in self.avail.values()] + [p.gap_s for p in self.paths.values()]
+        # markets are cached per tick of the fastest process; slower traces are read in the
+        # tick they changed or later, never earlier
+        self._tick = min(gaps, default=60.0)
+        self._zones: dict[str, list[str]] = {}
+        for it, z in self.offered:
+            self._zones.setdefault(it, []).append(z)
+
+    def zones(self, instance_type: str) -> list[str]:
+        return self._zones.get(instance_type, [])
+
+    def price(self, instance_type: str, zone: str, t: float) -> float:
+        if self.mode == "price":
+            return self.paths[(instance_type, zone)].at(t)
+        return self.prices[(instance_type, zone)]
+
+    def available(self, instance_type: str, zone: str, t: float) -> bool:
+        if self.mode == "price":
+            return True
+        return self.avail[(instance_type, zone)].available(t)
+
+    def markets(self, instance_type: str, t: float) -> list[ZoneMarket]:
+        """Zones a launch could succeed in now, with their past (never the future)."""
+        key = (instance_type, int(t // self._tick))
+        hit = self._cache.get(key)
+        if hit is None:
+            hit = self._markets(instance_type, t)
+            if len(self._cache) > 4096:
+                self._cache.clear()
+            self._cache[key] = hit
+        return hit
+
+    def _markets(self, instance_type: str, t: float) -> list[ZoneMarket]:
+        od = self.types[instance_type].usd_per_hour
+        out = []
+        for zone in self.zones(instance_type):
+            if not self.available(instance_type, zone, t):
+                continue  # the last launch there got "insufficient capacity"
+            if self.mode == "price":
+                hist = self.paths[(instance_type, zone)].history(t, 10)
+                ph = tuple(Decimal(f"{p:.4f}") for p in hist)
+                av: tuple[int, ...] = ()
+            else:
+                ph = (Decimal(f"{self.prices[(instance_type, zone)]:.4f}"),) * 10
+                av = self.avail[(instance_type, zone)].history(t, self.window)
+            out.append(ZoneMarket(zone, Decimal(od), ph, av))
+        return out
+
+    def best_price(self, instance_type: str, t: float) -> float | None:
+        ps = [
+            self.price(instance_type, z, t)
+            for z in self.zones(instance_type)
+            if self.available(instance_type, z, t)
+        ]
+        return min(ps) if ps else None
+
+    def reclaim_time(
+        self, instance_type: str, zone: str, launched_s: float, bid: float | None
+    ) -> float | None:
+        """When a node launched at ``launched_s`` gets its notice (None: never in the run)."""
+        if self.mode == "price":
+            if bid is None:
+                return None
+            return self.paths[(instance_type, zone)].first_above(
+                launched_s + self.protection_s, bid
+            )
+        return self.avail[(instance_type, zone)].next_drop(launched_s)
+
+    def cost_usd(self, instance_type: str, zone: str, t0: float, t1: float) -> float:
+        if self.mode == "price":
+            return self.paths[(instance_type, zone)].integral_usd(t0, t1)
+        return self.prices[(instance_type, zone)] * (t1 - t0) / 3600.0
+
+    def signal(self, instance_type: str, t: float, window: int) -> np.ndarray:
+        """Fleet-level availability history for a type: 1 where any zone was available."""
+        zones = self.zones(instance_type)
+        if not zones or self.mode == "price":
+            return np.ones(1 if not zones else window, dtype=np.int8)
+        rows = [np.asarray(self.avail[(instance_type, z)].history(t, window)) for z in zones]
+        width = min(len(r) for r in rows)
+        return np.max(np.stack([r[-width:] for r in rows]), axis=0).astype(np.int8)
+

@@ -1,0 +1,84 @@
+"""Per-scenario figures: exact integrals from the driver's books, percentiles over jobs.
+
+Definitions (docs/simulator.md repeats them):
+
+* utilisation = allocated GPU-time / provisioned GPU-time, where provisioned is every node's
+  billed lifetime × its GPUs (booting and draining included) and allocated is the GPU share each
+  job held while bound (restart overhead and checkpoint writes included);
+* useful GPU-hours = Σ job work × GPUs of finished jobs (fractions count as their fraction);
+* JCT = finish − submit; queueing delay = first start − submit;
+* recovery = notice → running again (rebound and past its restart overhead);
+* lost GPU-hours = work thrown away (since the last checkpoint, or all of it) × GPUs;
+* a deadline miss is a job with a deadline that finished after it or never finished;
+* jobs lost = jobs that never finished (must be 0).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from gpufleet.sim.cloud import MICRO
+from gpufleet.sim.cluster import ClusterSim
+from gpufleet.sim.jobrun import DONE
+
+
+def _pct(values: list[float], q: float) -> float:
+    return float(np.percentile(values, q)) if values else 0.0
+
+
+def summarize(sim: ClusterSim, wall_s: float) -> dict[str, Any]:
+    end = sim.end_s if sim.end_s is not None else sim.now
+    provisioned = sum(n.lifetime_s(end) * n.gpus for n in sim.cloud.nodes.values())
+    spot_gpu_s = sum(n.lifetime_s(end) * n.gpus for n in sim.cloud.nodes.values() if n.spot)
+    cost = sim.cloud.closed_micro / MICRO + sum(
+        n.usd_per_hour * n.lifetime_s(end) / 3600.0 for n in sim.cloud.live.values()
+    )
+    finished = [j for j in sim.jobs if j.state == DONE]
+    jct = [j.finish_s - j.spec.submit_s for j in finished]  # type: ignore[operator]
+    queue = [j.first_start_s - j.spec.submit_s for j in finished]  # type: ignore[operator]
+    misses = sum(
+        1
+        for j in sim.jobs
+        if j.spec.deadline_s is not None
+        and (j.finish_s is None or j.finish_s > j.spec.deadline_s + 1e-6)
+    )
+    t = sim.tally
+    useful_h = t.useful_gpu_s / 3600.0
+    rec = t.recoveries
+    return {
+        "utilization": t.alloc_gpu_s / provisioned if provisioned else 0.0,
+        "cost_usd": cost,
+        "useful_gpu_hours": useful_h,
+        "cost_per_useful_gpu_hour": cost / useful_h if useful_h else 0.0,
+        "jct_mean_s": float(np.mean(jct)) if jct else 0.0,
+        "jct_p50_s": _pct(jct, 50),
+        "jct_p95_s": _pct(jct, 95),
+        "jct_p99_s": _pct(jct, 99),
+        "queue_mean_s": float(np.mean(queue)) if queue else 0.0,
+        "queue_p50_s": _pct(queue, 50),
+        "queue_p95_s": _pct(queue, 95),
+        "queue_p99_s": _pct(queue, 99),
+        "interruptions": t.interruptions,
+        "spot_reclaims": t.reclaims,
+        "lost_gpu_hours": t.lost_gpu_s / 3600.0,
+        "recovery_p50_s": _pct(rec, 50),
+        "recovery_p95_s": _pct(rec, 95),
+        "deadline_misses": misses,
+        "deadline_jobs": sum(1 for j in sim.jobs if j.spec.deadline_s is not None),
+        "jobs_total": len(sim.jobs),
+        "jobs_finished": len(finished),
+        "jobs_lost": len(sim.jobs) - len(finished),
+        "consolidation_moves": t.consolidations,
+        "deadline_switches": t.deadline_switches,
+        "nodes_launched": sim.cloud.launches,
+        "launches_failed": t.launches_failed,
+        "spot_share_gpu_hours": spot_gpu_s / provisioned if provisioned else 0.0,
+        "provisioned_gpu_hours": provisioned / 3600.0,
+        "allocated_gpu_hours": t.alloc_gpu_s / 3600.0,
+        "makespan_s": end,
+        "events": sim.engine.steps,
+        "wall_seconds": wall_s,
+        "events_per_s": sim.engine.steps / wall_s if wall_s > 0 else 0.0,
+    }

@@ -1,0 +1,54 @@
+"""AWS spot price snapshot loader: the shared file and malformed rows."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from gpufleet.catalog.spot_prices import latest_prices, load_spot_prices
+from gpufleet.errors import InputError
+
+HEADER = "az_id\tinstance_type\tproduct\tprice_usd_per_hour\ttimestamp\n"
+
+
+def test_shared_snapshot_loads(shared_data: Path) -> None:
+    prices = load_spot_prices(shared_data / "aws-spot-prices" / "2022-05-31_gpu_linux.tsv")
+    assert len(prices) > 100
+    assert all(p.price_per_hour >= 0 for p in prices)
+    latest = latest_prices(prices)
+    assert any(itype.startswith("p3.") for itype, _ in latest)
+
+
+def test_latest_price_wins(tmp_path: Path) -> None:
+    f = tmp_path / "s.tsv"
+    f.write_text(
+        HEADER + "use1-az1\tp3.2xlarge\tLinux/UNIX\t0.9\t2022-05-31T18:20:00\n"
+        "use1-az1\tp3.2xlarge\tLinux/UNIX\t0.95\t2022-05-31T19:20:00\n"
+    )
+    assert latest_prices(load_spot_prices(f)) == {("p3.2xlarge", "use1-az1"): Decimal("0.95")}
+
+
+@pytest.mark.parametrize(
+    ("row", "field", "line"),
+    [
+        ("use1-az1\tp3.2xlarge\tLinux/UNIX\tcheap\t2022-05-31T18:20:00\n", "price_usd_per_hour", 2),
+        ("use1-az1\tp3.2xlarge\tLinux/UNIX\t-1\t2022-05-31T18:20:00\n", "price_usd_per_hour", 2),
+        ("use1-az1\tp3.2xlarge\tLinux/UNIX\t1.0\tyesterday\n", "timestamp", 2),
+        ("use1-az1\tp3.2xlarge\t1.0\n", None, 2),
+    ],
+)
+def test_bad_rows_name_line_and_field(
+    tmp_path: Path, row: str, field: str | None, line: int
+) -> None:
+    f = tmp_path / "s.tsv"
+    f.write_text(HEADER + row)
+    with pytest.raises(InputError) as exc:
+        load_spot_prices(f)
+    assert exc.value.line == line and exc.value.field == field
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="not found"):
+        load_spot_prices(tmp_path / "nope.tsv")

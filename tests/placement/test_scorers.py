@@ -1,0 +1,119 @@
+"""Scorers: hand-worked cases, and vectorised == scalar reference on random clusters."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gpufleet.decisions import Bind
+from gpufleet.placement import typical_tasks_from
+from gpufleet.placement.filters import DEFAULT_FILTERS
+from gpufleet.placement.scorers.fgd import FgdScore
+from gpufleet.placement.scorers.gpu_shape import GpuClusteringScore, GpuPackingScore
+from gpufleet.placement.scorers.resources import BestFitScore, DotProdScore, LeastAllocatedScore
+from gpufleet.placement.scorers.topology import NvlinkTopologyScore
+from gpufleet.placement.view import pod_view
+from gpufleet.state import FleetState, ResourceRequest
+
+from .conftest import REQUESTS, random_cluster
+
+TYPICAL = typical_tasks_from(REQUESTS * 3 + REQUESTS[2:5])
+
+SCORERS = [
+    BestFitScore(),
+    DotProdScore(),
+    LeastAllocatedScore(),
+    GpuPackingScore(),
+    GpuClusteringScore(),
+    NvlinkTopologyScore(),
+    FgdScore(TYPICAL),
+    FgdScore(TYPICAL, quantize=False),
+    FgdScore(TYPICAL, cpu_tasks="fit"),
+]
+
+
+def _feasible(view) -> np.ndarray:  # type: ignore[no-untyped-def]
+    mask = view.active.copy()
+    for f in DEFAULT_FILTERS:
+        mask &= f(view)
+    return np.flatnonzero(mask)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("scorer", SCORERS, ids=lambda s: f"{s.name}")
+def test_vectorised_matches_scalar_and_picks_same_node(scorer, seed: int) -> None:  # type: ignore[no-untyped-def]
+    state = random_cluster(seed)
+    rng = np.random.default_rng(seed)
+    for req in REQUESTS:
+        view = pod_view(state, req)
+        rows = _feasible(view)
+        if not len(rows):
+            continue
+        fast = scorer.score(view, rows, rng)
+        slow = np.array([scorer.score_one(view, int(r)) for r in rows])
+        np.testing.assert_allclose(fast, slow, rtol=0, atol=1e-9)
+        # Same node under the same seeded tie-break.
+        assert (
+            rows[np.flatnonzero(fast == fast.max())].tolist()
+            == rows[np.flatnonzero(slow == slow.max())].tolist()
+        )
+
+
+def _two_nodes() -> FleetState:
+    s = FleetState(max_gpus=2, capacity=2)
+    s.add_node("a", gpu_model="T4", num_gpus=2, cpu_milli=64000, memory_mib=1 << 16)
+    s.add_node("b", gpu_model="T4", num_gpus=2, cpu_milli=64000, memory_mib=1 << 16)
+    return s
+
+
+def test_bestfit_and_dotprod_hand_worked() -> None:
+    s = _two_nodes()
+    s.allocate(
+        ResourceRequest(cpu_milli=32000, num_gpu=1, gpu_milli=500), Bind("x", "a", (0,), 500)
+    )
+    req = ResourceRequest(cpu_milli=16000, num_gpu=1, gpu_milli=500)
+    view = pod_view(s, req)
+    rows = np.array([0, 1])
+    # a: cpu left after 16000, gpu left after 1000 -> 1-(16000/128000*.5+1000/8000*.5)=0.875
+    # b: cpu 48000, gpu 1500 -> 1-(0.1875+0.09375) = 0.71875
+    assert BestFitScore().score(view, rows, np.random.default_rng()).tolist() == [87, 71]
+    # dot a: (32000*16000/128000^2 + 1500*500/8000^2)/2 = (0.03125+0.01171875)/2 -> 97.85 -> 97
+    # dot b: (64000*16000/128000^2 + 2000*500/8000^2)/2 = (0.0625+0.015625)/2 -> 96.09 -> 96
+    assert DotProdScore().score(view, rows, np.random.default_rng()).tolist() == [97, 96]
+
+
+def test_gpupacking_bands() -> None:
+    s = _two_nodes()
+    s.allocate(ResourceRequest(num_gpu=1, gpu_milli=300), Bind("x", "a", (0,), 300))
+    rows = np.array([0, 1])
+    shared = pod_view(s, ResourceRequest(num_gpu=1, gpu_milli=500))
+    # a uses the GPU with 700 left: 100 - (70 // 10) = 93; b is empty: max(33 - 2, 2) = 31
+    assert GpuPackingScore().score(shared, rows, None).tolist() == [93, 31]  # type: ignore[arg-type]
+    whole = pod_view(s, ResourceRequest(num_gpu=1))
+    assert GpuPackingScore().score(whole, rows, None).tolist() == [49, 31]  # type: ignore[arg-type]
+
+
+def test_gpuclustering_bands() -> None:
+    s = _two_nodes()
+    s.allocate(ResourceRequest(num_gpu=1, gpu_milli=300), Bind("x", "a", (0,), 300))
+    rows = np.array([0, 1])
+    same = pod_view(s, ResourceRequest(num_gpu=1, gpu_milli=500))
+    other = pod_view(s, ResourceRequest(num_gpu=1))
+    # a: left 1700 -> 25*(8000-1700)//8000 = 19; b: 25*6000//8000 = 18
+    assert GpuClusteringScore().score(same, rows, None).tolist() == [19 + 75, 18 + 25]  # type: ignore[arg-type]
+    assert GpuClusteringScore().score(other, rows, None).tolist() == [19, 18 + 25]  # type: ignore[arg-type]
+
+
+def test_fgd_prefers_the_gpu_that_leaves_no_crumb() -> None:
+    s = FleetState(max_gpus=2, capacity=1)
+    s.add_node("a", gpu_model="T4", num_gpus=2, cpu_milli=64000, memory_mib=1 << 16)
+    s.allocate(ResourceRequest(num_gpu=1, gpu_milli=500), Bind("x", "a", (1,), 500))
+    # Typical task: half-GPU pods. Putting another half on GPU 1 fills it (F stays 0);
+    # on GPU 0 it would be fine too (500 left fits a half) — both F = 0: lowest index wins.
+    half = [(ResourceRequest(cpu_milli=1000, num_gpu=1, gpu_milli=500), 1.0)]
+    view = pod_view(s, ResourceRequest(cpu_milli=1000, num_gpu=1, gpu_milli=500))
+    assert FgdScore(half).pick(view, 0, np.random.default_rng()) == (0,)
+    # Typical task: 0.6-GPU pods. On GPU 0 a 0.5 pod leaves 500 idle that no 0.6 fits
+    # (F += 500); on GPU 1 it fills the GPU (F unchanged) -> GPU 1.
+    six = [(ResourceRequest(cpu_milli=1000, num_gpu=1, gpu_milli=600), 1.0)]
+    assert FgdScore(six).pick(view, 0, np.random.default_rng()) == (1,)

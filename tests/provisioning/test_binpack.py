@@ -1,0 +1,49 @@
+from __future__ import annotations
+
+from gpufleet.provisioning import Bin, NodeShape, fits_shape, pack
+from gpufleet.state import ResourceRequest
+
+P3_2X = NodeShape("V100-16GB", 1, 8000, 61 * 1024, 16384, 12040)
+P3_16X = NodeShape("V100-16GB", 8, 64000, 488 * 1024, 16384, 12040)
+
+
+def req(n: int = 1, milli: int = 1000, cpu: int = 4000) -> ResourceRequest:
+    return ResourceRequest(cpu_milli=cpu, memory_mib=1024, num_gpu=n, gpu_milli=milli,
+                           gpu_models=frozenset({"V100-16GB"}))
+
+
+def test_shared_pods_share_a_gpu_best_fit() -> None:
+    # 0.6 + 0.4 share one GPU; 0.5 + 0.5 the next: two 1-GPU nodes
+    bins, left = pack([req(1, 600), req(1, 500), req(1, 400), req(1, 500)], P3_2X)
+    assert not left and len(bins) == 2
+    assert sorted(b.free[0] for b in bins) == [0, 0]
+
+
+def test_whole_gpus_first_fit_decreasing() -> None:
+    # 4 + 2 + 2 on one 8-GPU node, 4 + 1 on a second
+    bins, left = pack([req(2), req(4), req(1), req(4), req(2)], P3_16X)
+    assert not left and len(bins) == 2
+    assert [sum(1 for f in b.free if f == 0) for b in bins] == [8, 5]
+
+
+def test_cpu_limits_count() -> None:
+    # 3 pods of 3 vCPU on a 8-vCPU node: CPU, not GPUs, forces a second node
+    shape = NodeShape("V100-16GB", 4, 8000, 64 * 1024, 16384)
+    bins, _ = pack([req(1, cpu=3000)] * 3, shape)
+    assert len(bins) == 2
+
+
+def test_fits_shape_rules() -> None:
+    assert not fits_shape(req(2), P3_2X)
+    assert fits_shape(req(8), P3_16X)
+    t4 = ResourceRequest(num_gpu=1, gpu_models=frozenset({"T4"}))
+    assert not fits_shape(t4, P3_2X)
+    assert not fits_shape(ResourceRequest(num_gpu=1, min_cuda=12080), P3_2X)
+    assert not fits_shape(ResourceRequest(num_gpu=1, mig_profile="1g.5gb"), P3_16X)
+
+
+def test_no_new_bins_returns_leftovers() -> None:
+    b = Bin.empty(P3_2X)
+    bins, left = pack([req(), req()], None, [b])
+    assert len(bins) == 1
+    assert left in ([0], [1])

@@ -1,0 +1,80 @@
+from __future__ import annotations
+
+from decimal import Decimal
+
+from gpufleet.decisions import CapacityType, Launch
+from gpufleet.market.bidding import ZoneMarket, get_spot_strategy
+from gpufleet.provisioning import InFlight, NodeShape, Offer, PendingPod, ScaleUpPolicy, score
+from gpufleet.state import ResourceRequest
+
+P3_2X = NodeShape("V100-16GB", 1, 8000, 61 * 1024, 16384, 12040)
+P3_16X = NodeShape("V100-16GB", 8, 64000, 488 * 1024, 16384, 12040)
+OFFERS = [
+    Offer("p3.2xlarge", CapacityType.ON_DEMAND, P3_2X, 3.06, "us-east-1a"),
+    Offer("p3.16xlarge", CapacityType.ON_DEMAND, P3_16X, 24.48, "us-east-1a"),
+    Offer("p3.2xlarge", CapacityType.SPOT, P3_2X, 0.918),
+    Offer("p3.16xlarge", CapacityType.SPOT, P3_16X, 8.0),
+]
+V100 = frozenset({"V100-16GB"})
+
+
+def pod(n: int = 1, spot: bool = True, waited: float = 0.0, milli: int = 1000) -> PendingPod:
+    r = ResourceRequest(cpu_milli=4000 * n, memory_mib=12288 * n, num_gpu=n, gpu_milli=milli,
+                        gpu_models=V100)
+    return PendingPod("j", r, spot, waited)
+
+
+def markets(zone_prices: dict[str, float]) -> dict[str, list[ZoneMarket]]:
+    return {
+        it: [ZoneMarket(z, Decimal("3.06"), (Decimal(str(p)),) * 10, (1,) * 96)
+             for z, p in zone_prices.items()]
+        for it in ("p3.2xlarge", "p3.16xlarge")
+    }
+
+
+def test_docstring_example_three_spot_singles() -> None:
+    # scores: p3.2x spot 3×0.918/3 = 0.918; p3.16x spot 8.0/3 = 2.67; on-demand 3.06
+    reqs = [pod().request] * 3
+    assert score(reqs, OFFERS[2]) == (0.918, 3)
+    assert score(reqs, OFFERS[3]) == (8.0 / 3, 1)
+    out = ScaleUpPolicy().decide([pod()] * 3, OFFERS, (), markets({"us-west-2a": 0.918}),
+                                 get_spot_strategy("capacity-aware"))
+    assert out == [Launch("p3.2xlarge", "us-west-2a", CapacityType.SPOT, 3,
+                          max_price=Decimal("3.06"), reason="capacity-aware")]
+
+
+def test_threshold_and_max_wait() -> None:
+    pol = ScaleUpPolicy(gpu_threshold=2, max_wait_s=60)
+    assert pol.decide([pod(spot=False)], OFFERS) == []  # 1 GPU < 2, waited 0 s
+    out = pol.decide([pod(spot=False, waited=61)], OFFERS)
+    assert out == [Launch("p3.2xlarge", "us-east-1a", CapacityType.ON_DEMAND, 1,
+                          reason="1 pending pods")]
+
+
+def test_eight_gpu_pod_needs_big_node_and_non_spot_pods_stay_on_demand() -> None:
+    out = ScaleUpPolicy().decide([pod(8, spot=False)], OFFERS)
+    assert [(la.instance_type, la.capacity_type, la.count) for la in out] == [
+        ("p3.16xlarge", CapacityType.ON_DEMAND, 1)
+    ]
+
+
+def test_least_waste_packs_eight_singles_on_cheapest_per_gpu() -> None:
+    # on-demand only: 8×3.06/8 == 24.48/8 — tie on price, fewer nodes wins
+    out = ScaleUpPolicy().decide([pod(spot=False)] * 8, OFFERS)
+    assert [(la.instance_type, la.count) for la in out] == [("p3.16xlarge", 1)]
+
+
+def test_inflight_nodes_absorb_pending() -> None:
+    pol = ScaleUpPolicy()
+    assert pol.decide([pod(spot=False)] * 2, OFFERS, [InFlight(P3_16X, False)]) == []
+    # spot in-flight capacity does not absorb pods that may not run on spot
+    out = pol.decide([pod(spot=False)] * 2, OFFERS, [InFlight(P3_16X, True)])
+    assert sum(la.count for la in out) >= 1
+
+
+def test_spot_strategy_declines_falls_back_to_on_demand() -> None:
+    # no market with availability → capacity-aware returns [] → cheapest on-demand
+    out = ScaleUpPolicy().decide([pod()] * 3, OFFERS, (), {}, get_spot_strategy("capacity-aware"))
+    # on-demand: p3.2xlarge 3×3.06/3 = 3.06 beats p3.16xlarge 24.48/3 = 8.16
+    assert out == [Launch("p3.2xlarge", "us-east-1a", CapacityType.ON_DEMAND, 3,
+                          reason="3 pending pods")]

@@ -1,0 +1,65 @@
+"""The real ``gpufleet simulate`` command in a subprocess, on a small YAML workload."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+KEYS = {
+    "utilization", "cost_usd", "useful_gpu_hours", "jct_p50_s", "jct_p95_s", "queue_p95_s",
+    "interruptions", "lost_gpu_hours", "recovery_p50_s", "recovery_p95_s", "deadline_misses",
+    "jobs_total", "jobs_finished", "jobs_lost",
+}
+
+
+def gpufleet(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", "from gpufleet.cli import main; main()", *args],
+        capture_output=True, text=True, timeout=300,
+    )
+
+
+def write_jobs(path: Path) -> None:
+    rows = ["jobs:"]
+    for i in range(40):
+        gpus = 8 if i % 10 == 0 else 1
+        milli = 500 if i % 3 == 1 and gpus == 1 else 1000
+        rows.append(
+            f"  - {{job_id: j{i}, submit_s: {i * 300}, duration_s: {1800 + 97 * i}, "
+            f"num_gpu: {gpus}, gpu_milli: {milli}, gpu_models: V100-16GB}}"
+        )
+    path.write_text("\n".join(rows) + "\n")
+
+
+def test_simulate_writes_summary_and_report(tmp_path: Path) -> None:
+    trace = tmp_path / "jobs.yaml"
+    write_jobs(trace)
+    sc = tmp_path / "sc.yaml"
+    sc.write_text("scenarios:\n  - name: gpufleet\n    deadline_policy: null\n")
+    out = tmp_path / "out"
+    res = gpufleet("simulate", "--trace", str(trace), "--scenario", str(sc), "--out", str(out))
+    assert res.returncode == 0, res.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["scenarios"]) == {"static", "gpufleet"}  # static added as baseline
+    for s in summary["scenarios"].values():
+        assert KEYS <= set(s)
+        assert s["jobs_total"] == 40 and s["jobs_lost"] == 0
+    assert summary["wall_seconds"] > 0
+    html = (out / "report.html").read_text()
+    assert html.count("data:image/png;base64,") == 5
+    assert "src=\"http" not in html  # self-contained
+    assert "GPU util" in res.stdout
+
+
+def test_bad_scenario_is_one_line_exit_2(tmp_path: Path) -> None:
+    trace = tmp_path / "jobs.yaml"
+    write_jobs(trace)
+    sc = tmp_path / "sc.yaml"
+    sc.write_text("name: x\nautoscale: true\n")
+    res = gpufleet("simulate", "--trace", str(trace), "--scenario", str(sc), "--out",
+                   str(tmp_path / "o"))
+    assert res.returncode == 2
+    assert "Traceback" not in res.stderr
+    assert f"{sc}:1: field 'autoscale'" in res.stderr
