@@ -70,4 +70,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    # Run as ``python -m gpufleet.cli`` this file is ``__main__``, while feature modules register
+    # on ``gpufleet.cli.app``: call the imported module's main so both see the same app.
+    from gpufleet.cli import main as _main
+
+    sys.exit(_main())

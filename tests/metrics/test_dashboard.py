@@ -15,8 +15,24 @@ from .test_prometheus import dashboard, panel_queries, panels, variable_queries
 
 IDENT = re.compile(r"\b([A-Za-z_:][A-Za-z0-9_:]*)\b")
 PROMQL_WORDS = {
-    "sum", "avg", "max", "min", "count", "by", "on", "or", "and", "unless", "rate", "increase",
-    "histogram_quantile", "vector", "le", "count_over_time", "without", "ignoring",
+    "sum",
+    "avg",
+    "max",
+    "min",
+    "count",
+    "by",
+    "on",
+    "or",
+    "and",
+    "unless",
+    "rate",
+    "increase",
+    "histogram_quantile",
+    "vector",
+    "le",
+    "count_over_time",
+    "without",
+    "ignoring",
 }
 
 
@@ -32,7 +48,8 @@ def metric_names(expr: str) -> set[str]:
     no_groupings = re.sub(r"\b(by|on|without|ignoring)\s*\([^)]*\)", "", no_labels)
     no_ranges = re.sub(r"\[[^\]]*\]", "", no_groupings)
     return {
-        word for word in IDENT.findall(no_ranges)
+        word
+        for word in IDENT.findall(no_ranges)
         if word not in PROMQL_WORDS and not word.replace(".", "").isdigit()
     }
 
@@ -43,7 +60,9 @@ def test_provisionable_shape() -> None:
     names = [v["name"] for v in dash["templating"]["list"]]
     assert names[0] == "datasource"
     assert dash["templating"]["list"][0] == {
-        **dash["templating"]["list"][0], "type": "datasource", "query": "prometheus"
+        **dash["templating"]["list"][0],
+        "type": "datasource",
+        "query": "prometheus",
     }
     ids = [p["id"] for p in panels(dash)]
     assert len(ids) == len(set(ids))
@@ -62,7 +81,9 @@ def test_every_metric_in_the_dashboard_is_exported() -> None:
     exported = exported_names()
     queries = panel_queries() + [(v, sel, "") for v, sel, _ in variable_queries()]
     unknown = {
-        (title, name) for title, expr, *_ in queries for name in metric_names(expr)
+        (title, name)
+        for title, expr, *_ in queries
+        for name in metric_names(expr)
         if name not in exported
     }
     assert not unknown
@@ -77,6 +98,8 @@ def test_every_dcgm_field_and_fleet_family_is_on_the_dashboard() -> None:
 
 
 def test_metric_name_extraction() -> None:
-    expr = ('histogram_quantile(0.95, sum by (le) (rate(gpufleet_recovery_seconds_bucket[1m])))'
-            ' / on (Hostname) DCGM_FI_DEV_FB_USED{Hostname=~".*", gpu="1"} or vector(0)')
+    expr = (
+        "histogram_quantile(0.95, sum by (le) (rate(gpufleet_recovery_seconds_bucket[1m])))"
+        ' / on (Hostname) DCGM_FI_DEV_FB_USED{Hostname=~".*", gpu="1"} or vector(0)'
+    )
     assert metric_names(expr) == {"gpufleet_recovery_seconds_bucket", "DCGM_FI_DEV_FB_USED"}

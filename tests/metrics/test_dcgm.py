@@ -45,21 +45,29 @@ def test_labels_and_values(snapshot: FleetSnapshot) -> None:
     util = fams["DCGM_FI_DEV_GPU_UTIL"].samples
     # NaN (not supported: MIG parent and instances) is left out, as dcgm-exporter does
     assert sorted((s.labels["Hostname"], s.labels["gpu"], s.value) for s in util) == [
-        ("node-a", "0", 80.0), ("node-a", "1", 40.0), ("node-b", "0", 100.0)
+        ("node-a", "0", 80.0),
+        ("node-a", "1", 40.0),
+        ("node-b", "0", 100.0),
     ]
     assert util[0].labels == {
-        "gpu": "0", "UUID": "GPU-node-a-0", "device": "nvidia0",
-        "modelName": "NVIDIA A100-SXM4-40GB", "Hostname": "node-a",
+        "gpu": "0",
+        "UUID": "GPU-node-a-0",
+        "device": "nvidia0",
+        "modelName": "NVIDIA A100-SXM4-40GB",
+        "Hostname": "node-a",
     }
     used = fams["DCGM_FI_DEV_FB_USED"].samples
     mig = sorted(
         (s.labels["GPU_I_PROFILE"], s.labels["GPU_I_ID"], s.labels["device"], s.value)
-        for s in used if "GPU_I_PROFILE" in s.labels
+        for s in used
+        if "GPU_I_PROFILE" in s.labels
     )
     assert mig == [("1g.5gb", "7", "nvidia1", 4000.0), ("3g.20gb", "1", "nvidia1", 9000.0)]
     assert sum(s.value for s in used) == 30000 + 10000 + 40000 + 4000 + 9000
-    xid = {(s.labels["Hostname"], s.labels["gpu"]): s.value
-           for s in fams["DCGM_FI_DEV_XID_ERRORS"].samples}
+    xid = {
+        (s.labels["Hostname"], s.labels["gpu"]): s.value
+        for s in fams["DCGM_FI_DEV_XID_ERRORS"].samples
+    }
     assert xid[("node-b", "0")] == 79.0 and xid[("node-a", "0")] == 0.0
 
 
@@ -67,8 +75,13 @@ def test_removed_gpu_vanishes_between_scrapes(snapshot: FleetSnapshot) -> None:
     current = list(snapshot.gpus)
     registry = CollectorRegistry()
     registry.register(DcgmCollector(lambda: current))
-    labels = {"gpu": "1", "UUID": "GPU-node-a-1", "device": "nvidia1",
-              "modelName": "NVIDIA A100-SXM4-40GB", "Hostname": "node-a"}
+    labels = {
+        "gpu": "1",
+        "UUID": "GPU-node-a-1",
+        "device": "nvidia1",
+        "modelName": "NVIDIA A100-SXM4-40GB",
+        "Hostname": "node-a",
+    }
     assert registry.get_sample_value("DCGM_FI_DEV_GPU_UTIL", labels) == 40.0
     current[:] = [g for g in current if g.hostname != "node-a"]
     assert registry.get_sample_value("DCGM_FI_DEV_GPU_UTIL", labels) is None

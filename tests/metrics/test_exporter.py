@@ -59,14 +59,24 @@ def test_busy_port_is_an_input_error() -> None:
     assert exc.value.field == "port"
 
 
-@pytest.mark.parametrize(("kwargs", "field"), [
-    ({"speed": 0.0, "interval_s": 1.0}, "speed"),
-    ({"speed": 60.0, "interval_s": -1.0}, "interval"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"speed": 0.0, "interval_s": 1.0}, "speed"),
+        ({"speed": 60.0, "interval_s": -1.0}, "interval"),
+    ],
+)
 def test_sim_exporter_rejects_bad_pacing(kwargs: dict[str, float], field: str) -> None:
     with pytest.raises(InputError) as exc:
-        serve_sim("127.0.0.1", free_port(), threading.Event(), print, seed=0,
-                  sim=ScriptedFleet(), **kwargs)
+        serve_sim(
+            "127.0.0.1",
+            free_port(),
+            threading.Event(),
+            print,
+            seed=0,
+            sim=ScriptedFleet(),
+            **kwargs,
+        )
     assert exc.value.field == field
 
 
@@ -77,7 +87,9 @@ def test_cli_bad_port_is_one_line_exit_2() -> None:
         port = s.getsockname()[1]
         proc = subprocess.run(
             [*GPUFLEET, "exporter", "--source", "sim", "--port", str(port)],
-            capture_output=True, text=True, timeout=120,
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines() == [

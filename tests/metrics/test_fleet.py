@@ -27,6 +27,9 @@ CASES = [
     ("gpufleet_jobs_pending", {"tenant": "bob", "gpu_shape": "mig-1g.5gb"}, 1),
     ("gpufleet_jobs_running", {"tenant": "alice", "gpu_shape": "0.5"}, 3),
     ("gpufleet_jobs_running", {"tenant": "bob", "gpu_shape": "1"}, 1),
+    # a (tenant, shape) with jobs in only one of the two states reads 0 in the other
+    ("gpufleet_jobs_pending", {"tenant": "alice", "gpu_shape": "0.5"}, 0),
+    ("gpufleet_jobs_running", {"tenant": "bob", "gpu_shape": "mig-1g.5gb"}, 0),
     ("gpufleet_gpus_provisioned", {"gpu_model": "A100", "capacity_type": "on-demand"}, 4),
     ("gpufleet_gpus_provisioned", {"gpu_model": "V100", "capacity_type": "spot"}, 4),
     ("gpufleet_gpus_allocated", {"gpu_model": "A100", "capacity_type": "on-demand"}, 3.5),
@@ -59,12 +62,21 @@ def test_series_sets_are_exactly_those_of_the_snapshot(published: CollectorRegis
 
 
 def test_gpus_are_exported_under_dcgm_names_too(published: CollectorRegistry) -> None:
-    assert published.get_sample_value(
-        "DCGM_FI_DEV_FB_USED",
-        {"gpu": "1", "UUID": "GPU-node-b-1", "device": "nvidia1",
-         "modelName": "NVIDIA A100-SXM4-40GB", "Hostname": "node-b",
-         "GPU_I_PROFILE": "3g.20gb", "GPU_I_ID": "1"},
-    ) == 9000
+    assert (
+        published.get_sample_value(
+            "DCGM_FI_DEV_FB_USED",
+            {
+                "gpu": "1",
+                "UUID": "GPU-node-b-1",
+                "device": "nvidia1",
+                "modelName": "NVIDIA A100-SXM4-40GB",
+                "Hostname": "node-b",
+                "GPU_I_PROFILE": "3g.20gb",
+                "GPU_I_ID": "1",
+            },
+        )
+        == 9000
+    )
 
 
 def test_recovery_histogram_accumulates_each_snapshot_once() -> None:
@@ -73,8 +85,18 @@ def test_recovery_histogram_accumulates_each_snapshot_once() -> None:
     metrics.update(fleet_snapshot(recoveries=(45.0, 90.0, 600.0)))
     metrics.update(fleet_snapshot(recoveries=(7200.0, 20000.0)))
     metrics.update(fleet_snapshot())  # nothing new completed
-    expected_cumulative = {30.0: 0, 60.0: 1, 120.0: 2, 300.0: 2, 600.0: 3, 1200.0: 3,
-                           1800.0: 3, 3600.0: 3, 7200.0: 4, 14400.0: 4}
+    expected_cumulative = {
+        30.0: 0,
+        60.0: 1,
+        120.0: 2,
+        300.0: 2,
+        600.0: 3,
+        1200.0: 3,
+        1800.0: 3,
+        3600.0: 3,
+        7200.0: 4,
+        14400.0: 4,
+    }
     assert tuple(expected_cumulative) == RECOVERY_BUCKETS_S
     for bound, count in expected_cumulative.items():
         le = repr(bound)
@@ -88,15 +110,25 @@ def test_tenant_that_leaves_vanishes(snapshot: FleetSnapshot) -> None:
     registry = CollectorRegistry()
     metrics = FleetMetrics(registry)
     metrics.update(snapshot)
-    metrics.update(dataclasses.replace(
-        snapshot,
-        jobs_pending={("alice", "1"): 1},
-        cost_usd_per_hour_by_tenant={"alice": 36.0},
-    ))
+    metrics.update(
+        dataclasses.replace(
+            snapshot,
+            jobs_pending={("alice", "1"): 1},
+            cost_usd_per_hour_by_tenant={"alice": 36.0},
+        )
+    )
     alice = {"tenant": "alice", "gpu_shape": "1"}
     assert registry.get_sample_value("gpufleet_jobs_pending", alice) == 1
-    assert registry.get_sample_value(
-        "gpufleet_jobs_pending", {"tenant": "bob", "gpu_shape": "mig-1g.5gb"}) is None
+    assert (
+        registry.get_sample_value(
+            "gpufleet_jobs_pending", {"tenant": "bob", "gpu_shape": "mig-1g.5gb"}
+        )
+        is None
+    )
+    # bob still runs one 1-GPU job: his queue reads 0, not "no data"
+    assert (
+        registry.get_sample_value("gpufleet_jobs_pending", {"tenant": "bob", "gpu_shape": "1"}) == 0
+    )
     assert registry.get_sample_value("gpufleet_cost_dollars_per_second", {"tenant": "bob"}) is None
 
 

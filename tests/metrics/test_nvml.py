@@ -288,8 +288,13 @@ def test_gpu_that_disappears_leaves_the_exposition(fake: FakeNvml) -> None:
 
 
 def _labels(g: FakeGpu, index: int) -> dict[str, str]:
-    return {"gpu": str(index), "UUID": g.uuid, "device": f"nvidia{index}",
-            "modelName": g.name, "Hostname": "n"}
+    return {
+        "gpu": str(index),
+        "UUID": g.uuid,
+        "device": f"nvidia{index}",
+        "modelName": g.name,
+        "Hostname": "n",
+    }
 
 
 def test_no_driver_is_one_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -328,7 +333,9 @@ def _nvml_present() -> bool:
 def test_cli_without_nvml_prints_one_line_and_fails() -> None:
     proc = subprocess.run(
         [*GPUFLEET, "exporter", "--port", "0"],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode == 1
     lines = proc.stderr.strip().splitlines()

@@ -105,7 +105,7 @@ def variable_queries() -> list[tuple[str, str, str]]:
             continue
         q = var["query"]["query"]
         assert q.startswith("label_values(") and q.endswith(")"), q
-        selector, label = q[len("label_values("):-1].rsplit(",", 1)
+        selector, label = q[len("label_values(") : -1].rsplit(",", 1)
         out.append((var["name"], substitute(selector.strip(), dash), label.strip()))
     return out
 
@@ -162,7 +162,10 @@ class Prometheus:
         raise AssertionError(f"prometheus not ready in time: {self.log.read_text()[-2000:]}")
 
     def wait_scraped(
-        self, deadline: float, scrapes: int = 4, exporter: subprocess.Popen[bytes] | None = None,
+        self,
+        deadline: float,
+        scrapes: int = 4,
+        exporter: subprocess.Popen[bytes] | None = None,
         exporter_log: Path | None = None,
     ) -> None:
         """Until the target is up and has been scraped ``scrapes`` times (rate() needs >= 2)."""
@@ -214,18 +217,29 @@ class ScriptedFleet:
         )
 
 
-def _check_against(prom: Prometheus, exporter_port: int) -> None:
-    """The shared assertions: every dashboard query has data; promtool accepts the exposition."""
+def queries_without_data(prom: Prometheus) -> list[str]:
     missing = []
     for title, expr in panel_queries():
-        result = prom.query(expr)
-        values = [float(r["value"][1]) for r in result]
+        values = [float(r["value"][1]) for r in prom.query(expr)]
         if not any(math.isfinite(v) for v in values):
             missing.append(f"{title}: {expr} -> {values}")
     for name, selector, label in variable_queries():
         series = prom.api("series", **{"match[]": selector})
         if not {s.get(label) for s in series} - {None}:
             missing.append(f"variable {name}: no {label} on {selector}")
+    return missing
+
+
+def _check_against(prom: Prometheus, exporter_port: int, deadline: float) -> None:
+    """The shared assertions: every dashboard query has data; promtool accepts the exposition.
+
+    Some panels only have data once the event they show happened inside their window (a spot
+    recovery for the windowed recovery-time quantiles), so poll until all have data or time is up.
+    """
+    missing = queries_without_data(prom)
+    while missing and time.monotonic() < deadline:
+        time.sleep(1.0)
+        missing = queries_without_data(prom)
     assert not missing, "dashboard queries without data:\n" + "\n".join(missing)
 
     exposition = http_get(f"http://127.0.0.1:{exporter_port}/metrics")
@@ -233,8 +247,9 @@ def _check_against(prom: Prometheus, exporter_port: int) -> None:
     assert lint.returncode in (0, 3), lint.stdout + lint.stderr  # 1 would be a parse error
     for line in (lint.stdout + lint.stderr).splitlines():
         # dcgm-exporter's own label `modelName` is camelCase; we keep it for compatibility.
-        assert line.startswith("DCGM_FI_") and "label names should be written in 'snake_case'" \
-            in line, line
+        assert (
+            line.startswith("DCGM_FI_") and "label names should be written in 'snake_case'" in line
+        ), line
     own = promtool_check(only_families(exposition, "gpufleet_"))
     assert own.returncode == 0, own.stdout + own.stderr
 
@@ -254,7 +269,10 @@ def only_families(exposition: bytes, prefix: str) -> bytes:
 def promtool_check(exposition: bytes) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [binary("promtool"), "check", "metrics"],
-        input=exposition.decode(), capture_output=True, text=True, timeout=30,
+        input=exposition.decode(),
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
 
 
@@ -277,7 +295,7 @@ def test_dashboard_against_prometheus_in_process_exporter(tmp_path: Path) -> Non
     try:
         prom.wait_ready(deadline)
         prom.wait_scraped(deadline)
-        _check_against(prom, port)
+        _check_against(prom, port, deadline)
     finally:
         prom.stop()
         stop.set()
@@ -295,15 +313,27 @@ def test_dashboard_against_prometheus_exporter_subprocess(tmp_path: Path) -> Non
     port = free_port()
     log = (tmp_path / "exporter.log").open("w")
     exporter = subprocess.Popen(
-        [*GPUFLEET, "exporter", "--source", "sim", "--port", str(port),
-         "--speed", "3600", "--interval", "0.25"],
-        stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
+        [
+            *GPUFLEET,
+            "exporter",
+            "--source",
+            "sim",
+            "--port",
+            str(port),
+            "--speed",
+            "14400",
+            "--interval",
+            "0.25",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=REPO,
     )
     prom = Prometheus(port, tmp_path)
     try:
         prom.wait_ready(deadline)
         prom.wait_scraped(deadline, exporter=exporter, exporter_log=tmp_path / "exporter.log")
-        _check_against(prom, port)
+        _check_against(prom, port, deadline)
     finally:
         prom.stop()
         exporter.send_signal(signal.SIGTERM)

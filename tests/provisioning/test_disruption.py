@@ -41,7 +41,8 @@ def test_no_consolidation_when_pods_do_not_fit_or_are_not_movable() -> None:
     full = node("full", 4, tuple(pod(f"f{i}") for i in range(4)))
     assert pol.decide([node("low", 1, (pod("j1"),), under=0.0), full], 700.0) is None
     roomy = node("roomy", 0)
-    assert pol.decide([node("low", 1, (pod("j1", movable=False),), under=0.0), roomy], 700.0) is None
+    stuck = node("low", 1, (pod("j1", movable=False),), under=0.0)
+    assert pol.decide([stuck, roomy], 700.0) is None
 
 
 def test_on_demand_only_pods_never_consolidate_onto_spot() -> None:

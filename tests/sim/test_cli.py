@@ -44,7 +44,7 @@ def test_simulate_writes_summary_and_report(tmp_path: Path) -> None:
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary["scenarios"]) == {"static", "gpufleet"}  # static added as baseline
     for s in summary["scenarios"].values():
-        assert KEYS <= set(s)
+        assert set(s) >= KEYS
         assert s["jobs_total"] == 40 and s["jobs_lost"] == 0
     assert summary["wall_seconds"] > 0
     html = (out / "report.html").read_text()
@@ -63,3 +63,37 @@ def test_bad_scenario_is_one_line_exit_2(tmp_path: Path) -> None:
     assert res.returncode == 2
     assert "Traceback" not in res.stderr
     assert f"{sc}:1: field 'autoscale'" in res.stderr
+
+
+def test_serve_metrics_exports_the_paced_simulation(tmp_path: Path) -> None:
+    import socket
+    import time
+    import urllib.request
+
+    trace = tmp_path / "jobs.yaml"
+    write_jobs(trace)
+    sc = tmp_path / "sc.yaml"
+    sc.write_text("scenarios:\n  - name: gpufleet\n    deadline_policy: null\n")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from gpufleet.cli import main; main()", "simulate", "--trace",
+         str(trace), "--scenario", str(sc), "--serve-metrics", str(port), "--speed", "2000"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        body = ""
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and "gpufleet_jobs_running" not in body:
+            time.sleep(0.5)
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+                    body = r.read().decode()
+            except OSError:
+                continue
+        assert "gpufleet_jobs_running" in body
+        assert "DCGM_FI_DEV_GPU_UTIL" in body
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

@@ -108,3 +108,21 @@ def test_snapshot_contract() -> None:
     assert 0.0 <= snap.fragmentation_ratio <= 1.0
     assert all(0.0 <= g.util_pct <= 100.0 for g in snap.gpus)
     assert sum(n.allocated_milli for n in snap.nodes) > 0
+
+
+def test_aliyun_price_model_run_bills_along_the_price_path() -> None:
+    jobs = workload()
+    sim = Simulation(scenario("gpufleet", provider="aliyun", spot_market="price"), 0, jobs)
+    s = sim.run()
+    assert s["jobs_lost"] == 0
+    assert sim.spot_model.startswith("price process")
+    cs = sim.sim
+    spot = [n for n in cs.cloud.nodes.values() if n.spot]
+    assert spot, "the price model should buy some spot"
+    for n in spot:
+        expect = cs.market.cost_usd(n.itype.name, n.zone, n.launched_s, n.ended_s)
+        assert n.bill_micro == round(expect * MICRO)
+    total = sum(n.bill_micro for n in cs.cloud.nodes.values())
+    assert s["cost_usd"] == pytest.approx(total / MICRO)
+    # every spot notice came after the 1-hour protection period
+    assert all(n.ended_s - n.launched_s >= 3600 for n in spot if n.reclaimed)

@@ -59,3 +59,22 @@ def test_real_availability_traces_load(shared_data) -> None:
 def test_missing_trace_folder_is_input_error(tmp_path) -> None:
     with pytest.raises(InputError):
         load_availability_dir(tmp_path / "nope")
+
+
+def test_price_model_reclaims_after_protection_when_price_passes_bid() -> None:
+    from gpufleet.sim.spot import SpotMarket
+
+    cat = default_instance_catalog()
+    it = cat["ecs.gn6v-c8g1.2xlarge"]
+    # hourly ticks: the price passes a bid of 2.0 at 30 min (inside the 1-hour protection)
+    # and again at 3 h
+    path = PricePath(1800.0, np.array([1.0, 2.5, 1.0, 1.0, 1.0, 1.0, 3.0, 1.0]))
+    m = SpotMarket([it], {(it.name, "cn-hangzhou-h"): 1.0},
+                   paths={(it.name, "cn-hangzhou-h"): path})
+    assert m.mode == "price" and m.zones(it.name) == ["cn-hangzhou-h"]
+    assert m.reclaim_time(it.name, "cn-hangzhou-h", 0.0, 2.0) == 10800.0
+    assert m.reclaim_time(it.name, "cn-hangzhou-h", 0.0, 5.0) is None
+    assert m.available(it.name, "cn-hangzhou-h", 1e9)
+    # the strategy sees the last prices, never the next one
+    (zm,) = m.markets(it.name, 1800.0)
+    assert [float(p) for p in zm.price_history] == [1.0, 2.5]

@@ -137,9 +137,10 @@ class Checkpointer:
         self._hook = os.environ.get(ENV_TEST_HOOK)
 
         self._status_path = os.environ.get(ENV_STATUS_FILE) or None
-        self.status = Status(
-            pid=os.getpid(), attempt=int(os.environ.get(ENV_ATTEMPT, "1") or 1), started_at=wall()
-        )
+        attempt = os.environ.get(ENV_ATTEMPT) or "1"
+        if not attempt.isdigit():
+            raise InputError(f"${ENV_ATTEMPT} must be a positive integer, got {attempt!r}")
+        self.status = Status(pid=os.getpid(), attempt=int(attempt), started_at=wall())
         self._write_status()
 
         self._old_handlers: dict[int, Any] = {}

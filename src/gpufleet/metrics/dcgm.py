@@ -36,19 +36,30 @@ class DcgmField:
 # Help strings and types verbatim from dcgm-exporter's etc/default-counters.csv (note that
 # DCGM_FI_DEV_XID_ERRORS is a gauge holding the *last* XID code, not a count).
 FIELDS: tuple[DcgmField, ...] = (
-    DcgmField("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz).",
-              lambda s: s.sm_clock_mhz),
+    DcgmField(
+        "DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz).", lambda s: s.sm_clock_mhz
+    ),
     DcgmField("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).", lambda s: s.temp_c),
     DcgmField("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).", lambda s: s.power_w),
     DcgmField("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).", lambda s: s.util_pct),
-    DcgmField("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (in %).",
-              lambda s: s.mem_copy_util_pct),
-    DcgmField("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered.",
-              lambda s: float(s.xid_errors)),
-    DcgmField("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB).",
-              lambda s: s.fb_free_mib),
-    DcgmField("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB).",
-              lambda s: s.fb_used_mib),
+    DcgmField(
+        "DCGM_FI_DEV_MEM_COPY_UTIL",
+        "gauge",
+        "Memory utilization (in %).",
+        lambda s: s.mem_copy_util_pct,
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_XID_ERRORS",
+        "gauge",
+        "Value of the last XID error encountered.",
+        lambda s: float(s.xid_errors),
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB).", lambda s: s.fb_free_mib
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB).", lambda s: s.fb_used_mib
+    ),
 )
 
 

@@ -95,8 +95,9 @@ def serve_sim(
     if speed <= 0:
         raise InputError(f"expected a positive speed, got {speed}", field="speed")
     if interval_s <= 0:
-        raise InputError(f"expected a positive interval in seconds, got {interval_s}",
-                         field="interval")
+        raise InputError(
+            f"expected a positive interval in seconds, got {interval_s}", field="interval"
+        )
     registry = CollectorRegistry()
     metrics = FleetMetrics(registry)
     server = start_server(registry, host, port)  # a busy port fails before the sim is built

@@ -33,7 +33,16 @@ from gpufleet.metrics.snapshot import FleetSnapshot, GpuSample
 # Recoveries (interruption -> job running again) range from a restart on warm capacity (a minute
 # or two) to waiting hours for a new node: a log-ish spread over that range.
 RECOVERY_BUCKETS_S: tuple[float, ...] = (
-    30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0, 7200.0, 14400.0,
+    30.0,
+    60.0,
+    120.0,
+    300.0,
+    600.0,
+    1200.0,
+    1800.0,
+    3600.0,
+    7200.0,
+    14400.0,
 )
 
 
@@ -74,13 +83,16 @@ def fleet_families(snap: FleetSnapshot, recovery: _Histogram) -> list[Metric]:
     """All gpufleet_* metric families for one snapshot (pure apart from reading the histogram)."""
     fams: list[Metric] = []
 
-    for attr, name, doc in (
-        ("jobs_pending", "gpufleet_jobs_pending", "Jobs waiting to be placed."),
-        ("jobs_running", "gpufleet_jobs_running", "Jobs currently running."),
+    # Both job gauges cover every (tenant, shape) that has pending *or* running jobs, so an
+    # empty queue reads 0 for an active tenant instead of "no data".
+    active = sorted(set(snap.jobs_pending) | set(snap.jobs_running))
+    for counts, name, doc in (
+        (snap.jobs_pending, "gpufleet_jobs_pending", "Jobs waiting to be placed."),
+        (snap.jobs_running, "gpufleet_jobs_running", "Jobs currently running."),
     ):
         fam = GaugeMetricFamily(name, doc, labels=["tenant", "gpu_shape"])
-        for (tenant, shape), count in sorted(getattr(snap, attr).items()):
-            fam.add_metric([tenant, shape], float(count))
+        for tenant, shape in active:
+            fam.add_metric([tenant, shape], float(counts.get((tenant, shape), 0)))
         fams.append(fam)
 
     provisioned = _sum_by([((n.gpu_model, n.capacity_type), float(n.gpus)) for n in snap.nodes])

@@ -42,7 +42,7 @@ class Offer:
 
 @dataclass(frozen=True, slots=True)
 class PendingPod:
-    """One replica waiting; ``group`` ties the replicas of a gang together."""
+    """One replica waiting (a gang contributes one per replica)."""
 
     job_id: str
     request: ResourceRequest

@@ -162,6 +162,9 @@ class ClusterSim:
         self._shape_cache: dict[str, NodeShape] = {}
         self._booting: dict[str, SimNode] = {}
         self._fallback: set[str] = set()
+        self._demand_changed = True
+        self._last_scale_up = -INF
+        self._offer_cache: tuple[int, list[Offer]] | None = None
         self._handlers = [
             self._on_arrival, self._on_finish, self._on_ready, self._on_notice, self._on_gone,
             self._on_scan, self._on_pass, self._on_sample, self._on_ckpt_done, self._on_deadline,
@@ -302,6 +305,7 @@ class ClusterSim:
         bisect.insort(self.pending, (j.key, j.idx))
         self.pending_shapes[self._eshape(j)] += 1
         self._new.append(j.idx)
+        self._demand_changed = True
         self._want_pass()
         if self.sc.autoscaling:
             self._ensure_scan(self.now)
@@ -506,6 +510,7 @@ class ClusterSim:
         if node.state != "provisioning":
             return
         del self._booting[name]
+        self._demand_changed = True
         it = node.itype
         gm = self.gpu_catalog[it.gpu_model]
         info = NodeInfo(
@@ -574,7 +579,8 @@ class ClusterSim:
             if self._dead_rows > 256 and self._dead_rows > 2 * len(self.state.index):
                 self._compact()
             self._spot_exposure_s += (self.now - node.ready_s) if node.spot else 0.0
-        self._booting.pop(node.name, None)
+        if self._booting.pop(node.name, None) is not None:
+            self._demand_changed = True
         node.state = "draining"
 
     def _compact(self) -> None:
@@ -706,7 +712,15 @@ class ClusterSim:
         if not self.sc.autoscaling:
             self._rebalance()
             return
-        launched = self._scale_up() if self.pending else 0
+        launched = 0
+        if self.pending and (
+            self._demand_changed
+            or self.now - self._last_scale_up >= self.sc.max_pending_wait_s
+        ):
+            # nothing new since the last look and no pod crossed the wait trigger: same answer
+            self._demand_changed = False
+            self._last_scale_up = self.now
+            launched = self._scale_up()
         self._disrupt()
         inflight = bool(self._booting)
         more_work = self.running or inflight or self.arrived < len(self.jobs) or launched
@@ -738,6 +752,15 @@ class ClusterSim:
             self._end_node(node, self.now)
 
     def _offers(self) -> list[Offer]:
+        """Offers change only when a spot market ticks; cached per tick."""
+        tick = int(self.now // self.market.tick_s) if self.market is not None else 0
+        if self._offer_cache is not None and self._offer_cache[0] == tick:
+            return self._offer_cache[1]
+        out = self._fresh_offers()
+        self._offer_cache = (tick, out)
+        return out
+
+    def _fresh_offers(self) -> list[Offer]:
         out = []
         now = self.now
         for it in self.types.values():
@@ -812,8 +835,12 @@ class ClusterSim:
             self._last_consolidation = now
             self._changed = False
             # candidates plus every node with room to take their pods; full nodes cannot help
-            views = [self._view(n) for n in self.cloud.live.values()
-                     if n.state == "ready" and n.alloc_milli < GPU_MILLI * n.gpus]
+            views = [
+                self._view(n, room_only=n.underused_since is None
+                           or now - n.underused_since < unneeded)
+                for n in self.cloud.live.values()
+                if n.state == "ready" and n.alloc_milli < GPU_MILLI * n.gpus
+            ]
         else:
             views = [self._view(n) for n in self._empty.values()]
         cmd = self.disruption.decide(views, now)
@@ -840,9 +867,18 @@ class ClusterSim:
             self._by_id = {j.spec.job_id: j for j in self.jobs}
         return self._by_id.get(job_id)
 
-    def _view(self, n: SimNode) -> NodeView:
+    def _view(self, n: SimNode, room_only: bool = False) -> NodeView:
+        """The disruption policy's view of a node; ``room_only``: a node that can only receive
+        pods (not a candidate yet), so its own pods are not listed — a driver shortcut that
+        keeps consolidation checks cheap on large fleets."""
         row = self.state.index[n.name]
         st = self.state
+        if room_only:
+            return NodeView(
+                n.name, self._shape(n.itype), n.spot,
+                tuple(st.free_milli[row, : n.gpus].tolist()),
+                int(st.cpu_free[row]), int(st.mem_free[row]), (), None, None,
+            )
         pods = tuple(
             PodView(self.jobs[i].spec.job_id, self.jobs[i].req,
                     self.jobs[i].spec.checkpointable and self.jobs[i].spec.replicas == 1

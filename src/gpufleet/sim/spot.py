@@ -231,7 +231,7 @@ class SpotMarket:
         gaps = [a.gap_s for a in self.avail.values()] + [p.gap_s for p in self.paths.values()]
         # markets are cached per tick of the fastest process; slower traces are read in the
         # tick they changed or later, never earlier
-        self._tick = min(gaps, default=60.0)
+        self.tick_s = min(gaps, default=60.0)
         self._zones: dict[str, list[str]] = {}
         for it, z in self.offered:
             self._zones.setdefault(it, []).append(z)
@@ -251,7 +251,7 @@ class SpotMarket:
 
     def markets(self, instance_type: str, t: float) -> list[ZoneMarket]:
         """Zones a launch could succeed in now, with their past (never the future)."""
-        key = (instance_type, int(t // self._tick))
+        key = (instance_type, int(t // self.tick_s))
         hit = self._cache.get(key)
         if hit is None:
             hit = self._markets(instance_type, t)

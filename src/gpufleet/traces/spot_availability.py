@@ -41,7 +41,9 @@ def _line_of(text: str, needle: str) -> int | None:
     return text.count("\n", 0, pos) + 1 if pos >= 0 else None
 
 
-def parse_availability(text: str, *, path: str | Path, name: str | None = None) -> AvailabilityTrace:
+def parse_availability(
+    text: str, *, path: str | Path, name: str | None = None
+) -> AvailabilityTrace:
     """Validate the JSON text of one trace; every defect is an InputError naming where."""
     try:
         doc: Any = json.loads(text)
