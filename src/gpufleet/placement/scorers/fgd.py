@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -39,6 +39,14 @@ class _RowCache:
     idle: np.ndarray
     frag: np.ndarray
     n_models: int
+    # ``stamp[row]`` changes whenever the row's F inputs change; ``memo`` holds, per request
+    # shape, (stamp each row was scored at, node score, GPU) so a pod of a shape seen before
+    # rescores only the rows that changed since (one or two per placement).
+    stamp: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    clock: int = 0
+    memo: dict[tuple[object, ...], tuple[np.ndarray, np.ndarray, np.ndarray]] = field(
+        default_factory=dict
+    )
 
 
 def _sigmoid_score(delta: np.ndarray, levels: int = MAX_NODE_SCORE) -> np.ndarray:
@@ -96,6 +104,7 @@ class FgdScore:
                 idle=np.zeros(n, np.int64),
                 frag=np.zeros(n),
                 n_models=len(s.model_names),
+                stamp=np.zeros(n, np.int64),
             )
             self._caches[s] = cache
         else:
@@ -118,6 +127,8 @@ class FgdScore:
                 cpu[dirty],
                 model[dirty],
             )
+            cache.clock += 1
+            cache.stamp[dirty] = cache.clock
         return cache
 
     def _grow(self, state: FleetState, cache: _RowCache, n: int) -> _RowCache:
@@ -136,19 +147,23 @@ class FgdScore:
             idle=pad(cache.idle, 0),
             frag=pad(cache.frag, 0.0),
             n_models=cache.n_models,
-        )
+            stamp=pad(cache.stamp, 0),
+            clock=cache.clock,
+        )  # the memo is dropped: its arrays are sized for the old row count
         self._caches[state] = grown
         return grown
 
     # -- scoring -----------------------------------------------------------------------------
-    def deltas(self, view: PodView, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def deltas(
+        self, view: PodView, rows: np.ndarray, cache: _RowCache | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """ΔF = F_before − F_after per candidate: (candidate row index into ``rows``, GPU, ΔF).
 
         Whole-GPU, CPU-only and MIG pods have one candidate per node (GPU -1 = "the lowest
         idle ones"); a shared pod has one per distinct free value among its fitting GPUs.
         """
         t, req = self.table, view.req
-        cache = self._rows(view)
+        cache = cache if cache is not None else self._rows(view)
         acc = self._acc(view.state, view.catalog)[view.state.model_id[rows]]
         cpu_w = t.cpu_weight(view.cpu_free[rows] - req.cpu_milli)
         before = cache.frag[rows]
@@ -176,7 +191,33 @@ class FgdScore:
         return ci, cg, before[ci] - after
 
     def _node_scores(self, view: PodView, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        ci, cg, delta = self.deltas(view, rows)
+        req = view.req
+        if req.gpu_memory_mib:  # GPU memory decides which GPUs fit; the memo does not track it
+            return self._fresh_scores(view, rows, self._rows(view))
+        cache = self._rows(view)
+        key = (
+            req.cpu_milli,
+            req.num_gpu,
+            req.gpu_milli,
+            req.gpu_models,
+            req.mig_profile,
+        )
+        entry = cache.memo.get(key)
+        if entry is None:
+            n = len(cache.stamp)
+            entry = (np.full(n, -1, np.int64), np.zeros(n), np.full(n, -1, np.int64))
+            cache.memo[key] = entry
+        seen, score, gpu = entry
+        stale = rows[seen[rows] != cache.stamp[rows]]
+        if len(stale):
+            score[stale], gpu[stale] = self._fresh_scores(view, stale, cache)
+            seen[stale] = cache.stamp[stale]
+        return score[rows], gpu[rows]
+
+    def _fresh_scores(
+        self, view: PodView, rows: np.ndarray, cache: _RowCache
+    ) -> tuple[np.ndarray, np.ndarray]:
+        ci, cg, delta = self.deltas(view, rows, cache)
         s = _sigmoid_score(delta, self.levels) if self.quantize else delta
         if not view.req.is_shared:
             return s, cg
