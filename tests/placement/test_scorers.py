@@ -117,3 +117,36 @@ def test_fgd_prefers_the_gpu_that_leaves_no_crumb() -> None:
     # (F += 500); on GPU 1 it fills the GPU (F unchanged) -> GPU 1.
     six = [(ResourceRequest(cpu_milli=1000, num_gpu=1, gpu_milli=600), 1.0)]
     assert FgdScore(six).pick(view, 0, np.random.default_rng()) == (1,)
+
+
+@pytest.mark.parametrize("quantize", [True, False])
+def test_fgd_memo_stays_exact_while_the_fleet_fills_and_drains(quantize: bool) -> None:
+    """The per-shape memo rescores only changed rows: after every bind and release the memoised
+    node scores and GPU picks must still equal a from-scratch scorer and the scalar reference."""
+    state = random_cluster(7, fill=40)
+    memo = FgdScore(TYPICAL, quantize=quantize)
+    rng = np.random.default_rng(7)
+    placed: list[tuple[ResourceRequest, Bind]] = []
+    for step in range(60):
+        req = REQUESTS[step % len(REQUESTS)]
+        view = pod_view(state, req)
+        rows = _feasible(view)
+        if not len(rows):
+            continue
+        fast = memo.score(view, rows, rng)
+        fresh = FgdScore(TYPICAL, quantize=quantize)
+        np.testing.assert_array_equal(fast, fresh.score(view, rows, rng))
+        slow = np.array([memo.score_one(view, int(r)) for r in rows])
+        np.testing.assert_allclose(fast, slow, rtol=0, atol=1e-9)
+        row = int(rows[np.argmax(fast)])
+        gpus = memo.pick(view, row, rng)
+        assert gpus == fresh.pick(view, row, rng)
+        if req.num_gpu == 0:
+            continue
+        milli = req.gpu_milli if req.is_shared else 1000
+        bind = Bind(f"s{step}", state.nodes[row].name, gpus, milli)
+        state.allocate(req, bind)
+        placed.append((req, bind))
+        if step % 5 == 4:  # drain one: a row's F can also rise back
+            old_req, old_bind = placed.pop(0)
+            state.release(old_req, old_bind)

@@ -97,3 +97,15 @@ def test_serve_metrics_exports_the_paced_simulation(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_unknown_policy_name_fails_before_any_run(tmp_path: Path) -> None:
+    trace = tmp_path / "jobs.yaml"
+    write_jobs(trace)
+    sc = tmp_path / "sc.yaml"
+    sc.write_text("scenarios:\n  - name: x\n    spot_strategy: nope\n")
+    res = gpufleet("simulate", "--trace", str(trace), "--scenario", str(sc), "--out",
+                   str(tmp_path / "o"))
+    assert res.returncode == 2
+    assert "field 'spot_strategy'" in res.stderr and "capacity-aware" in res.stderr
+    assert not (tmp_path / "o").exists()

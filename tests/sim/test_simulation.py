@@ -126,3 +126,29 @@ def test_aliyun_price_model_run_bills_along_the_price_path() -> None:
     assert s["cost_usd"] == pytest.approx(total / MICRO)
     # every spot notice came after the 1-hour protection period
     assert all(n.ended_s - n.launched_s >= 3600 for n in spot if n.reclaimed)
+
+
+def _deadline_jobs() -> list:
+    from gpufleet.state import ResourceRequest
+    from gpufleet.traces.jobs import JobSpec
+
+    req = ResourceRequest(cpu_milli=4000, memory_mib=12288, num_gpu=1,
+                          gpu_models=frozenset({"V100-16GB"}))
+    return [JobSpec(f"d{i}", i * 700.0, 3 * 3600.0, req, deadline_s=i * 700.0 + 6 * 3600)
+            for i in range(12)]
+
+
+def test_deadline_policy_moves_jobs_to_on_demand() -> None:
+    """The real ``on_demand`` deadline policy pins every deadline job to on-demand capacity: a
+    job that landed on spot between two availability ticks checkpoints and moves."""
+    jobs = _deadline_jobs()
+    kw = {"spot_market": "price", "price_volatility": 0.0}
+    free = Simulation(scenario("gpufleet", deadline_policy=None, **kw), 0, jobs)
+    s_free = free.run()
+    pinned = Simulation(scenario("gpufleet", deadline_policy="on_demand", **kw), 0, jobs)
+    s_pin = pinned.run()
+    assert s_free["spot_share_gpu_hours"] > 0.5  # cheap, never reclaimed: spot wins
+    assert pinned.sim.tally.deadline_switches == len(jobs)
+    assert all(not j.on_spot for j in pinned.sim.jobs)  # each finished on on-demand
+    assert s_pin["cost_usd"] > s_free["cost_usd"]
+    assert s_pin["jobs_lost"] == 0 and s_pin["deadline_misses"] == 0

@@ -234,7 +234,7 @@ def register(name: str, summary: str) -> Callable[[RuleFactory], RuleFactory]:
 
 def _ensure_loaded() -> None:
     # The policies live in their own modules; importing them fills the registry.
-    from gpufleet.market import deadline_ours, deadline_policies  # noqa: F401
+    from gpufleet.market import deadline_mdp, deadline_ours, deadline_policies  # noqa: F401
 
     _ALIASES.setdefault("ours", DEFAULT_DEADLINE_POLICY)
 

@@ -77,7 +77,7 @@ def simulate(
     speed: Annotated[float, typer.Option(help="simulated seconds per wall second")] = 600.0,
 ) -> None:
     """Replay a workload under the baseline and gpufleet scenarios; write summary + report."""
-    from gpufleet.sim.runner import Simulation
+    from gpufleet.sim.runner import Simulation, check_names
     from gpufleet.traces.jobs import load_jobs
     from gpufleet.traces.synthetic import generate
 
@@ -85,6 +85,8 @@ def simulate(
     if not jobs:
         raise InputError("the workload has no jobs", path=trace)
     scenarios = _scenarios(scenario)
+    for sc in scenarios:
+        check_names(sc, scenario)
     if serve_metrics is not None:
         chosen = next((s for s in scenarios if s.name == "gpufleet"), scenarios[-1])
         _serve(serve_metrics, speed, seed, jobs, chosen)

@@ -116,6 +116,28 @@ def horizon(jobs: list[JobSpec]) -> float:
     return max(j.submit_s + j.duration_s for j in jobs) * 3 + 30 * 86400.0
 
 
+def check_names(sc: Scenario, source: str | Path | None = None) -> None:
+    """Resolve every registry name a scenario uses now, not after other scenarios have run."""
+    from gpufleet.market.bidding import get_spot_strategy
+    from gpufleet.market.deadline import get_deadline_policy
+    from gpufleet.placement import get_policy
+    from gpufleet.recovery import get_recovery_strategy
+
+    checks = [
+        ("spot_strategy", lambda: get_spot_strategy(sc.spot_strategy)),
+        ("recovery", lambda: get_recovery_strategy(sc.recovery)),
+        ("placement", lambda: sc.placement and get_policy(sc.placement)),
+        ("deadline_policy", lambda: sc.deadline_policy not in (None, "default")
+         and get_deadline_policy(sc.deadline_policy)),
+    ]
+    for field, check in checks:
+        try:
+            check()
+        except InputError as exc:
+            raise InputError(f"scenario {sc.name!r}: {exc.detail}", path=source,
+                             field=field) from None
+
+
 class Simulation:
     """One scenario over one workload, advanced by the caller (``run_until``).
 
