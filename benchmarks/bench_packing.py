@@ -44,6 +44,7 @@ def main() -> int:
         "bestfit",
         "fgd",
         "fgd-band",
+        "fgd-strand",
         "spread",
     ]:
         res = run_seed(name, nodes, pods, args.seed, [130], typical=typical)

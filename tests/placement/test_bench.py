@@ -46,7 +46,7 @@ def test_truncated_run_on_real_trace(shared_data: Path) -> None:
 def test_cli_list_policies() -> None:
     out = runner.invoke(app, ["bench", "packing", "--list-policies"])
     assert out.exit_code == 0
-    for name in ("bestfit", "fgd", "fgd-band (default)"):
+    for name in ("bestfit", "fgd", "fgd-band", "fgd-strand (default)"):
         assert name in out.output
 
 

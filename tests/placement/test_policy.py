@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from gpufleet.decisions import Bind
 from gpufleet.errors import InputError
 from gpufleet.placement import (
     DEFAULT_POLICY,
@@ -188,3 +189,27 @@ def test_topology_keeps_four_gpus_in_one_nvlink_quad() -> None:
     assert isinstance(res, PlacementResult)
     doms = {int(s.nvlink_domain[res.row, g]) for g in res.gpus}
     assert len(doms) == 1
+
+
+def test_default_policy_keeps_cores_next_to_idle_gpus() -> None:
+    """Four G2 nodes, three with all GPUs taken. A CPU-only pod leaves FGD's ΔF at 0 on every
+    node (CPU stays above every typical task's need), so FGD's tie order decides; ours must pick
+    a GPU-full node whatever the tie seed, keeping the idle node's cores for its GPUs' pods."""
+    typical = [(ResourceRequest(cpu_milli=8000, num_gpu=1), 1.0)]
+    whole = ResourceRequest(cpu_milli=8000, num_gpu=8)
+    picked_idle_by_fgd = 0
+    for seed in range(16):
+        s = FleetState(max_gpus=8, capacity=4)
+        for i in range(4):
+            s.add_node(f"n{i}", gpu_model="G2", num_gpus=8, cpu_milli=96000, memory_mib=1 << 19)
+        for i in (0, 1, 3):
+            s.allocate(whole, Bind(f"w{i}", f"n{i}", tuple(range(8)), 1000))
+        cpu_pod = ResourceRequest(cpu_milli=16000)
+        ours = get_policy(DEFAULT_POLICY, typical_tasks=typical, tie_seed=seed)
+        res = ours.place(s, cpu_pod, np.random.default_rng(seed))
+        assert isinstance(res, PlacementResult) and res.row != 2
+        fgd = get_policy("fgd", typical_tasks=typical, tie_seed=seed)
+        base = fgd.place(s, cpu_pod, np.random.default_rng(seed))
+        assert isinstance(base, PlacementResult)
+        picked_idle_by_fgd += base.row == 2
+    assert picked_idle_by_fgd > 0  # FGD alone does strand the idle node's GPUs

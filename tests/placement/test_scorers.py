@@ -11,6 +11,7 @@ from gpufleet.placement.filters import DEFAULT_FILTERS
 from gpufleet.placement.scorers.fgd import FgdScore
 from gpufleet.placement.scorers.gpu_shape import GpuClusteringScore, GpuPackingScore
 from gpufleet.placement.scorers.resources import BestFitScore, DotProdScore, LeastAllocatedScore
+from gpufleet.placement.scorers.stranding import CpuOnlyStrandingScore
 from gpufleet.placement.scorers.topology import NvlinkTopologyScore
 from gpufleet.placement.view import pod_view
 from gpufleet.state import FleetState, ResourceRequest
@@ -26,6 +27,7 @@ SCORERS = [
     GpuPackingScore(),
     GpuClusteringScore(),
     NvlinkTopologyScore(),
+    CpuOnlyStrandingScore(),
     FgdScore(TYPICAL),
     FgdScore(TYPICAL, quantize=False),
     FgdScore(TYPICAL, cpu_tasks="fit"),
@@ -150,3 +152,18 @@ def test_fgd_memo_stays_exact_while_the_fleet_fills_and_drains(quantize: bool) -
         if step % 5 == 4:  # drain one: a row's F can also rise back
             old_req, old_bind = placed.pop(0)
             state.release(old_req, old_bind)
+
+
+def test_cpu_only_pods_go_where_no_gpu_is_left_idle() -> None:
+    """Node a has both T4s taken, b one, c none: a CPU-only pod scores a over b over c
+    (minus idle GPU milli: 0, -1000, -2000); a GPU pod is not this scorer's business (all 0)."""
+    s = FleetState(max_gpus=2, capacity=3)
+    for name in "abc":
+        s.add_node(name, gpu_model="T4", num_gpus=2, cpu_milli=64000, memory_mib=1 << 16)
+    s.allocate(ResourceRequest(cpu_milli=1000, num_gpu=2), Bind("x", "a", (0, 1), 1000))
+    s.allocate(ResourceRequest(cpu_milli=1000, num_gpu=1), Bind("y", "b", (0,), 1000))
+    rows = np.array([0, 1, 2])
+    cpu = pod_view(s, ResourceRequest(cpu_milli=8000))
+    assert CpuOnlyStrandingScore().score(cpu, rows, None).tolist() == [0, -1000, -2000]  # type: ignore[arg-type]
+    gpu = pod_view(s, ResourceRequest(cpu_milli=8000, num_gpu=1, gpu_milli=500))
+    assert CpuOnlyStrandingScore().score(gpu, rows, None).tolist() == [0, 0, 0]  # type: ignore[arg-type]

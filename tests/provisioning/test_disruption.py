@@ -52,3 +52,30 @@ def test_on_demand_only_pods_never_consolidate_onto_spot() -> None:
     assert pol.decide([low, spot_room], 700.0) is None
     od_room = node("od", 1, (pod("z"),))
     assert pol.decide([low, od_room], 700.0) is not None
+
+
+MIG_SHAPE = NodeShape("A100-40GB", 2, 32000, 244 * 1024, 40960, mig_compute=7)
+
+
+def mig_node(name: str, used: tuple[int, int], compute: tuple[int, int],
+             pods: tuple[PodView, ...] = (), under: float | None = None) -> NodeView:
+    return NodeView(name, MIG_SHAPE, False, (0, 0), 30000, 200 * 1024, pods, None, under,
+                    mig_used=used, mig_compute_used=compute)
+
+
+def test_mig_node_allocation_and_consolidation_respect_slices() -> None:
+    three = ResourceRequest(cpu_milli=1000, num_gpu=1, mig_profile="3g.20gb")
+    low = mig_node("low", (0xF0, 0), (3, 0), (PodView("m", three, True, True),), under=0.0)
+    assert low.allocation == 3 / 14
+    pol = DisruptionPolicy(unneeded_s=600, utilization_threshold=0.5)
+    # the other node has a 3g at start 4 on GPU 0 and 1g instances on slices 0-6 of GPU 1:
+    # GPU 0's start 0 is free, so the 3g moves there
+    fits = mig_node("other", (0xF0, 0x7F), (3, 7))
+    cmd = pol.decide([low, fits], now=700.0)
+    assert cmd is not None and cmd.method == "single-node-consolidation"
+    # slices 0-3 of GPU 0 hold a 1g at slice 1: a 3g can start at 0 or 4 only, both blocked
+    blocked = mig_node("other", (0xF2, 0x7F), (4, 7))
+    assert pol.decide([low, blocked], now=700.0) is None
+    # a whole-GPU node has free GPUs but no MIG slices
+    whole = NodeView("whole", SHAPE, False, (1000,) * 4, 32000, 244 * 1024, (), None, None)
+    assert pol.decide([low, whole], now=700.0) is None

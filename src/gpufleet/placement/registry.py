@@ -25,6 +25,7 @@ from gpufleet.placement.scorers.resources import (
     LeastAllocatedScore,
     RandomScore,
 )
+from gpufleet.placement.scorers.stranding import CpuOnlyStrandingScore
 from gpufleet.placement.scorers.topology import NvlinkTopologyScore
 from gpufleet.placement.typical import DEFAULT_TYPICAL_TASKS, TypicalTasks
 from gpufleet.placement.view import PodView
@@ -136,7 +137,7 @@ def _fgd_then_nvlink(fgd: FgdScore) -> GpuPicker:
     return pick
 
 
-@register("fgd-band", "ours: FGD in 50 coarse bands, ties to a fixed node order (default)")
+@register("fgd-band", "FGD in 50 coarse bands, ties to a fixed node order (our first try)")
 def _fgd_band(tasks: TypicalTasks) -> Policy:
     """FGD's fragmentation gradient, read coarsely, with equals consolidated.
 
@@ -161,4 +162,31 @@ def _fgd_band(tasks: TypicalTasks) -> Policy:
     )
 
 
-DEFAULT_POLICY = "fgd-band"
+@register("fgd-strand", "ours: FGD, CPU-only pods to GPU-full nodes among equals (default)")
+def _fgd_strand(tasks: TypicalTasks) -> Policy:
+    """FGD's GPU fragmentation gradient, plus the *CPU* stranding that FGD does not see.
+
+    On openb the cores are nearly as scarce as the GPUs: at 100% GPU load the trace asks for ~80%
+    of the fleet's CPU, a whole-GPU pod wants ~11 cores, and 13% of pods are CPU-only (18% of the
+    CPU demand). A CPU-only pod placed on a node with idle GPUs spends the cores those GPUs' future
+    pods need: the GPUs stay idle without being fragmented in FGD's sense. FGD's ΔF for a CPU-only
+    pod is zero on most nodes (it moves only when a typical task's CPU threshold is crossed), so
+    FGD leaves the choice to the random node order. We keep FGD's score as published (100 sigmoid
+    levels — it vetoes every move that fragments) and break its ties for CPU-only pods by the least
+    idle GPU milli on the node (``CpuOnlyStrandingScore``): a node whose GPUs are all taken absorbs
+    CPU-only work first, so idle GPUs keep their cores. GPU pods are placed exactly as FGD does,
+    except that multi-GPU pods take NVLink-tight GPUs (FGD is indifferent to which idle GPUs).
+    Remaining ties go to the fixed seeded node order (first-fit among equals: consolidation), even
+    without a caller's ``tie_seed``. Measured against FGD in docs/placement.md.
+    """
+    fgd = FgdScore(tasks)
+    return Policy(
+        "fgd-strand",
+        ((fgd, 1.0),),
+        picker=_fgd_then_nvlink(fgd),
+        tiebreak=(NvlinkTopologyScore(), CpuOnlyStrandingScore()),
+        tie_seed=0,
+    )
+
+
+DEFAULT_POLICY = "fgd-strand"

@@ -1,14 +1,32 @@
 """Provisioning: grow the fleet for pending work, shrink it when nodes are not needed."""
 
-from gpufleet.provisioning.binpack import Bin, NodeShape, fits_shape, pack
+from gpufleet.provisioning.binpack import (
+    MIG_CONFIG,
+    MIG_CONFIG_LABEL,
+    Bin,
+    NodeShape,
+    fits_shape,
+    gpu_milli_of,
+    pack,
+)
 from gpufleet.provisioning.disruption import Command, DisruptionPolicy, NodeView, PodView
-from gpufleet.provisioning.scale_up import InFlight, Offer, PendingPod, ScaleUpPolicy, score
+from gpufleet.provisioning.scale_up import (
+    InFlight,
+    MigLaunch,
+    Offer,
+    PendingPod,
+    ScaleUpPolicy,
+    score,
+)
 
 __all__ = [
+    "MIG_CONFIG",
+    "MIG_CONFIG_LABEL",
     "Bin",
     "Command",
     "DisruptionPolicy",
     "InFlight",
+    "MigLaunch",
     "NodeShape",
     "NodeView",
     "Offer",
@@ -16,6 +34,7 @@ __all__ = [
     "PodView",
     "ScaleUpPolicy",
     "fits_shape",
+    "gpu_milli_of",
     "pack",
     "score",
 ]

@@ -4,16 +4,31 @@ Used by scale-up ("how many nodes of this type does the pending set need?"), by 
 accounting ("which pending pods will the nodes already booting absorb?") and by consolidation
 ("do this node's pods fit in the others' free space?"). It mirrors the placement rules at the
 granularity a provisioner needs: a multi-GPU pod takes whole idle GPUs; a shared pod takes
-``gpu_milli`` on one GPU (best fit); CPU and memory must fit too. MIG requests are not packed
-here (the simulator rejects them up front).
+``gpu_milli`` on one GPU (best fit); CPU and memory must fit too.
+
+MIG: a node shape with ``mig_compute > 0`` is a node whose GPUs are all in MIG mode (it offers
+slices, never milli-GPU). A MIG pod takes one instance of its profile on such a node, on the
+fullest GPU at the start offset that keeps the most later placements open — the same choice and
+the same legal-start rule (``gpufleet.placement.mig``) that placement applies, so the provisioner
+never promises a layout that placement (or the driver) would refuse: two 3g.20gb fit an A100
+(starts 0 and 4), a third needs a second GPU even though a 1g.5gb would still fit.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cache
 
+from gpufleet.catalog.gpus import MigSpec, default_gpu_catalog
+from gpufleet.placement.mig import _legal_starts  # the placement rule itself, not a copy
 from gpufleet.state import GPU_MILLI, ResourceRequest
+
+# mig-manager's named config that turns MIG mode on for every GPU without creating instances:
+# instances are then created per pod at bind time (dynamic partitioning), which is what the
+# simulator models. Nodes launched for MIG pods carry this label.
+MIG_CONFIG = "all-enabled"
+MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,11 +41,40 @@ class NodeShape:
     memory_mib: int
     gpu_memory_mib: int = 0
     cuda_driver: int = 0
+    mig_compute: int = 0  # > 0: every GPU is in MIG mode with this many compute slices
+
+    @property
+    def mig(self) -> bool:
+        return self.mig_compute > 0
+
+
+def mig_spec(gpu_model: str) -> MigSpec | None:
+    cat = default_gpu_catalog()
+    return cat[gpu_model].mig if gpu_model in cat else None
+
+
+@cache
+def _mig_share(profile: str, models: frozenset[str] | None) -> int:
+    cat = default_gpu_catalog()
+    shares = []
+    for m in sorted(models) if models else sorted(cat.models):
+        spec = mig_spec(m)
+        if spec is not None and profile in spec.profiles:
+            shares.append(spec.profiles[profile].compute * GPU_MILLI // spec.compute_slices)
+    return max(shares, default=0)
+
+
+def gpu_milli_of(req: ResourceRequest) -> int:
+    """Milli-GPU a request occupies: a MIG instance counts its compute slices as a share of
+    the GPU (1g on a 7-slice A100 = 142), like ``FleetState.gpu_allocated_milli``."""
+    if req.mig_profile is not None:
+        return _mig_share(req.mig_profile, req.gpu_models)
+    return req.total_gpu_milli
 
 
 @dataclass(slots=True)
 class Bin:
-    """A node being filled: free milli per GPU, CPU, memory."""
+    """A node being filled: free milli per GPU, CPU, memory (MIG: used slices per GPU)."""
 
     shape: NodeShape
     free: list[int]
@@ -38,20 +82,33 @@ class Bin:
     mem: int
     tag: str = ""
     items: list[int] = field(default_factory=list)
+    mig_used: list[int] = field(default_factory=list)  # memory-slice bitmask per GPU
+    mig_compute_used: list[int] = field(default_factory=list)
 
     @classmethod
     def empty(cls, shape: NodeShape, tag: str = "") -> Bin:
+        if shape.mig:
+            return cls(shape, [0] * shape.gpus, shape.cpu_milli, shape.memory_mib, tag,
+                       mig_used=[0] * shape.gpus, mig_compute_used=[0] * shape.gpus)
         return cls(shape, [GPU_MILLI] * shape.gpus, shape.cpu_milli, shape.memory_mib, tag)
+
+    def has_gpu_room(self) -> bool:
+        if self.shape.mig:
+            return any(c < self.shape.mig_compute for c in self.mig_compute_used)
+        return any(f > 0 for f in self.free)
 
     def take(self, req: ResourceRequest) -> bool:
         """Claim room for ``req`` if it fits; False leaves the bin unchanged."""
         if req.cpu_milli > self.cpu or req.memory_mib > self.mem:
             return False
-        if req.num_gpu == 0:
+        if req.num_gpu == 0 and req.mig_profile is None:
             self.cpu -= req.cpu_milli
             self.mem -= req.memory_mib
             return True
-        if req.num_gpu == 1 and req.gpu_milli < GPU_MILLI:
+        if req.mig_profile is not None or self.shape.mig:
+            if not (self.shape.mig and req.mig_profile is not None and self._take_mig(req)):
+                return False
+        elif req.num_gpu == 1 and req.gpu_milli < GPU_MILLI:
             best = -1
             for g, f in enumerate(self.free):
                 if f >= req.gpu_milli and (best < 0 or f < self.free[best]):
@@ -69,11 +126,40 @@ class Bin:
         self.mem -= req.memory_mib
         return True
 
+    def _take_mig(self, req: ResourceRequest) -> bool:
+        """placement.mig.choose_mig's choice: fullest GPU, then the start leaving most open."""
+        spec = mig_spec(self.shape.gpu_model)
+        if spec is None or req.mig_profile not in spec.profiles:
+            return False
+        prof = spec.profiles[req.mig_profile]
+        best: tuple[int, int, int, int] | None = None
+        for g, used in enumerate(self.mig_used):
+            if self.mig_compute_used[g] + prof.compute > self.shape.mig_compute:
+                continue
+            for st in _legal_starts(prof, used):
+                after = used | prof.slice_mask(st)
+                open_after = sum(len(_legal_starts(p, after)) for p in spec.profiles.values())
+                key = (-self.mig_compute_used[g], -open_after, g, st)
+                if best is None or key < best:
+                    best = key
+        if best is None:
+            return False
+        _, _, g, st = best
+        self.mig_used[g] |= prof.slice_mask(st)
+        self.mig_compute_used[g] += prof.compute
+        return True
+
 
 def fits_shape(req: ResourceRequest, shape: NodeShape) -> bool:
-    """Could ``req`` run on an empty node of ``shape`` at all (model, CUDA, sizes)?"""
+    """Could ``req`` run on an empty node of ``shape`` at all (model, MIG mode, CUDA, sizes)?"""
     if req.mig_profile is not None:
-        return False
+        if not shape.mig:
+            return False
+        spec = mig_spec(shape.gpu_model)
+        if spec is None or req.mig_profile not in spec.profiles:
+            return False
+    elif req.num_gpu > 0 and shape.mig:
+        return False  # MIG GPUs offer no whole or fractional GPUs
     if req.num_gpu > 0:
         if req.gpu_models is not None and shape.gpu_model not in req.gpu_models:
             return False
@@ -87,7 +173,7 @@ def fits_shape(req: ResourceRequest, shape: NodeShape) -> bool:
 
 
 def size_key(req: ResourceRequest) -> tuple[int, int, int]:
-    return (req.total_gpu_milli, req.cpu_milli, req.memory_mib)
+    return (gpu_milli_of(req), req.cpu_milli, req.memory_mib)
 
 
 def pack(
@@ -102,11 +188,12 @@ def pack(
     left: list[int] = []
     # bins with GPU room left; a bin leaves this list once its GPUs are all taken, which keeps
     # packing many small pods into many small nodes linear instead of quadratic
-    open_bins = [b for b in bins if any(f > 0 for f in b.free) or not b.free]
+    open_bins = [b for b in bins if b.has_gpu_room() or not b.free]
     order = sorted(range(len(items)), key=lambda i: size_key(items[i]), reverse=True)
     for i in order:
         req = items[i]
-        pool = open_bins if req.num_gpu > 0 else bins
+        gpu = req.num_gpu > 0 or req.mig_profile is not None
+        pool = open_bins if gpu else bins
         placed = None
         for b in pool:
             if b.take(req):
@@ -123,6 +210,6 @@ def pack(
             bins.append(placed)
             open_bins.append(placed)
         placed.items.append(i)
-        if placed.free and req.num_gpu > 0 and max(placed.free) <= 0:
+        if placed.free and gpu and not placed.has_gpu_room():
             open_bins.remove(placed)
     return bins, left

@@ -43,12 +43,24 @@ class NodeView:
     pods: tuple[PodView, ...]
     empty_since: float | None  # None: has pods
     underused_since: float | None  # None: allocation >= threshold
+    mig_used: tuple[int, ...] = ()  # MIG node: memory-slice bitmask per GPU
+    mig_compute_used: tuple[int, ...] = ()
 
     @property
     def allocation(self) -> float:
         if not self.shape.gpus:
             return 0.0
+        if self.shape.mig:
+            return sum(self.mig_compute_used) / (self.shape.mig_compute * self.shape.gpus)
         return 1.0 - sum(self.free_milli) / (GPU_MILLI * self.shape.gpus)
+
+    def bin(self) -> Bin:
+        """The node's free room, for packing pods into it."""
+        if self.shape.mig:
+            return Bin(self.shape, list(self.free_milli), self.cpu_free, self.mem_free, self.name,
+                       mig_used=list(self.mig_used) or [0] * self.shape.gpus,
+                       mig_compute_used=list(self.mig_compute_used) or [0] * self.shape.gpus)
+        return Bin(self.shape, list(self.free_milli), self.cpu_free, self.mem_free, self.name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,11 +124,7 @@ def _fits_elsewhere(cand: NodeView, nodes: Sequence[NodeView]) -> bool:
     others = [n for n in nodes if n.name != cand.name]
 
     def bins(spot: bool) -> list[Bin]:
-        return [
-            Bin(n.shape, list(n.free_milli), n.cpu_free, n.mem_free, n.name)
-            for n in others
-            if n.spot == spot
-        ]
+        return [n.bin() for n in others if n.spot == spot]
 
     on_demand = bins(False)
     strict = [p.request for p in cand.pods if not p.spot_ok]

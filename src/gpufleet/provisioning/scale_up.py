@@ -13,6 +13,11 @@ are only scored for pods that tolerate spot; the spot strategy (``gpufleet.marke
 spreads the nodes over zones, and when it declines (``[]``) the group falls back to its best
 on-demand offer.
 
+MIG pods form their own groups and are scored only on MIG offers (a MIG-capable type launched
+with every GPU in MIG mode); their useful GPUs are their compute share (a 1g.5gb is 1/7 of an
+A100), so seven of them fill one GPU's worth of "useful" and pay for one. Their launches come back
+as :class:`MigLaunch` (a ``Launch`` that also says which mig-manager config the node boots with).
+
 Example: 3 pending 1-GPU spot-tolerant pods; offers p3.2xlarge spot 0.918 $/h, p3.16xlarge spot
 8.0 $/h (8 GPUs), p3.2xlarge on-demand 3.06 $/h. Scores: 3×0.918/3 = 0.918; 8.0/3 = 2.67;
 3.06 → three p3.2xlarge spot nodes.
@@ -21,12 +26,30 @@ Example: 3 pending 1-GPU spot-tolerant pods; offers p3.2xlarge spot 0.918 $/h, p
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from gpufleet.decisions import CapacityType, Launch
 from gpufleet.market.bidding import SpotStrategy, ZoneMarket
-from gpufleet.provisioning.binpack import Bin, NodeShape, fits_shape, pack
+from gpufleet.provisioning.binpack import (
+    MIG_CONFIG,
+    Bin,
+    NodeShape,
+    fits_shape,
+    gpu_milli_of,
+    pack,
+)
 from gpufleet.state import GPU_MILLI, ResourceRequest
+
+
+@dataclass(frozen=True, slots=True)
+class MigLaunch(Launch):
+    """A launch whose nodes boot with every GPU in MIG mode (``nvidia.com/mig.config``)."""
+
+    mig_config: str = MIG_CONFIG
+
+    @classmethod
+    def of(cls, launch: Launch) -> MigLaunch:
+        return cls(**{f.name: getattr(launch, f.name) for f in fields(Launch)})
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,14 +99,15 @@ class ScaleUpPolicy:
         uncovered = _absorb(pods, inflight)
         if not uncovered:
             return []
-        gpus = sum(p.request.total_gpu_milli for p in uncovered) / GPU_MILLI
+        gpus = sum(gpu_milli_of(p.request) for p in uncovered) / GPU_MILLI
         oldest = max(p.waited_s for p in uncovered)
         if gpus < self.gpu_threshold and oldest < self.max_wait_s:
             return []
         groups: dict[tuple, list[PendingPod]] = {}
         for p in uncovered:
             r = p.request
-            key = (r.gpu_models, r.min_cuda, r.gpu_memory_mib, p.spot_ok, min(r.num_gpu, 2))
+            key = (r.gpu_models, r.min_cuda, r.gpu_memory_mib, p.spot_ok, min(r.num_gpu, 2),
+                   r.mig_profile is not None)
             groups.setdefault(key, []).append(p)
         out: list[Launch] = []
         for key in sorted(groups, key=repr):
@@ -112,16 +136,17 @@ class ScaleUpPolicy:
         )
         for (_, nodes), offer in ranked:
             if offer.capacity_type == CapacityType.ON_DEMAND:
-                return [
+                plan = [
                     Launch(offer.instance_type, offer.zone, CapacityType.ON_DEMAND, nodes,
                            reason=f"{len(pods)} pending pods")
                 ]
-            if spot_strategy is None:
+            elif spot_strategy is None:
                 continue
-            zones = markets.get(offer.instance_type, ())
-            plan = spot_strategy.plan(offer.instance_type, zones, nodes)
+            else:
+                zones = markets.get(offer.instance_type, ())
+                plan = spot_strategy.plan(offer.instance_type, zones, nodes)
             if plan:
-                return plan
+                return [MigLaunch.of(x) for x in plan] if offer.shape.mig else plan
         return []
 
 
@@ -130,7 +155,7 @@ def score(reqs: Sequence[ResourceRequest], offer: Offer) -> tuple[float, int]:
     bins, left = pack(reqs, offer.shape)
     if left:
         return float("inf"), 0
-    useful = sum(r.total_gpu_milli for r in reqs) / GPU_MILLI
+    useful = sum(gpu_milli_of(r) for r in reqs) / GPU_MILLI
     cost = len(bins) * offer.usd_per_hour
     if useful <= 0:  # CPU-only pods: cheapest nodes
         return cost, len(bins)

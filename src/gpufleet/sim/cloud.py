@@ -34,6 +34,7 @@ class SimNode:
     empty_since: float | None = None
     underused_since: float | None = None
     reclaimed: bool = False
+    mig: bool = False  # every GPU in MIG mode (nvidia.com/mig.config=all-enabled)
 
     @property
     def gpus(self) -> int:
@@ -67,12 +68,14 @@ class SimCloud:
         now: float,
         delay_s: float,
         max_price: float | None = None,
+        mig: bool = False,
     ) -> SimNode:
         self._seq += 1
         self.launches += 1
-        kind = "spot" if spot else "od"
+        kind = ("spot" if spot else "od") + ("-mig" if mig else "")
         name = f"{itype.name}-{zone}-{kind}-{self._seq:06d}"
-        node = SimNode(name, itype, zone, spot, usd_per_hour, now, now + delay_s, max_price)
+        node = SimNode(name, itype, zone, spot, usd_per_hour, now, now + delay_s, max_price,
+                       mig=mig)
         self.nodes[name] = node
         self.live[name] = node
         return node

@@ -30,14 +30,18 @@ from gpufleet.errors import InputError
 from gpufleet.market.bidding import get_spot_strategy
 from gpufleet.placement import PlacementResult, get_policy
 from gpufleet.provisioning import (
+    MIG_CONFIG,
+    MIG_CONFIG_LABEL,
     DisruptionPolicy,
     InFlight,
+    MigLaunch,
     NodeShape,
     NodeView,
     Offer,
     PendingPod,
     PodView,
     ScaleUpPolicy,
+    gpu_milli_of,
 )
 from gpufleet.queueing import BackfillPass, queue_key
 from gpufleet.queueing.gang import place_gang
@@ -53,9 +57,11 @@ from gpufleet.traces.jobs import JobSpec
 SPOT_TAINT = "karpenter.sh/capacity-type=spot"
 
 # event kinds (dispatch table index) and priorities at equal times
-ARRIVAL, FINISH, READY, NOTICE, GONE, SCAN, PASS, SAMPLE, CKPT_DONE, DEADLINE = range(10)
-PRIO = {FINISH: 0, GONE: 0, CKPT_DONE: 0, READY: 1, NOTICE: 1, ARRIVAL: 2, DEADLINE: 3,
+ARRIVAL, FINISH, READY, NOTICE, GONE, SCAN, PASS, SAMPLE, CKPT_DONE, DEADLINE, FAIL = range(11)
+PRIO = {FINISH: 0, GONE: 0, CKPT_DONE: 0, READY: 1, NOTICE: 1, FAIL: 1, ARRIVAL: 2, DEADLINE: 3,
         PASS: 5, SCAN: 6, SAMPLE: 9}
+# events that do not keep a run alive: when only these are left, nothing else can happen
+PASSIVE = (SAMPLE, DEADLINE, FAIL)
 
 
 @dataclass(slots=True)
@@ -85,21 +91,31 @@ class Tally:
     launches_failed: int = 0
     consolidations: int = 0
     deadline_switches: int = 0
+    node_failures: int = 0
+    failure_interruptions: int = 0
 
 
 def peak_demand_milli(jobs: list[JobSpec], sharing: bool) -> int:
-    """Peak concurrent GPU demand if every job ran from submit for its duration."""
+    """Peak concurrent GPU demand if every job ran from submit for its duration (a MIG
+    instance counts its compute share with sharing on, one whole GPU without)."""
     if not jobs:
         return 0
     t = np.array([j.submit_s for j in jobs] + [j.submit_s + j.duration_s for j in jobs])
     w = []
     for j in jobs:
         r = j.request
-        per = r.total_gpu_milli if sharing else r.whole_gpus * GPU_MILLI
+        per = gpu_milli_of(r) if sharing else r.whole_gpus * GPU_MILLI
         w.append(per * j.replicas)
     wa = np.array(w + [-x for x in w], dtype=np.int64)
     order = np.lexsort((wa, t))  # ends before starts at equal times
     return int(np.cumsum(wa[order]).max())
+
+
+def mig_models(req: ResourceRequest) -> frozenset[str]:
+    """GPU models (of the request's constraint, if any) that offer its MIG profile."""
+    cat = default_gpu_catalog()
+    names = req.gpu_models or frozenset(cat.models)
+    return frozenset(m for m in names if m in cat and cat.mig_profile(m, req.mig_profile or ""))
 
 
 class ClusterSim:
@@ -116,6 +132,10 @@ class ClusterSim:
         self.sc = scenario
         self.engine = Engine()
         self.rng = np.random.default_rng(seed)
+        # own stream: drawing failure times does not shift placement tie-breaks
+        self.fail_rng = np.random.default_rng([seed, 104729])
+        self.gpu_mtbf_s = (scenario.gpu_mtbf_hours * 3600.0
+                           if scenario.gpu_mtbf_hours is not None else None)
         self.cloud = SimCloud()
         self.state = FleetState()
         self.market = market if scenario.spot else None
@@ -134,6 +154,7 @@ class ClusterSim:
         self.backfill = BackfillPass(scenario.starvation_s)
         self._shapes: dict[tuple, int] = {}
         self.jobs = [self._job(i, s) for i, s in enumerate(jobs)]
+        self._mig_jobs = any(j.req.mig_profile is not None for j in self.jobs)
         self.pending: list[tuple[tuple, int]] = []
         self.pending_shapes: Counter = Counter()
         self.running = 0
@@ -159,7 +180,7 @@ class ClusterSim:
         self._under: dict[str, SimNode] = {}
         self._spot_ready_n = 0
         self._spot_ready_sum = 0.0
-        self._shape_cache: dict[str, NodeShape] = {}
+        self._shape_cache: dict[tuple[str, bool], NodeShape] = {}
         self._booting: dict[str, SimNode] = {}
         self._fallback: set[str] = set()
         self._demand_changed = True
@@ -168,6 +189,7 @@ class ClusterSim:
         self._handlers = [
             self._on_arrival, self._on_finish, self._on_ready, self._on_notice, self._on_gone,
             self._on_scan, self._on_pass, self._on_sample, self._on_ckpt_done, self._on_deadline,
+            self._on_fail,
         ]
         for j in self.jobs:
             self._at(j.spec.submit_s, ARRIVAL, j.idx)
@@ -181,16 +203,25 @@ class ClusterSim:
         from gpufleet.placement import DEFAULT_POLICY, typical_tasks_from
 
         name = self.sc.placement or (DEFAULT_POLICY if self.sc.packing else "spread")
-        typical = typical_tasks_from([self._effective(j) for j in jobs[:20000]]) if jobs else None
+        # MIG pods take slices, not milli-GPU: they play no part in milli fragmentation
+        reqs = [r for r in (self._effective(j) for j in jobs[:20000]) if r.mig_profile is None]
+        typical = typical_tasks_from(reqs) if reqs else None
         return get_policy(name, typical_tasks=typical)
 
     def _effective(self, spec: JobSpec) -> ResourceRequest:
         r = spec.request
         if r.mig_profile is not None:
-            raise InputError(
-                f"job {spec.job_id}: MIG requests are not simulated yet (ask for gpu_milli)",
-                field="mig_profile",
-            )
+            models = mig_models(r)
+            if not models:
+                raise InputError(
+                    f"job {spec.job_id}: no catalogued GPU offers MIG profile {r.mig_profile!r}",
+                    field="mig_profile",
+                )
+            if self.sc.sharing:
+                r = replace(r, num_gpu=1, gpu_models=models)
+            else:  # the exclusive baseline: one whole GPU of a model that offers the profile
+                r = replace(r, mig_profile=None, num_gpu=1, gpu_milli=GPU_MILLI,
+                            gpu_models=models)
         if not self.sc.sharing and r.gpu_milli < GPU_MILLI:
             r = replace(r, gpu_milli=GPU_MILLI)
         if self.sc.spot and spec.interruptible:
@@ -204,17 +235,45 @@ class ClusterSim:
         return JobRun(i, spec, req, shape)
 
     def _fixed_fleet(self, jobs: list[JobSpec]) -> None:
-        """A fixed cluster sized for the peak, of the cheapest per-GPU on-demand type."""
-        biggest = max((j.request.num_gpu for j in jobs), default=1)
-        models = {m for j in jobs if j.request.gpu_models for m in j.request.gpu_models}
+        """A fixed cluster sized for the peak, of the cheapest per-GPU on-demand type.
+
+        One node group per kind of GPU the jobs need: jobs with the same model constraint share
+        a group, and MIG jobs (with sharing on) get their own group of MIG-mode nodes, sized for
+        their peak compute share. A workload of one kind (Philly, the default) is one group.
+        """
+        pools: dict[tuple, list[int]] = {}
+        for j in self.jobs:
+            r = j.req
+            pools.setdefault((r.mig_profile is not None, r.gpu_models or frozenset()),
+                             []).append(j.idx)
+        if len(pools) > 1 and frozenset() in {k[1] for k in pools}:
+            # unconstrained jobs go with the biggest constrained group of their MIG kind
+            for mig in (False, True):
+                loose = pools.pop((mig, frozenset()), None)
+                if loose is None:
+                    continue
+                same = [k for k in pools if k[0] == mig]
+                if not same:
+                    pools[(mig, frozenset())] = loose
+                    continue
+                pools[max(same, key=lambda k: (len(pools[k]), sorted(k[1])))].extend(loose)
+        self.fixed_types: dict[tuple, InstanceType] = {}
+        for key in sorted(pools, key=lambda k: (k[0], sorted(k[1]))):
+            self._fixed_pool(key[0], key[1], [jobs[i] for i in pools[key]])
+        self.fixed_type = next(iter(self.fixed_types.values()))
+
+    def _fixed_pool(self, mig: bool, models: frozenset[str], jobs: list[JobSpec]) -> None:
+        biggest = max(j.request.whole_gpus for j in jobs)
+        profiles = {j.request.mig_profile for j in jobs} if mig else set()
         cands = [
             t for t in self.types.values()
             if t.gpus >= biggest and (not models or t.gpu_model in models)
+            and all(self.gpu_catalog.mig_profile(t.gpu_model, p) for p in profiles)
         ]
         if not cands:
             raise InputError(f"no instance type offers {biggest} GPUs of {sorted(models)}")
         it = min(cands, key=lambda t: (float(t.usd_per_hour) / t.gpus, -t.gpus, t.name))
-        self.fixed_type = it
+        self.fixed_types[(mig, models)] = it
         n = self.sc.fixed_nodes or max(1, math.ceil(
             peak_demand_milli(jobs, self.sc.sharing) / (GPU_MILLI * it.gpus)))
         n_od = 0
@@ -222,16 +281,16 @@ class ClusterSim:
             strict = [j for j in jobs if not j.interruptible]
             n_od = math.ceil(peak_demand_milli(strict, self.sc.sharing) / (GPU_MILLI * it.gpus))
         for k in range(n):
-            self._replace_node(it, spot=self.sc.spot and k >= n_od, delay=0.0)
+            self._replace_node(it, spot=self.sc.spot and k >= n_od, delay=0.0, mig=mig)
 
-    def _replace_node(self, it: InstanceType, spot: bool, delay: float) -> None:
+    def _replace_node(self, it: InstanceType, spot: bool, delay: float, mig: bool = False) -> None:
         """Fixed-size node group: launch one node, spot where the strategy finds a zone."""
         if spot and self.market is not None and self.spot_strategy is not None:
             plan = self.spot_strategy.plan(it.name, self.market.markets(it.name, self.now), 1)
             for launch in plan:
-                if self._launch_one(it, launch.zone, True, launch.max_price, delay):
+                if self._launch_one(it, launch.zone, True, launch.max_price, delay, mig):
                     return
-        node = self._launch_one(it, it.zones[0], False, None, delay)
+        node = self._launch_one(it, it.zones[0], False, None, delay, mig)
         if spot and node is not None:
             self._fallback.add(node.name)  # wanted spot: rebalanced when spot comes back
 
@@ -277,12 +336,12 @@ class ClusterSim:
         while heap and heap[0][0] <= t:
             ev = eng.pop()
             kind = ev[3]
-            if kind in (SAMPLE, DEADLINE):
+            if kind in PASSIVE:
                 self._periodic -= 1
             handlers[kind](ev[4])
             if self.finished:
                 return False
-        if not heap and not self.finished:
+        if len(heap) <= self._periodic and not self.finished:
             self._finish()
             return False
         if eng.now < t and not self.finished:
@@ -411,7 +470,7 @@ class ClusterSim:
             j.binds.append((bind, masks))
             node = self.cloud.nodes[bind.node]
             node.jobs[j.idx] = node.jobs.get(j.idx, 0) + 1
-            node.alloc_milli += req.total_gpu_milli
+            node.alloc_milli += j.replica_milli
             self._node_changed(node)
             on_spot = on_spot or node.spot
         j.on_spot = on_spot
@@ -445,7 +504,7 @@ class ClusterSim:
         """Release j's GPUs at ``at`` and book its allocated GPU-time and cost share."""
         seg = max(0.0, at - j.seg_start)
         self.tally.alloc_gpu_s += seg * j.gpu_milli / GPU_MILLI
-        per_replica = j.req.total_gpu_milli
+        per_replica = j.replica_milli
         for bind, masks in j.binds:
             self.state.release(j.req, bind, masks)
             node = self.cloud.nodes[bind.node]
@@ -476,7 +535,7 @@ class ClusterSim:
         j.state = DONE
         j.work_s = j.spec.duration_s
         j.finish_s = self.now
-        self.tally.useful_gpu_s += j.spec.gpu_seconds
+        self.tally.useful_gpu_s += j.useful_gpu_s
         self.done += 1
         self._deadline_live.discard(idx)
         if self.done == len(self.jobs):
@@ -484,7 +543,8 @@ class ClusterSim:
 
     # -- nodes --------------------------------------------------------------------------------
     def _launch_one(
-        self, it: InstanceType, zone: str, spot: bool, max_price: Decimal | None, delay: float
+        self, it: InstanceType, zone: str, spot: bool, max_price: Decimal | None, delay: float,
+        mig: bool = False,
     ) -> SimNode | None:
         now = self.now
         m = self.market
@@ -496,7 +556,7 @@ class ClusterSim:
         else:
             price = float(it.usd_per_hour)
         bid = float(max_price) if max_price is not None else None
-        node = self.cloud.launch(it, zone, spot, price, now, delay, bid)
+        node = self.cloud.launch(it, zone, spot, price, now, delay, bid, mig=mig)
         self._booting[node.name] = node
         self._at(node.ready_s, READY, node.name)
         if spot and m is not None:
@@ -513,18 +573,25 @@ class ClusterSim:
         self._demand_changed = True
         it = node.itype
         gm = self.gpu_catalog[it.gpu_model]
+        labels = {"nvidia.com/gpu.product": it.gpu_model,
+                  "karpenter.sh/capacity-type": "spot" if node.spot else "on-demand",
+                  "topology.kubernetes.io/zone": node.zone}
+        mig_kw: dict = {}
+        if node.mig and gm.mig is not None:
+            labels[MIG_CONFIG_LABEL] = MIG_CONFIG
+            labels["nvidia.com/mig.strategy"] = "mixed"
+            mig_kw = dict(mig_gpus=range(it.gpus), mig_compute_slices=gm.mig.compute_slices)
         info = NodeInfo(
             name=name, instance_type=it.name, zone=node.zone,
             capacity_type=CapacityType.SPOT if node.spot else CapacityType.ON_DEMAND,
-            labels={"nvidia.com/gpu.product": it.gpu_model,
-                    "karpenter.sh/capacity-type": "spot" if node.spot else "on-demand",
-                    "topology.kubernetes.io/zone": node.zone},
+            labels=labels,
             taints=frozenset({SPOT_TAINT}) if node.spot else frozenset(),
         )
         self.state.add_node(
             name, gpu_model=it.gpu_model, num_gpus=it.gpus, cpu_milli=it.cpu_milli,
             memory_mib=it.memory_mib, gpu_memory_mib=gm.memory_mib,
             nvlink_domains=it.nvlink_domain_of(), cuda_driver=it.cuda_driver, info=info,
+            **mig_kw,
         )
         node.state = "ready"
         node.ready_s = self.now
@@ -601,6 +668,7 @@ class ClusterSim:
                 nvlink_domains=[int(x) for x in old.nvlink_domain[i, :g]],
                 cuda_driver=int(old.cuda_driver[i]),
                 mig_gpus=[k for k in range(g) if old.mig_enabled[i, k]], info=info,
+                mig_compute_slices=int(old.mig_compute_total[i, :g].max(initial=0)) or 7,
             )
         for name in new.index:
             for idx in self.cloud.nodes[name].jobs:
@@ -644,7 +712,8 @@ class ClusterSim:
                 self._ckpt_done_now(j, failed=True)
         self._end_node(node, self.now)
         if not self.sc.autoscaling and node.reclaimed and not self._all_done():
-            self._replace_node(node.itype, spot=True, delay=self.sc.provisioning_delay_s)
+            self._replace_node(node.itype, spot=True, delay=self.sc.provisioning_delay_s,
+                               mig=node.mig)
         elif self.sc.autoscaling:
             self._ensure_scan(self.now)
 
@@ -743,7 +812,7 @@ class ClusterSim:
             launched = False
             for launch in plan:
                 if self._launch_one(it, launch.zone, True, launch.max_price,
-                                    self.sc.provisioning_delay_s):
+                                    self.sc.provisioning_delay_s, node.mig):
                     launched = True
                     break
             if not launched:
@@ -764,22 +833,25 @@ class ClusterSim:
         out = []
         now = self.now
         for it in self.types.values():
-            shape = self._shape(it)
-            out.append(Offer(it.name, CapacityType.ON_DEMAND, shape, float(it.usd_per_hour),
-                             it.zones[0]))
-            if self.market is not None:
-                p = self.market.best_price(it.name, now)
-                if p is not None:
-                    out.append(Offer(it.name, CapacityType.SPOT, shape, p))
+            mig_capable = self._mig_jobs and self.gpu_catalog[it.gpu_model].mig is not None
+            for mig in (False, True) if mig_capable else (False,):
+                shape = self._shape(it, mig)
+                out.append(Offer(it.name, CapacityType.ON_DEMAND, shape, float(it.usd_per_hour),
+                                 it.zones[0]))
+                if self.market is not None:
+                    p = self.market.best_price(it.name, now)
+                    if p is not None:
+                        out.append(Offer(it.name, CapacityType.SPOT, shape, p))
         return out
 
-    def _shape(self, it: InstanceType) -> NodeShape:
-        shape = self._shape_cache.get(it.name)
+    def _shape(self, it: InstanceType, mig: bool = False) -> NodeShape:
+        shape = self._shape_cache.get((it.name, mig))
         if shape is None:
             gm = self.gpu_catalog[it.gpu_model]
+            compute = gm.mig.compute_slices if mig and gm.mig is not None else 0
             shape = NodeShape(it.gpu_model, it.gpus, it.cpu_milli, it.memory_mib, gm.memory_mib,
-                              it.cuda_driver)
-            self._shape_cache[it.name] = shape
+                              it.cuda_driver, compute)
+            self._shape_cache[(it.name, mig)] = shape
         return shape
 
     def _scale_up(self) -> int:
@@ -793,7 +865,8 @@ class ClusterSim:
             spot_ok = SPOT_TAINT in req.tolerations
             for _r in range(j.spec.replicas):
                 pods.append(PendingPod(j.spec.job_id, req, spot_ok, now - j.enqueued_s))
-        inflight = [InFlight(self._shape(n.itype), n.spot) for n in self._booting.values()]
+        inflight = [InFlight(self._shape(n.itype, n.mig), n.spot)
+                    for n in self._booting.values()]
         markets = {}
         if self.market is not None:
             markets = {name: self.market.markets(name, now) for name in self.types
@@ -808,12 +881,13 @@ class ClusterSim:
     def _apply_launch(self, launch: Launch) -> int:
         it = self.types[launch.instance_type]
         spot = launch.capacity_type == CapacityType.SPOT
+        mig = isinstance(launch, MigLaunch)
         n = 0
         for _ in range(launch.count):
             if len(self.cloud.live) >= self.sc.max_nodes:
                 break
             if self._launch_one(it, launch.zone, spot, launch.max_price,
-                                self.sc.provisioning_delay_s):
+                                self.sc.provisioning_delay_s, mig):
                 n += 1
         return n
 
@@ -873,11 +947,15 @@ class ClusterSim:
         keeps consolidation checks cheap on large fleets."""
         row = self.state.index[n.name]
         st = self.state
+        mig_kw: dict = {}
+        if n.mig:
+            mig_kw = dict(mig_used=tuple(st.mig_used[row, : n.gpus].tolist()),
+                          mig_compute_used=tuple(st.mig_compute_used[row, : n.gpus].tolist()))
         if room_only:
             return NodeView(
-                n.name, self._shape(n.itype), n.spot,
+                n.name, self._shape(n.itype, n.mig), n.spot,
                 tuple(st.free_milli[row, : n.gpus].tolist()),
-                int(st.cpu_free[row]), int(st.mem_free[row]), (), None, None,
+                int(st.cpu_free[row]), int(st.mem_free[row]), (), None, None, **mig_kw,
             )
         pods = tuple(
             PodView(self.jobs[i].spec.job_id, self.jobs[i].req,
@@ -887,10 +965,10 @@ class ClusterSim:
             for i in n.jobs
         )
         return NodeView(
-            n.name, self._shape(n.itype), n.spot,
+            n.name, self._shape(n.itype, n.mig), n.spot,
             tuple(int(x) for x in st.free_milli[row, : n.gpus]),
             int(st.cpu_free[row]), int(st.mem_free[row]), pods, n.empty_since,
-            n.underused_since,
+            n.underused_since, **mig_kw,
         )
 
     # -- deadline-aware spot fallback ---------------------------------------------------------

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 
 from gpufleet.decisions import Bind
+from gpufleet.provisioning.binpack import gpu_milli_of
 from gpufleet.state import GPU_MILLI, ResourceRequest
 from gpufleet.traces.jobs import JobSpec
 
@@ -38,12 +39,14 @@ class JobRun:
         "on_demand_only",
         "on_spot",
         "overhead",
+        "replica_milli",
         "req",
         "requeued",
         "seg_start",
         "shape",
         "spec",
         "state",
+        "useful_gpu_s",
         "version",
         "work_s",
     )
@@ -53,7 +56,11 @@ class JobRun:
         self.spec = spec
         self.req = req
         self.shape = shape
-        self.gpu_milli = req.total_gpu_milli * spec.replicas
+        # a MIG instance holds its compute share of the GPU (1g of 7 = 142 milli)
+        self.replica_milli = gpu_milli_of(req)
+        self.gpu_milli = self.replica_milli * spec.replicas
+        # useful work is the request's own size (not what the exclusive baseline rounds it to)
+        self.useful_gpu_s = spec.duration_s * spec.replicas * gpu_milli_of(spec.request) / GPU_MILLI
         self.state = WAITING
         self.work_s = 0.0
         self.seg_start = 0.0

@@ -24,6 +24,7 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("jct_p95_s", "JCT p95 s", "{:,.0f}"),
     ("queue_p95_s", "queue p95 s", "{:,.0f}"),
     ("interruptions", "interruptions", "{:,}"),
+    ("node_failures", "node failures", "{:,}"),
     ("lost_gpu_hours", "lost GPU-h", "{:,.1f}"),
     ("recovery_p50_s", "recovery p50 s", "{:,.0f}"),
     ("recovery_p95_s", "recovery p95 s", "{:,.0f}"),

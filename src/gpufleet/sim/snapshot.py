@@ -4,10 +4,15 @@ GPU samples are modelled, not measured: a GPU's SM utilisation is the sum over t
 the job's mean utilisation × its share of the GPU; memory used is the allocated share of the
 frame buffer; temperature and power rise linearly with utilisation between idle and full-load
 figures typical of a datacenter GPU (stated here, not taken from a datasheet per model).
+
+A MIG-mode GPU is reported as NVML reports it: the physical GPU (utilisation over its compute
+slices, frame buffer NaN as NVML gives for MIG parents) plus one sample per MIG instance, with
+``mig_profile`` and ``mig_id`` (the instance's start slice, unique per GPU).
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 from gpufleet.metrics.snapshot import FleetSnapshot, GpuSample, NodeSample
@@ -34,6 +39,7 @@ def gpu_shape(j: JobRun) -> str:
 def fleet_snapshot(sim: ClusterSim) -> FleetSnapshot:
     util: dict[tuple[str, int], float] = {}
     share: dict[tuple[str, int], float] = {}
+    instances: dict[tuple[str, int], list[tuple[str, int, float, float]]] = {}
     running: Counter = Counter()
     pending: Counter = Counter()
     rate_by_tenant: Counter = Counter()
@@ -48,10 +54,14 @@ def fleet_snapshot(sim: ClusterSim) -> FleetSnapshot:
             node = sim.cloud.nodes[bind.node]
             if node.gpus:
                 rate_by_tenant[j.spec.tenant] += (
-                    node.usd_per_hour * j.req.total_gpu_milli / (GPU_MILLI * node.gpus)
+                    node.usd_per_hour * j.replica_milli / (GPU_MILLI * node.gpus)
                 )
+            for slot in bind.mig:
+                frac = j.replica_milli / GPU_MILLI
+                instances.setdefault((bind.node, slot.gpu), []).append(
+                    (slot.profile, slot.start, frac, j.spec.utilization))
             for g in bind.gpus:
-                frac = bind.milli_per_gpu / GPU_MILLI
+                frac = (j.replica_milli if bind.mig else bind.milli_per_gpu) / GPU_MILLI
                 util[(bind.node, g)] = util.get((bind.node, g), 0.0) + frac * j.spec.utilization
                 share[(bind.node, g)] = share.get((bind.node, g), 0.0) + frac
     gpus: list[GpuSample] = []
@@ -81,20 +91,35 @@ def fleet_snapshot(sim: ClusterSim) -> FleetSnapshot:
                 GpuSample(
                     hostname=node.name, gpu=g, uuid=f"GPU-{node.name}-{g}",
                     model_name=it.gpu_model, util_pct=100.0 * u,
-                    mem_copy_util_pct=40.0 * u, fb_used_mib=sh * mem,
-                    fb_free_mib=(1.0 - sh) * mem,
+                    mem_copy_util_pct=40.0 * u,
+                    fb_used_mib=math.nan if node.mig else sh * mem,
+                    fb_free_mib=math.nan if node.mig else (1.0 - sh) * mem,
                     temp_c=IDLE_TEMP_C + (FULL_TEMP_C - IDLE_TEMP_C) * u,
                     power_w=IDLE_POWER_W + (FULL_POWER_W - IDLE_POWER_W) * u,
                     sm_clock_mhz=SM_CLOCK_MHZ, xid_errors=0,
                 )
             )
+            for profile, start, frac, job_util in instances.get((node.name, g), ()):
+                slice_mem = mem * _slices(sim, it.gpu_model, profile)
+                gpus.append(
+                    GpuSample(
+                        hostname=node.name, gpu=g, uuid=f"MIG-{node.name}-{g}-{start}",
+                        model_name=it.gpu_model, util_pct=100.0 * job_util,
+                        mem_copy_util_pct=40.0 * job_util, fb_used_mib=slice_mem,
+                        fb_free_mib=0.0,
+                        temp_c=IDLE_TEMP_C + (FULL_TEMP_C - IDLE_TEMP_C) * u,
+                        power_w=(FULL_POWER_W - IDLE_POWER_W) * job_util * frac,
+                        sm_clock_mhz=SM_CLOCK_MHZ, xid_errors=0,
+                        mig_profile=profile, mig_id=start,
+                    )
+                )
     cost_total = {t: v / MICRO for t, v in sim.tally.cost_by_tenant_micro.items()}
     for j in sim.jobs:  # cost run up by running jobs in their current segment
         if j.state == RUNNING:
             for bind, _ in j.binds:
                 node = sim.cloud.nodes[bind.node]
                 if node.gpus:
-                    frac = j.req.total_gpu_milli / (GPU_MILLI * node.gpus)
+                    frac = j.replica_milli / (GPU_MILLI * node.gpus)
                     cost_total[j.spec.tenant] = cost_total.get(j.spec.tenant, 0.0) + (
                         node.usd_per_hour * frac * (sim.now - j.seg_start) / 3600.0
                     )
@@ -112,3 +137,11 @@ def fleet_snapshot(sim: ClusterSim) -> FleetSnapshot:
         cost_usd_per_hour_by_tenant=dict(rate_by_tenant),
         fragmentation_ratio=free_partial / free_total if free_total else 0.0,
     )
+
+
+def _slices(sim: ClusterSim, model: str, profile: str) -> float:
+    """Share of the GPU's frame buffer a MIG instance owns (its memory slices)."""
+    spec = sim.gpu_catalog[model].mig
+    if spec is None or profile not in spec.profiles:
+        return 0.0
+    return spec.profiles[profile].memory_slices / spec.memory_slices

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -29,6 +29,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gpufleet.catalog.gpus import GpuCatalog, default_gpu_catalog, parse_version
+from gpufleet.catalog.yamlfile import read_yaml
 from gpufleet.errors import InputError
 from gpufleet.state import GPU_MILLI, ResourceRequest
 
@@ -252,13 +253,13 @@ def load_philly(path: Path, gpu_model: str = "V100-16GB") -> list[JobSpec]:
 
 
 # -- generic CSV / YAML -------------------------------------------------------------------------
-def load_generic_csv(path: Path, catalog: GpuCatalog | None = None) -> list[JobSpec]:
-    catalog = catalog or default_gpu_catalog()
+def _collect(
+    records: Iterable[tuple[dict[str, Any], dict[str, Any]]], catalog: GpuCatalog
+) -> list[JobSpec]:
+    """Validate (fields, where) records into jobs: unique ids, sorted by submit time."""
     jobs = []
     seen: set[str] = set()
-    for lineno, row in _rows(path):
-        where = {"path": path, "line": lineno}
-        data = {k.strip(): v.strip() for k, v in row.items() if v is not None and v.strip() != ""}
+    for data, where in records:
         job = job_from_fields(_validate(data, where), catalog, where)
         if job.job_id in seen:
             raise InputError(f"duplicate job_id {job.job_id!r}", field="job_id", **where)
@@ -268,34 +269,31 @@ def load_generic_csv(path: Path, catalog: GpuCatalog | None = None) -> list[JobS
     return jobs
 
 
+def load_generic_csv(path: Path, catalog: GpuCatalog | None = None) -> list[JobSpec]:
+    records = (
+        (
+            {k.strip(): v.strip() for k, v in row.items() if v is not None and v.strip() != ""},
+            {"path": path, "line": lineno},
+        )
+        for lineno, row in _rows(path)
+    )
+    return _collect(records, catalog or default_gpu_catalog())
+
+
 def load_yaml_jobs(path: Path, catalog: GpuCatalog | None = None) -> list[JobSpec]:
-    catalog = catalog or default_gpu_catalog()
-    try:
-        node = yaml.compose(path.read_text(encoding="utf-8"))
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise InputError(
-            f"not valid YAML: {getattr(exc, 'problem', exc)}",
-            path=path,
-            line=mark.line + 1 if mark else None,
-        ) from None
+    raw = read_yaml(path)  # InputError with the line for malformed YAML
     if not isinstance(raw, dict) or not isinstance(raw.get("jobs"), list):
         raise InputError("expected a mapping with a 'jobs' list", path=path, field="jobs")
-    lines = _yaml_item_lines(node)
-    jobs = []
-    seen: set[str] = set()
-    for i, item in enumerate(raw["jobs"]):
-        where = {"path": path, "line": lines[i] if i < len(lines) else None}
-        if not isinstance(item, dict):
-            raise InputError(f"jobs[{i}]: expected a mapping", **where)
-        job = job_from_fields(_validate(item, where), catalog, where)
-        if job.job_id in seen:
-            raise InputError(f"duplicate job_id {job.job_id!r}", field="job_id", **where)
-        seen.add(job.job_id)
-        jobs.append(job)
-    jobs.sort(key=lambda j: (j.submit_s, j.job_id))
-    return jobs
+    lines = _yaml_item_lines(yaml.compose(path.read_text(encoding="utf-8")))
+
+    def records() -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+        for i, item in enumerate(raw["jobs"]):
+            where = {"path": path, "line": lines[i] if i < len(lines) else None}
+            if not isinstance(item, dict):
+                raise InputError(f"jobs[{i}]: expected a mapping", **where)
+            yield item, where
+
+    return _collect(records(), catalog or default_gpu_catalog())
 
 
 def _yaml_item_lines(node: Any) -> list[int]:
