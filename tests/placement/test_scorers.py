@@ -11,7 +11,7 @@ from gpufleet.placement.filters import DEFAULT_FILTERS
 from gpufleet.placement.scorers.fgd import FgdScore
 from gpufleet.placement.scorers.gpu_shape import GpuClusteringScore, GpuPackingScore
 from gpufleet.placement.scorers.resources import BestFitScore, DotProdScore, LeastAllocatedScore
-from gpufleet.placement.scorers.stranding import CpuOnlyStrandingScore
+from gpufleet.placement.scorers.stranding import StrandingScore, median_cpu_per_gpu
 from gpufleet.placement.scorers.topology import NvlinkTopologyScore
 from gpufleet.placement.view import pod_view
 from gpufleet.state import FleetState, ResourceRequest
@@ -27,7 +27,7 @@ SCORERS = [
     GpuPackingScore(),
     GpuClusteringScore(),
     NvlinkTopologyScore(),
-    CpuOnlyStrandingScore(),
+    StrandingScore(TYPICAL),
     FgdScore(TYPICAL),
     FgdScore(TYPICAL, quantize=False),
     FgdScore(TYPICAL, cpu_tasks="fit"),
@@ -154,16 +154,34 @@ def test_fgd_memo_stays_exact_while_the_fleet_fills_and_drains(quantize: bool) -
             state.release(old_req, old_bind)
 
 
-def test_cpu_only_pods_go_where_no_gpu_is_left_idle() -> None:
-    """Node a has both T4s taken, b one, c none: a CPU-only pod scores a over b over c
-    (minus idle GPU milli: 0, -1000, -2000); a GPU pod is not this scorer's business (all 0)."""
+def test_stranding_hand_worked() -> None:
+    """Three 2-GPU nodes with 64 cores; a is GPU-full, b has one idle GPU, c two. Typical whole
+    pods want 16 cores per GPU (median of 8, 16, 16 and 40 cores/GPU weighted .2/.3/.2/.3: the
+    cumulative .5 is reached at 16)."""
+    typical = [
+        (ResourceRequest(cpu_milli=8000, num_gpu=1), 0.2),
+        (ResourceRequest(cpu_milli=16000, num_gpu=1), 0.3),
+        (ResourceRequest(cpu_milli=32000, num_gpu=2), 0.2),
+        (ResourceRequest(cpu_milli=40000, num_gpu=1), 0.3),
+        (ResourceRequest(cpu_milli=1000, num_gpu=1, gpu_milli=300), 5.0),  # shared: ignored
+    ]
+    assert median_cpu_per_gpu(typical) == 16000
     s = FleetState(max_gpus=2, capacity=3)
     for name in "abc":
         s.add_node(name, gpu_model="T4", num_gpus=2, cpu_milli=64000, memory_mib=1 << 16)
     s.allocate(ResourceRequest(cpu_milli=1000, num_gpu=2), Bind("x", "a", (0, 1), 1000))
-    s.allocate(ResourceRequest(cpu_milli=1000, num_gpu=1), Bind("y", "b", (0,), 1000))
+    s.allocate(ResourceRequest(cpu_milli=40000, num_gpu=1), Bind("y", "b", (0,), 1000))
     rows = np.array([0, 1, 2])
+    scorer = StrandingScore(typical)
+    # CPU-only: minus idle milli 0, 1000, 2000.
     cpu = pod_view(s, ResourceRequest(cpu_milli=8000))
-    assert CpuOnlyStrandingScore().score(cpu, rows, None).tolist() == [0, -1000, -2000]  # type: ignore[arg-type]
-    gpu = pod_view(s, ResourceRequest(cpu_milli=8000, num_gpu=1, gpu_milli=500))
-    assert CpuOnlyStrandingScore().score(gpu, rows, None).tolist() == [0, 0, 0]  # type: ignore[arg-type]
+    assert scorer.score(cpu, rows, None).tolist() == [0, -1000, -2000]  # type: ignore[arg-type]
+    # A 1-GPU pod with 20 cores (a cannot host it; score b and c). b: 0 idle left -> 0.
+    # c: 1 idle left, 44 cores // 16 = 2 fed -> 0. With 50 cores: c has 14 cores, 1 idle -> -1.
+    whole = pod_view(s, ResourceRequest(cpu_milli=20000, num_gpu=1))
+    assert scorer.score(whole, rows[1:], None).tolist() == [0, 0]  # type: ignore[arg-type]
+    big = pod_view(s, ResourceRequest(cpu_milli=50000, num_gpu=1))
+    assert scorer.score(big, rows[2:], None).tolist() == [-1]  # type: ignore[arg-type]
+    shared = pod_view(s, ResourceRequest(cpu_milli=8000, num_gpu=1, gpu_milli=500))
+    assert scorer.score(shared, rows, None).tolist() == [0, 0, 0]  # type: ignore[arg-type]
+    assert StrandingScore([(ResourceRequest(num_gpu=1, gpu_milli=500), 1.0)]).cpu_per_gpu is None

@@ -25,7 +25,7 @@ from gpufleet.placement.scorers.resources import (
     LeastAllocatedScore,
     RandomScore,
 )
-from gpufleet.placement.scorers.stranding import CpuOnlyStrandingScore
+from gpufleet.placement.scorers.stranding import StrandingScore
 from gpufleet.placement.scorers.topology import NvlinkTopologyScore
 from gpufleet.placement.typical import DEFAULT_TYPICAL_TASKS, TypicalTasks
 from gpufleet.placement.view import PodView
@@ -162,29 +162,30 @@ def _fgd_band(tasks: TypicalTasks) -> Policy:
     )
 
 
-@register("fgd-strand", "ours: FGD, CPU-only pods to GPU-full nodes among equals (default)")
+@register("fgd-strand", "ours: FGD, equals broken by fewest GPUs stranded without CPU")
 def _fgd_strand(tasks: TypicalTasks) -> Policy:
     """FGD's GPU fragmentation gradient, plus the *CPU* stranding that FGD does not see.
 
-    On openb the cores are nearly as scarce as the GPUs: at 100% GPU load the trace asks for ~80%
-    of the fleet's CPU, a whole-GPU pod wants ~11 cores, and 13% of pods are CPU-only (18% of the
-    CPU demand). A CPU-only pod placed on a node with idle GPUs spends the cores those GPUs' future
-    pods need: the GPUs stay idle without being fragmented in FGD's sense. FGD's ΔF for a CPU-only
-    pod is zero on most nodes (it moves only when a typical task's CPU threshold is crossed), so
-    FGD leaves the choice to the random node order. We keep FGD's score as published (100 sigmoid
-    levels — it vetoes every move that fragments) and break its ties for CPU-only pods by the least
-    idle GPU milli on the node (``CpuOnlyStrandingScore``): a node whose GPUs are all taken absorbs
-    CPU-only work first, so idle GPUs keep their cores. GPU pods are placed exactly as FGD does,
-    except that multi-GPU pods take NVLink-tight GPUs (FGD is indifferent to which idle GPUs).
-    Remaining ties go to the fixed seeded node order (first-fit among equals: consolidation), even
-    without a caller's ``tie_seed``. Measured against FGD in docs/placement.md.
+    On openb the cores are nearly as scarce as the GPUs: at 100% GPU load the trace has asked for
+    ~80% of the fleet's CPU, a whole-GPU pod wants ~11 cores (a G2 node has 12 per GPU) and 13% of
+    the pods are CPU-only. An idle GPU whose node has spent its cores is lost just like a
+    fragmented one, but FGD's ΔF only moves when a typical task's CPU threshold is crossed, so for
+    most CPU-only and whole-GPU pods FGD has many equal nodes and its random node order decides
+    where the cores go — and the tie order alone swings openb results by several points (see
+    docs/placement.md). We keep FGD's score exactly as published (100 sigmoid levels: it vetoes
+    every move that fragments) and break its ties by ``StrandingScore``: a CPU-only pod goes to
+    the node with the least idle GPU milli (GPU-full nodes absorb CPU-only work), a whole-GPU pod
+    to the node that leaves the fewest idle GPUs without a median whole-GPU pod's cores. Shared
+    pods are placed exactly as FGD places them; multi-GPU pods take NVLink-tight GPUs (FGD is
+    indifferent to which idle GPUs). Remaining ties go to the fixed seeded node order
+    (first-fit among equals), even without a caller's ``tie_seed``.
     """
     fgd = FgdScore(tasks)
     return Policy(
         "fgd-strand",
         ((fgd, 1.0),),
         picker=_fgd_then_nvlink(fgd),
-        tiebreak=(NvlinkTopologyScore(), CpuOnlyStrandingScore()),
+        tiebreak=(NvlinkTopologyScore(), StrandingScore(tasks)),
         tie_seed=0,
     )
 

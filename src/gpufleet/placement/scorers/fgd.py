@@ -6,11 +6,13 @@ the best one also decides which GPU the pod gets.
 
 ``quantize=True`` reproduces the paper's simulator, which scores ``int(100·sigmoid(ΔF/1000))``:
 the truncation turns ΔF within ~40 milli into ties broken at random. ``quantize=False`` keeps ΔF
-itself — used by our own policy, which then breaks exact ties with best-fit.
+itself (measured worse on openb: the bands' ties are what consolidates, see docs/placement.md).
 
 Speed: a node's F and its per-threshold GPU terms depend only on that node, so they are memoised
 per row and recomputed only for rows whose free milli, CPU or model changed since the last call
-(one or two per placement). Shared-pod candidates are deduplicated per node by free value, since
+(one or two per placement; ``FleetState.row_version`` says which rows to look at). The node scores
+are memoised too, per request shape, and rescored only for rows that changed since that shape was
+last scored. Shared-pod candidates are deduplicated per node by free value, since
 GPUs with equal idle milli are interchangeable for F.
 """
 
@@ -39,6 +41,8 @@ class _RowCache:
     idle: np.ndarray
     frag: np.ndarray
     n_models: int
+    # FleetState.row_version seen per row: only rows whose version moved are compared in full.
+    version: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     # ``stamp[row]`` changes whenever the row's F inputs change; ``memo`` holds, per request
     # shape, (stamp each row was scored at, node score, GPU) so a pod of a shape seen before
     # rescores only the rows that changed since (one or two per placement).
@@ -104,17 +108,22 @@ class FgdScore:
                 idle=np.zeros(n, np.int64),
                 frag=np.zeros(n),
                 n_models=len(s.model_names),
+                version=s.row_version[:n].copy(),
                 stamp=np.zeros(n, np.int64),
             )
             self._caches[s] = cache
         else:
             if len(cache.cpu) < n:
                 cache = self._grow(s, cache, n)
-            dirty = np.flatnonzero(
-                (cache.free[:n] != free).any(axis=1)
-                | (cache.cpu[:n] != cpu)
-                | (cache.model[:n] != model)
-            )
+            # FleetState bumps row_version on every change to a row; of the rows it flags, only
+            # those whose F inputs really moved are recomputed (a memory-only change is not).
+            moved = np.flatnonzero(cache.version[:n] != s.row_version[:n])
+            cache.version[moved] = s.row_version[moved]
+            dirty = moved[
+                (cache.free[moved] != free[moved]).any(axis=1)
+                | (cache.cpu[moved] != cpu[moved])
+                | (cache.model[moved] != model[moved])
+            ]
         if len(dirty):
             cnt, above, idle = self.table.gpu_terms(free[dirty])
             acc = self._acc(s, view.catalog)[model[dirty]]
@@ -147,6 +156,7 @@ class FgdScore:
             idle=pad(cache.idle, 0),
             frag=pad(cache.frag, 0.0),
             n_models=cache.n_models,
+            version=pad(cache.version, -7),
             stamp=pad(cache.stamp, 0),
             clock=cache.clock,
         )  # the memo is dropped: its arrays are sized for the old row count
