@@ -24,7 +24,7 @@ from gpufleet.market.deadline_bench import (
     run_setting,
 )
 
-POLICIES = ["on_demand", "greedy", "up", OPTIMAL, "ours"]
+POLICIES = ["on_demand", "greedy", "up", OPTIMAL, "markov", "ours"]
 
 
 def main() -> int:

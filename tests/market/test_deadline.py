@@ -27,7 +27,7 @@ from gpufleet.market.deadline_sim import run_batch, run_controller
 JOB = DeadlineJob(task_s=1000, deadline_s=2000, overhead_s=200, gap_s=100)
 SP = JOB.tick_cost(Choice.SPOT)
 OD = JOB.tick_cost(Choice.ON_DEMAND)
-POLICIES = ("on_demand", "greedy", "up", "markov")
+POLICIES = ("on_demand", "greedy", "up", "markov", "smdp")
 
 
 def trace(*runs: tuple[int, int]) -> np.ndarray:
@@ -48,18 +48,21 @@ CASES = [
     (ALWAYS, "greedy", 12, 0),
     (ALWAYS, "up", 12, 0),
     (ALWAYS, "markov", 12, 0),
+    (ALWAYS, "smdp", 12, 0),
     # never up: 12 on-demand ticks whenever they start (greedy at t=600 when T2=1400 ≥ R;
     # UP at t=100 when behind the line; markov at t=0, where slack 800 is not > reserve 800)
     (NEVER, "on_demand", 0, 12),
     (NEVER, "greedy", 0, 12),
     (NEVER, "up", 0, 12),
     (NEVER, "markov", 0, 12),
+    (NEVER, "smdp", 0, 12),
     # 9 spot ticks make 700 s; the 300 s left need 5 on-demand ticks (greedy and markov wait
     # until t=1300, UP is ahead of its line until the net fires at t=1300 too)
     (EARLY_THEN_GAP, "on_demand", 0, 12),
     (EARLY_THEN_GAP, "greedy", 9, 5),
     (EARLY_THEN_GAP, "up", 9, 5),
     (EARLY_THEN_GAP, "markov", 9, 5),
+    (EARLY_THEN_GAP, "smdp", 9, 5),  # waits to the net at t=1300 like greedy
     # greedy waits to t=600 where the net forces on-demand — and keeps it (T2 ≥ R) to the end.
     # UP: OD from t=100 (behind), stays while done ≤ (t+2d)/2 up to t=1000, spot 1100..1300
     # (two overhead ticks, 100 s), preempted at 1400, OD at 1500 for 3 ticks: 3 spot + 13 OD.
@@ -68,6 +71,10 @@ CASES = [
     (LATE_THEN_GAP, "greedy", 0, 12),
     (LATE_THEN_GAP, "up", 3, 13),
     (LATE_THEN_GAP, "markov", 8, 6),
+    # smdp: the prior (outages of ~20 ticks, Lomax: half of them over within 6 ticks) makes
+    # waiting free until the net: idle to t=500; at t=600 spot is back but T2 = 1400 ≥ R, the
+    # net sends it to OD, where with no slack left it stays: 12 OD — the unlucky case.
+    (LATE_THEN_GAP, "smdp", 0, 12),
 ]
 OPTIMA = [  # the cheapest schedules, by hand
     (ALWAYS, 12 * SP),

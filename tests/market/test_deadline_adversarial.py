@@ -66,7 +66,7 @@ JOBS = [
 
 @pytest.mark.parametrize("adversary", [preempt_on_commit, tempt_then_drop, long_tease])
 @pytest.mark.parametrize("job", JOBS, ids=lambda j: f"C{j.task_s:g}-D{j.deadline_s:g}")
-@pytest.mark.parametrize("policy", ["markov", "greedy", "up"])
+@pytest.mark.parametrize("policy", ["smdp", "markov", "greedy", "up"])
 def test_no_miss_against_reacting_adversary(policy: str, job: DeadlineJob,
                                             adversary: Adversary) -> None:
     for seed in range(3):

@@ -15,7 +15,7 @@ from gpufleet.traces.spot_availability import load_availability
 TRACES = "spot-traces/availability/1-node/aws-02-15-2023"
 
 
-@pytest.mark.parametrize("policy", ["on_demand", "greedy", "up", "markov"])
+@pytest.mark.parametrize("policy", ["on_demand", "greedy", "up", "markov", "smdp"])
 @pytest.mark.parametrize(("zone", "deadline_h", "overhead_h"),
                          [("us-east-1c_v100_1", 60, 0.2), ("us-east-2a_v100_1", 52, 0.05)])
 def test_batch_equals_controller(shared_data: Path, policy: str, zone: str, deadline_h: float,

@@ -255,4 +255,4 @@ def get_deadline_policy(name: str) -> RulePolicy:
     return _REGISTRY[key]
 
 
-DEFAULT_DEADLINE_POLICY = "markov"
+DEFAULT_DEADLINE_POLICY = "smdp"
