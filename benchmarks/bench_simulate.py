@@ -48,6 +48,7 @@ def run(name: str, jobs: list, console: Console) -> None:
          (f"≤ static + 10 %: {jct_ratio - 1:+.1%}", jct_ratio <= 1.10)),
         ("queue p95 s", f"{st['queue_p95_s']:,.0f}", f"{gf['queue_p95_s']:,.0f}", None),
         ("interruptions", f"{st['interruptions']:,}", f"{gf['interruptions']:,}", None),
+        ("node failures", f"{st['node_failures']:,}", f"{gf['node_failures']:,}", None),
         ("lost GPU-h", f"{st['lost_gpu_hours']:,.1f}", f"{gf['lost_gpu_hours']:,.1f}", None),
         ("recovery p50 / p95 s", f"{st['recovery_p50_s']:.0f} / {st['recovery_p95_s']:.0f}",
          f"{gf['recovery_p50_s']:.0f} / {gf['recovery_p95_s']:.0f}", None),

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import pytest
+
 from gpufleet.decisions import Preempt, Terminate
 from gpufleet.provisioning import DisruptionPolicy, NodeShape, NodeView, PodView
 from gpufleet.state import ResourceRequest
@@ -79,3 +81,92 @@ def test_mig_node_allocation_and_consolidation_respect_slices() -> None:
     # a whole-GPU node has free GPUs but no MIG slices
     whole = NodeView("whole", SHAPE, False, (1000,) * 4, 32000, 244 * 1024, (), None, None)
     assert pol.decide([low, whole], now=700.0) is None
+
+
+# -- multi-node consolidation ----------------------------------------------------------------
+P3_8X = NodeShape("V100-16GB", 4, 32000, 244 * 1024, 16384)
+TWO_GPU = NodeShape("V100-16GB", 2, 48000, 244 * 1024, 16384)
+HUNGRY = ResourceRequest(cpu_milli=20000, memory_mib=1024, num_gpu=1)
+
+
+def cpu_node(name: str, pods: tuple[PodView, ...], under: float | None = 0.0,
+             price: float = 12.24) -> NodeView:
+    used = len(pods)
+    return NodeView(name, P3_8X, False, tuple([0] * used + [1000] * (4 - used)),
+                    32000 - 20000 * used, 244 * 1024 - 1024 * used, pods, None, under,
+                    usd_per_hour=price)
+
+
+def hungry(job: str) -> PodView:
+    return PodView(job, HUNGRY, True, True)
+
+
+def offers(price: float) -> list:
+    from gpufleet.decisions import CapacityType
+    from gpufleet.provisioning import Offer
+
+    return [
+        Offer("two-gpu", CapacityType.ON_DEMAND, TWO_GPU, price, "z1"),
+        Offer("two-gpu", CapacityType.SPOT, TWO_GPU, price / 4),  # spot never replaces
+        Offer("p3.8xlarge", CapacityType.ON_DEMAND, P3_8X, 12.24, "z1"),
+    ]
+
+
+def test_multi_node_replaces_two_nodes_with_one_cheaper() -> None:
+    """The module docstring's example: single-node fails on CPU; 10 $/h < 2 × 12.24 $/h."""
+    from gpufleet.decisions import CapacityType, Launch
+
+    pol = DisruptionPolicy(unneeded_s=600, utilization_threshold=0.5)
+    nodes = [cpu_node("a", (hungry("j1"),)), cpu_node("b", (hungry("j2"),))]
+    assert pol.decide(nodes, now=700.0) is None  # no offers: nothing to replace with
+    cmd = pol.decide(nodes, now=700.0, offers=offers(10.0))
+    assert cmd is not None and cmd.method == "multi-node-consolidation"
+    assert cmd.candidates == ("a", "b")
+    assert cmd.decisions == (
+        Launch("two-gpu", "z1", CapacityType.ON_DEMAND, 1, reason="replaces 2 nodes"),
+        Preempt("j1", "multi-node consolidation"),
+        Preempt("j2", "multi-node consolidation"),
+        Terminate("a", "multi-node consolidation"),
+        Terminate("b", "multi-node consolidation"),
+    )
+
+
+@pytest.mark.parametrize(
+    ("why", "nodes", "price"),
+    [
+        # not cheaper: 24.48 $/h is not below 2 × 12.24
+        ("price", lambda: [cpu_node("a", (hungry("j1"),)), cpu_node("b", (hungry("j2"),))],
+         24.48),
+        # a pod that may not move (not checkpointable) keeps its node out of the group
+        ("unmovable", lambda: [cpu_node("a", (hungry("j1"),)),
+                               cpu_node("b", (PodView("j2", HUNGRY, False, True),))], 10.0),
+        # not under-used for long enough
+        ("young", lambda: [cpu_node("a", (hungry("j1"),)),
+                           cpu_node("b", (hungry("j2"),), under=500.0)], 10.0),
+    ],
+)
+def test_multi_node_declines(why: str, nodes, price: float) -> None:
+    pol = DisruptionPolicy(unneeded_s=600, utilization_threshold=0.5)
+    assert pol.decide(nodes(), now=700.0, offers=offers(price)) is None, why
+
+
+def test_multi_node_takes_the_largest_prefix_that_fits() -> None:
+    # three pods need 60 vCPU, more than any one offer (48): all three fail, a pair works
+    pol = DisruptionPolicy(unneeded_s=600, utilization_threshold=0.5)
+    nodes = [cpu_node(n, (hungry(f"j{n}"),)) for n in "abc"]
+    cmd = pol.decide(nodes, now=700.0, offers=offers(1.0))
+    assert cmd is not None and cmd.candidates == ("a", "b")
+
+
+def test_multi_node_prefers_room_on_other_nodes_and_is_off_when_disabled() -> None:
+    # the two candidates' pods: one fits the busy node's free room, the other the replacement
+    pol = DisruptionPolicy(unneeded_s=600, utilization_threshold=0.5)
+    busy = NodeView("busy", P3_8X, False, (0, 0, 1000, 1000), 20000, 100 * 1024,
+                    (pod("x"), pod("y")), None, None, usd_per_hour=12.24)
+    nodes = [cpu_node("a", (hungry("j1"),)), cpu_node("b", (hungry("j2"),)), busy]
+    # single-node: a's pod fits busy (20 vCPU free): that comes first
+    cmd = pol.decide(nodes, now=700.0, offers=offers(5.0))
+    assert cmd is not None and cmd.method == "single-node-consolidation"
+    off = DisruptionPolicy(unneeded_s=600, multi_node=False)
+    tight = [cpu_node("a", (hungry("j1"),)), cpu_node("b", (hungry("j2"),))]
+    assert off.decide(tight, now=700.0, offers=offers(5.0)) is None

@@ -24,7 +24,9 @@ ONE_G = 1000 // 7  # a 1g.5gb instance: 1 of the A100's 7 compute slices
 
 
 def scenario(name: str, **kw) -> Scenario:
-    return next(s for s in builtin_scenarios() if s.name == name).model_copy(update=kw)
+    """A built-in scenario without hardware failures, so hand-worked figures are exact."""
+    base = next(s for s in builtin_scenarios() if s.name == name)
+    return base.model_copy(update={"gpu_mtbf_hours": None, **kw})
 
 
 def yaml_jobs() -> list[JobSpec]:
@@ -135,7 +137,7 @@ def test_mig_queueing_waits_for_a_slice_not_a_gpu() -> None:
 
 def test_unknown_profile_is_an_input_error() -> None:
     jobs = [JobSpec("a", 0.0, 600.0, ResourceRequest(num_gpu=1, mig_profile="9g.99gb"))]
-    with pytest.raises(InputError, match="9g.99gb"):
+    with pytest.raises(InputError, match=r"9g\.99gb"):
         Simulation(scenario("gpufleet"), 0, jobs)
 
 
@@ -165,3 +167,20 @@ def test_compaction_keeps_mig_layout() -> None:
         i = cs.state.index[n]
         assert np.array_equal(cs.state.mig_used[i], used)
         assert np.array_equal(cs.state.mig_compute_total[i], total)
+
+
+@pytest.mark.parametrize("name", ["static", "gpufleet", "sharing"])
+def test_unconstrained_mig_job_beside_v100_jobs(name: str) -> None:
+    """A hand-made MIG request without a model constraint (num_gpu 0) among V100 jobs: the
+    fleet includes a model offering the profile and every job finishes."""
+    v100 = ResourceRequest(cpu_milli=4000, memory_mib=12288, num_gpu=1,
+                           gpu_models=frozenset({"V100-16GB"}))
+    jobs = [JobSpec(f"v{i}", i * 60.0, 1800.0, v100) for i in range(4)]
+    jobs.append(JobSpec("m", 30.0, 1800.0, ResourceRequest(cpu_milli=1000, mig_profile="1g.5gb")))
+    sim = Simulation(scenario(name), 0, jobs)
+    s = sim.run()
+    assert s["jobs_finished"] == 5 and s["jobs_lost"] == 0
+    (m,) = [j for j in sim.sim.jobs if j.spec.job_id == "m"]
+    assert m.req.gpu_models and "A100-40GB" in m.req.gpu_models
+    assert (m.req.mig_profile is None) == (name == "static")
+    assert s["useful_gpu_hours"] == pytest.approx((4 * 1800 + 1800 * ONE_G / 1000) / 3600)

@@ -28,9 +28,13 @@ class IntervalPolicy:
         return (exposure_s + self.prior_exposure_s) / (interruptions + prior_failures)
 
     def interval(self, checkpoint_cost_s: float, interruptions: int, exposure_s: float) -> float:
+        return self.interval_for(checkpoint_cost_s, self.mtbf(interruptions, exposure_s))
+
+    def interval_for(self, checkpoint_cost_s: float, mtbf_s: float) -> float:
+        """Young/Daly for a known MTBF (e.g. a stated hardware failure rate), clamped."""
         if checkpoint_cost_s <= 0:
             return self.min_interval_s
-        tau = young_daly(checkpoint_cost_s, self.mtbf(interruptions, exposure_s))
+        tau = young_daly(checkpoint_cost_s, mtbf_s)
         return min(self.max_interval_s, max(self.min_interval_s, tau))
 
 

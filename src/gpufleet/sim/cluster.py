@@ -92,6 +92,7 @@ class Tally:
     consolidations: int = 0
     deadline_switches: int = 0
     node_failures: int = 0
+    replacements: int = 0  # nodes launched by multi-node consolidation
     failure_interruptions: int = 0
 
 
@@ -148,7 +149,8 @@ class ClusterSim:
         self.interval = IntervalPolicy()
         self.scale_up = ScaleUpPolicy(scenario.pending_gpu_threshold, scenario.max_pending_wait_s)
         self.disruption = DisruptionPolicy(
-            scenario.scale_down_unneeded_s, scenario.utilization_threshold, scenario.consolidation
+            scenario.scale_down_unneeded_s, scenario.utilization_threshold, scenario.consolidation,
+            multi_node=scenario.multi_node_consolidation,
         )
         self.spot_strategy = get_spot_strategy(scenario.spot_strategy) if scenario.spot else None
         self.backfill = BackfillPass(scenario.starvation_s)
@@ -167,6 +169,7 @@ class ClusterSim:
         self._pass_at: float | None = None
         self._scans: set[float] = set()
         self._last_consolidation = -INF
+        self._last_due_n = 0
         self._changed = True
         self._spot_exposure_s = 0.0
         self._recent_recoveries: list[float] = []
@@ -246,6 +249,8 @@ class ClusterSim:
             r = j.req
             pools.setdefault((r.mig_profile is not None, r.gpu_models or frozenset()),
                              []).append(j.idx)
+        if not pools:
+            pools[(False, frozenset())] = []
         if len(pools) > 1 and frozenset() in {k[1] for k in pools}:
             # unconstrained jobs go with the biggest constrained group of their MIG kind
             for mig in (False, True):
@@ -263,7 +268,7 @@ class ClusterSim:
         self.fixed_type = next(iter(self.fixed_types.values()))
 
     def _fixed_pool(self, mig: bool, models: frozenset[str], jobs: list[JobSpec]) -> None:
-        biggest = max(j.request.whole_gpus for j in jobs)
+        biggest = max((j.request.whole_gpus for j in jobs), default=1)
         profiles = {j.request.mig_profile for j in jobs} if mig else set()
         cands = [
             t for t in self.types.values()
@@ -490,15 +495,25 @@ class ClusterSim:
         self._at(j.finish_time(), FINISH, (j.idx, j.version))
 
     def _tau(self, j: JobRun, on_spot: bool) -> float:
+        """Young/Daly over every way the job can be interrupted: spot reclaims (rate estimated
+        from what the fleet has seen) and hardware failures of the nodes it runs on (the
+        scenario's stated rate, as an operator would configure it)."""
         if not self.sc.checkpointing or not j.spec.checkpointable:
             return INF
         if self.sc.checkpoint_interval_s is not None:
             return self.sc.checkpoint_interval_s
+        fail_rate = 0.0
+        if self.gpu_mtbf_s is not None:
+            nodes = {bind.node for bind, _ in j.binds}
+            fail_rate = sum(self.cloud.nodes[n].gpus for n in nodes) / self.gpu_mtbf_s
         if not on_spot:
-            return INF  # on-demand: nothing to insure against in this model
+            if fail_rate <= 0:
+                return INF  # nothing to insure against
+            return self.interval.interval_for(j.ckpt_cost, 1.0 / fail_rate)
         exposure = (self._spot_exposure_s + self._spot_ready_n * self.now
                     - self._spot_ready_sum)
-        return self.interval.interval(j.ckpt_cost, self.tally.reclaims, exposure)
+        reclaim_mtbf = self.interval.mtbf(self.tally.reclaims, exposure)
+        return self.interval.interval_for(j.ckpt_cost, 1.0 / (1.0 / reclaim_mtbf + fail_rate))
 
     def _stop(self, j: JobRun, at: float) -> None:
         """Release j's GPUs at ``at`` and book its allocated GPU-time and cost share."""
@@ -595,6 +610,10 @@ class ClusterSim:
         )
         node.state = "ready"
         node.ready_s = self.now
+        if self.gpu_mtbf_s is not None and it.gpus:
+            # exponential time to failure, rate = GPUs / GPU-MTBF; passive (see PASSIVE)
+            self._periodic += 1
+            self._at(self.now + self.fail_rng.exponential(self.gpu_mtbf_s / it.gpus), FAIL, name)
         node.empty_since = self.now
         self._empty[name] = node
         if node.spot:
@@ -713,6 +732,30 @@ class ClusterSim:
         self._end_node(node, self.now)
         if not self.sc.autoscaling and node.reclaimed and not self._all_done():
             self._replace_node(node.itype, spot=True, delay=self.sc.provisioning_delay_s,
+                               mig=node.mig)
+        elif self.sc.autoscaling:
+            self._ensure_scan(self.now)
+
+    def _on_fail(self, name: str) -> None:
+        """Unexpected hardware failure: no notice; running jobs lose the work since their last
+        checkpoint (all of it without checkpoints) and are requeued; the node is gone."""
+        node = self.cloud.nodes[name]
+        if node.state != "ready" or node.reclaimed:
+            return  # already draining or gone: the failure does not matter any more
+        self.tally.node_failures += 1
+        self._retire(node)
+        for idx in list(node.jobs):
+            self.tally.failure_interruptions += 1
+            self._interrupt(self.jobs[idx], 0.0, "node failure")
+        for idx in list(node.jobs):  # a zero-cost checkpoint "fits" a zero notice: done now
+            j = self.jobs[idx]
+            if j.state == RUNNING and j.binds:
+                self._ckpt_done_now(j, failed=False)
+        self._end_node(node, self.now)
+        if not self.sc.autoscaling and not self._all_done():
+            spot = node.spot or name in self._fallback
+            self._fallback.discard(name)
+            self._replace_node(node.itype, spot=spot, delay=self.sc.provisioning_delay_s,
                                mig=node.mig)
         elif self.sc.autoscaling:
             self._ensure_scan(self.now)
@@ -897,10 +940,15 @@ class ClusterSim:
         due_empty = any(now - n.empty_since >= unneeded for n in self._empty.values()
                         if n.empty_since is not None)
         recheck = self.sc.consolidation_recheck_s
-        under_due = self.sc.consolidation and any(
-            now - n.underused_since >= unneeded for n in self._under.values()
-            if n.underused_since is not None)
-        due_under = under_due and self._changed and now - self._last_consolidation >= recheck
+        due_n = sum(
+            1 for n in self._under.values()
+            if n.underused_since is not None and now - n.underused_since >= unneeded
+        ) if self.sc.consolidation else 0
+        under_due = due_n > 0
+        # same pods and no new candidate since the last look: same answer (more candidates can
+        # make multi-node consolidation possible without any pod having moved)
+        fresh = self._changed or due_n > self._last_due_n
+        due_under = under_due and fresh and now - self._last_consolidation >= recheck
         if not (due_empty or due_under):
             if under_due:
                 self._ensure_scan(max(now, self._last_consolidation) + recheck)
@@ -908,6 +956,7 @@ class ClusterSim:
         if due_under:
             self._last_consolidation = now
             self._changed = False
+            self._last_due_n = due_n
             # candidates plus every node with room to take their pods; full nodes cannot help
             views = [
                 self._view(n, room_only=n.underused_since is None
@@ -917,11 +966,15 @@ class ClusterSim:
             ]
         else:
             views = [self._view(n) for n in self._empty.values()]
-        cmd = self.disruption.decide(views, now)
+        offers = [o for o in self._offers() if o.capacity_type == CapacityType.ON_DEMAND] \
+            if due_under and len(self.cloud.live) < self.sc.max_nodes else []
+        cmd = self.disruption.decide(views, now, offers)
         if cmd is None:
             return
         for d in cmd.decisions:
-            if isinstance(d, Preempt):
+            if isinstance(d, Launch):
+                self.tally.replacements += self._apply_launch(d)
+            elif isinstance(d, Preempt):
                 j = self._job_by_id(d.job_id)
                 if j is not None and j.state == RUNNING:
                     self.tally.consolidations += 1
@@ -956,6 +1009,7 @@ class ClusterSim:
                 n.name, self._shape(n.itype, n.mig), n.spot,
                 tuple(st.free_milli[row, : n.gpus].tolist()),
                 int(st.cpu_free[row]), int(st.mem_free[row]), (), None, None, **mig_kw,
+                usd_per_hour=n.usd_per_hour,
             )
         pods = tuple(
             PodView(self.jobs[i].spec.job_id, self.jobs[i].req,
@@ -968,7 +1022,7 @@ class ClusterSim:
             n.name, self._shape(n.itype, n.mig), n.spot,
             tuple(int(x) for x in st.free_milli[row, : n.gpus]),
             int(st.cpu_free[row]), int(st.mem_free[row]), pods, n.empty_since,
-            n.underused_since, **mig_kw,
+            n.underused_since, **mig_kw, usd_per_hour=n.usd_per_hour,
         )
 
     # -- deadline-aware spot fallback ---------------------------------------------------------

@@ -21,7 +21,7 @@ from gpufleet.catalog.instances import InstanceType, default_instance_catalog
 from gpufleet.catalog.spot_prices import load_spot_prices
 from gpufleet.datapaths import data_dir
 from gpufleet.errors import InputError
-from gpufleet.sim.cluster import ClusterSim
+from gpufleet.sim.cluster import ClusterSim, mig_models
 from gpufleet.sim.scenario import Scenario, builtin_scenarios, default_scenario
 from gpufleet.sim.spot import (
     Availability,
@@ -49,9 +49,18 @@ def scenario_types(sc: Scenario, jobs: list[JobSpec]) -> list[InstanceType]:
                 field="instance_types",
             )
         types = [t for t in types if t.name in sc.instance_types]
-    if any(j.request.gpu_models is None and j.request.num_gpu > 0 for j in jobs):
+    for j in jobs:
+        if j.request.mig_profile is not None and not mig_models(j.request):
+            raise InputError(
+                f"job {j.job_id}: no catalogued GPU offers MIG profile {j.request.mig_profile!r}",
+                field="mig_profile",
+            )
+    if any(j.request.gpu_models is None and j.request.num_gpu > 0
+           and j.request.mig_profile is None for j in jobs):
         return types
     models = {m for j in jobs if j.request.gpu_models for m in j.request.gpu_models}
+    models |= {m for j in jobs if j.request.mig_profile is not None
+               for m in mig_models(j.request)}  # MIG: the models offering the profile
     narrowed = [t for t in types if t.gpu_model in models]
     if not narrowed:
         raise InputError(

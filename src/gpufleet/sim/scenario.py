@@ -56,6 +56,7 @@ class Scenario(BaseModel):
     scale_down_unneeded_s: float = Field(default=600.0, ge=0)
     utilization_threshold: float = Field(default=0.5, ge=0, le=1)
     consolidation: bool = True
+    multi_node_consolidation: bool = True  # after single-node; may launch one cheaper node
     consolidation_recheck_s: float = Field(default=300.0, gt=0)
     pending_gpu_threshold: float = Field(default=2.0, ge=0)
     max_pending_wait_s: float = Field(default=60.0, ge=0)
