@@ -16,10 +16,11 @@ ENV_VAR = "GPUFLEET_DATA"
 
 
 def _candidates() -> list[Path]:
-    found: list[Path] = []
     env = os.environ.get(ENV_VAR)
     if env:
-        found.append(Path(env))
+        # An explicit setting is the only candidate: a typo must not silently fall back.
+        return [Path(env)]
+    found: list[Path] = []
     repo_root = Path(__file__).resolve().parents[2]
     found.append(repo_root.parent / "shared" / "data")
     found.append(Path.cwd().resolve().parent / "shared" / "data")
