@@ -47,21 +47,16 @@ def friendly_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _register() -> None:
-    """Import feature CLIs; each calls ``app.command``/``bench_app.command`` on import."""
-    import importlib
+    """Import feature CLIs; each calls ``app.command``/``bench_app.command`` on import.
 
-    for mod in (
-        "gpufleet.placement.cli",
-        "gpufleet.sim.cli",
-        "gpufleet.market.cli",
-        "gpufleet.checkpoint.cli",
-        "gpufleet.metrics.cli",
-    ):
-        try:
-            importlib.import_module(mod)
-        except ModuleNotFoundError as exc:
-            if exc.name is None or not mod.startswith(exc.name):
-                raise
+    Deferred to ``main`` so that importing ``gpufleet.cli`` (as every feature CLI does) stays
+    cheap and free of import cycles.
+    """
+    import gpufleet.checkpoint.cli
+    import gpufleet.market.cli
+    import gpufleet.metrics.cli
+    import gpufleet.placement.cli
+    import gpufleet.sim.cli  # noqa: F401
 
 
 def main() -> None:

@@ -35,13 +35,10 @@ def _scenarios(path: Path | None) -> list[Scenario]:
 
 
 def _serve(port: int, speed: float, seed: int, jobs: list, scenario: Scenario) -> None:
-    try:
-        from gpufleet.metrics.fleet import FleetMetrics
-        from gpufleet.metrics.live import run_paced
-    except ModuleNotFoundError as exc:
-        raise InputError(f"--serve-metrics needs gpufleet.metrics ({exc.name} missing)") from None
     from prometheus_client import CollectorRegistry, start_http_server
 
+    from gpufleet.metrics.fleet import FleetMetrics
+    from gpufleet.metrics.live import run_paced
     from gpufleet.sim.runner import Simulation
 
     registry = CollectorRegistry()
