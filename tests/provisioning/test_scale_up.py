@@ -51,6 +51,19 @@ def test_threshold_and_max_wait() -> None:
                           reason="1 pending pods")]
 
 
+def test_urgent_pod_skips_the_wait_trigger() -> None:
+    # 1 GPU < 2 and waited 0 s: no launch — unless the driver marks the pod urgent (a deadline
+    # job whose slack cannot absorb the 60-s wait)
+    pol = ScaleUpPolicy(gpu_threshold=2, max_wait_s=60)
+    p = pod(spot=False)
+    assert pol.decide([p], OFFERS) == []
+    urgent = PendingPod(p.job_id, p.request, False, 0.0, urgent=True)
+    assert pol.decide([urgent], OFFERS) == [
+        Launch("p3.2xlarge", "us-east-1a", CapacityType.ON_DEMAND, 1, reason="1 pending pods")]
+    # an urgent pod already absorbed by a booting node launches nothing more
+    assert pol.decide([urgent], OFFERS, [InFlight(P3_2X, False)]) == []
+
+
 def test_eight_gpu_pod_needs_big_node_and_non_spot_pods_stay_on_demand() -> None:
     out = ScaleUpPolicy().decide([pod(8, spot=False)], OFFERS)
     assert [(la.instance_type, la.capacity_type, la.count) for la in out] == [

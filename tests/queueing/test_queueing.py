@@ -3,15 +3,16 @@ from __future__ import annotations
 from gpufleet.queueing import BackfillPass, queue_key
 
 
-def test_queue_key_priority_then_requeued_then_fifo() -> None:
+def test_queue_key_priority_then_urgent_then_requeued_then_fifo() -> None:
     keys = {
         "new-early": queue_key(0, False, 10.0, 1),
         "new-late": queue_key(0, False, 20.0, 2),
         "requeued-late": queue_key(0, True, 30.0, 3),
         "high": queue_key(5, False, 40.0, 4),
+        "urgent-latest": queue_key(0, False, 50.0, 5, urgent=True),
     }
     order = sorted(keys, key=keys.__getitem__)
-    assert order == ["high", "requeued-late", "new-early", "new-late"]
+    assert order == ["high", "urgent-latest", "requeued-late", "new-early", "new-late"]
 
 
 def run(queue, fits, starvation=None, now=100.0, blocked=None):

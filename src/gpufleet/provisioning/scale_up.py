@@ -2,7 +2,8 @@
 
 Trigger (the seed's): the pending ``nvidia.com/gpu`` not already absorbed by booting nodes is at
 least ``gpu_threshold`` (default 2) — or the oldest such pod has waited ``max_wait_s``, so a lone
-1-GPU job is not stranded below the threshold forever.
+1-GPU job is not stranded below the threshold forever — or a pod is ``urgent`` (the driver marks
+deadline jobs whose slack cannot absorb that wait).
 
 Choice (Cluster Autoscaler's least-waste and price expanders in one number): pending pods are
 grouped by what they can run on (constraints, spot tolerance, GPUs per pod); for each group every
@@ -71,6 +72,8 @@ class PendingPod:
     request: ResourceRequest
     spot_ok: bool
     waited_s: float
+    # cannot afford to wait for the trigger (a deadline job with little slack): scale up now
+    urgent: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +104,9 @@ class ScaleUpPolicy:
             return []
         gpus = sum(gpu_milli_of(p.request) for p in uncovered) / GPU_MILLI
         oldest = max(p.waited_s for p in uncovered)
-        if gpus < self.gpu_threshold and oldest < self.max_wait_s:
+        if gpus < self.gpu_threshold and oldest < self.max_wait_s and not any(
+            p.urgent for p in uncovered
+        ):
             return []
         groups: dict[tuple, list[PendingPod]] = {}
         for p in uncovered:

@@ -1,9 +1,11 @@
-"""Who goes next: priority, then recovered work, then FIFO — with backfill.
+"""Who goes next: priority, then deadline jobs short of slack, then recovered work, then FIFO.
 
 The queue order is a sort key so a driver can keep its pending list sorted incrementally
 (``bisect.insort``) instead of re-sorting a large queue on every event. Within a priority, jobs
 requeued after an interruption go ahead of new work: they already paid for queueing once and
-hold checkpoints that age.
+hold checkpoints that age. Ahead of both go jobs the driver marks ``urgent``: deadline jobs whose
+slack has run out so that they were pinned to on-demand — otherwise the on-demand node launched
+for one is taken, when it boots, by whichever older job fits it first.
 
 A scheduling pass walks the queue in order and lets later jobs start when an earlier one does not
 fit (backfill). Two rules keep the pass cheap and fair:
@@ -23,9 +25,11 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 
 
-def queue_key(priority: int, requeued: bool, enqueued_s: float, seq: int) -> tuple:
-    """Sort key: higher priority first, then requeued work, then arrival order."""
-    return (-priority, 0 if requeued else 1, enqueued_s, seq)
+def queue_key(
+    priority: int, requeued: bool, enqueued_s: float, seq: int, urgent: bool = False
+) -> tuple:
+    """Sort key: higher priority first, then urgent, then requeued work, then arrival order."""
+    return (-priority, 0 if urgent else 1, 0 if requeued else 1, enqueued_s, seq)
 
 
 @dataclass(slots=True)

@@ -47,6 +47,7 @@ from gpufleet.queueing import BackfillPass, queue_key
 from gpufleet.queueing.gang import place_gang
 from gpufleet.recovery import IntervalPolicy, NoticeView, get_recovery_strategy
 from gpufleet.sim.cloud import MICRO, SimCloud, SimNode
+from gpufleet.sim.deadline_guard import cannot_wait, fresh_node_fits, move_fits, rerun_fits
 from gpufleet.sim.engine import Engine
 from gpufleet.sim.jobrun import DONE, INF, PENDING, RUNNING, JobRun
 from gpufleet.sim.scenario import Scenario
@@ -177,6 +178,7 @@ class ClusterSim:
         self.end_s: float | None = None
         self._deadline_ctl = None
         self._deadline_live: set[int] = set()
+        self._arrival_check: list[int] = []
         self._periodic = 0
         self._dead_rows = 0
         self._empty: dict[str, SimNode] = {}
@@ -365,7 +367,7 @@ class ClusterSim:
         self._seq += 1
         j.state = PENDING
         j.enqueued_s = self.now
-        j.key = queue_key(j.spec.priority, j.requeued, self.now, self._seq)
+        j.key = self._queue_key(j, self._seq)
         bisect.insort(self.pending, (j.key, j.idx))
         self.pending_shapes[self._eshape(j)] += 1
         self._new.append(j.idx)
@@ -389,17 +391,28 @@ class ClusterSim:
         """Shape for the blocked-shape memo: on-demand-only jobs are a different request."""
         return j.shape * 2 + (1 if j.on_demand_only else 0)
 
+    def _queue_key(self, j: JobRun, seq: int) -> tuple:
+        """A deadline job pinned to on-demand has run out of slack: it goes ahead of older
+        work, so the on-demand node launched for it is not taken by another job first."""
+        urgent = j.on_demand_only and j.spec.deadline_s is not None
+        return queue_key(j.spec.priority, j.requeued, j.enqueued_s, seq, urgent)
+
     def _set_on_demand_only(self, j: JobRun, flag: bool) -> None:
         if j.on_demand_only == flag:
             return
         if j.state == PENDING:
-            i = bisect.bisect_left(self.pending, (j.key, j.idx))
             self._dequeue(j)
             j.on_demand_only = flag
-            self.pending.insert(i, (j.key, j.idx))
+            j.key = self._queue_key(j, j.key[-1])
+            bisect.insort(self.pending, (j.key, j.idx))
             self.pending_shapes[self._eshape(j)] += 1
             self._freed = True
             self._want_pass()
+            # a different request now: scale-up must look again (the pinned pod's spot node,
+            # if one is booting, no longer absorbs it)
+            self._demand_changed = True
+            if self.sc.autoscaling:
+                self._ensure_scan(self.now)
         else:
             j.on_demand_only = flag
 
@@ -410,7 +423,62 @@ class ClusterSim:
             SPOT_TAINT in j.req.tolerations
         ):
             self._deadline_live.add(idx)
+            # the guards need an autoscaler: on a fixed spot fleet on-demand capacity is only
+            # the fallback nodes, so pinning a job there would only make it wait
+            if self.sc.autoscaling and self._keeps_progress(j):
+                self._arrival_check.append(idx)
+            elif self.sc.autoscaling and not self._rerun_fits(j) and not self._hopeless(j):
+                self.tally.deadline_switches += 1
+                j.on_demand_only = True
         self._enqueue(j)
+
+    def _keeps_progress(self, j: JobRun) -> bool:
+        return j.spec.checkpointable and self.sc.checkpointing
+
+    def _hopeless(self, j: JobRun) -> bool:
+        """Even a fresh node launched now cannot make the deadline: only capacity that frees
+        up (spot or on-demand) can, so the job is not narrowed to on-demand by the guards."""
+        left = j.spec.duration_s - (j.progress(self.now)[0] if j.state == RUNNING else j.work_s)
+        return not fresh_node_fits(self.now, j.spec.deadline_s,  # type: ignore[arg-type]
+                                   left, self.sc.provisioning_delay_s)
+
+    def _rerun_fits(self, j: JobRun) -> bool:
+        return rerun_fits(self.now, j.spec.deadline_s, j.spec.duration_s,  # type: ignore[arg-type]
+                          j.spec.restart_overhead_s, self.sc.provisioning_delay_s)
+
+    def _check_arrivals(self) -> None:
+        """Before scale-up, new deadline jobs that found no free capacity get the controller's
+        safety net now rather than at the next availability tick (up to a tick later: 195 s on
+        the V100 traces, longer than many short jobs' whole slack) — so scale-up launches the
+        on-demand node the net asks for instead of a spot node the job would then leave.
+
+        The net is evaluated as if the tick were now, without a controller call (which is once
+        per tick of the availability process); jobs already seen by their controller are left
+        to it.
+        """
+        from gpufleet.market.deadline import Choice, DeadlineJob, safety_net
+
+        idle = np.array([Choice.IDLE], dtype=np.int8)
+        for idx in self._arrival_check:
+            j = self.jobs[idx]
+            if j.state != PENDING or j.ctl is not None or j.on_demand_only or self._hopeless(j):
+                continue
+            spec = j.spec
+            job = DeadlineJob(task_s=spec.duration_s, deadline_s=spec.deadline_s - spec.submit_s,
+                              overhead_s=spec.restart_overhead_s, gap_s=self._deadline_gap)
+            out = safety_net(idle, job=job, t_s=self.now - spec.submit_s, done_s=np.zeros(1),
+                             holding=idle, overhead_left_s=np.zeros(1))
+            if int(out[0]) == Choice.ON_DEMAND:
+                self.tally.deadline_switches += 1
+                self._set_on_demand_only(j, True)
+        self._arrival_check.clear()
+
+    def _urgent(self, j: JobRun, now: float) -> bool:
+        if j.spec.deadline_s is None:
+            return False
+        overhead = j.spec.restart_overhead_s if j.interruptions else 0.0
+        return cannot_wait(now, j.spec.deadline_s, j.spec.duration_s - j.work_s, overhead,
+                           self.sc.provisioning_delay_s, self.sc.max_pending_wait_s)
 
     def _want_pass(self) -> None:
         if self._pass_at != self.now:
@@ -825,6 +893,8 @@ class ClusterSim:
             self._rebalance()
             return
         launched = 0
+        if self._arrival_check:
+            self._check_arrivals()
         if self.pending and (
             self._demand_changed
             or self.now - self._last_scale_up >= self.sc.max_pending_wait_s
@@ -906,8 +976,9 @@ class ClusterSim:
             j = self.jobs[i]
             req = self._request_now(j)
             spot_ok = SPOT_TAINT in req.tolerations
+            urgent = self._urgent(j, now)
             for _r in range(j.spec.replicas):
-                pods.append(PendingPod(j.spec.job_id, req, spot_ok, now - j.enqueued_s))
+                pods.append(PendingPod(j.spec.job_id, req, spot_ok, now - j.enqueued_s, urgent))
         inflight = [InFlight(self._shape(n.itype, n.mig), n.spot)
                     for n in self._booting.values()]
         markets = {}
@@ -1014,7 +1085,7 @@ class ClusterSim:
         pods = tuple(
             PodView(self.jobs[i].spec.job_id, self.jobs[i].req,
                     self.jobs[i].spec.checkpointable and self.jobs[i].spec.replicas == 1
-                    and self.sc.checkpointing,
+                    and self.sc.checkpointing and self._move_fits(self.jobs[i]),
                     SPOT_TAINT in self._request_now(self.jobs[i]).tolerations)
             for i in n.jobs
         )
@@ -1024,6 +1095,13 @@ class ClusterSim:
             int(st.cpu_free[row]), int(st.mem_free[row]), pods, n.empty_since,
             n.underused_since, **mig_kw, usd_per_hour=n.usd_per_hour,
         )
+
+    def _move_fits(self, j: JobRun) -> bool:
+        """Consolidation may move a deadline job only if the move cannot cost the deadline."""
+        if j.spec.deadline_s is None:
+            return True
+        return move_fits(self.now, j.spec.deadline_s, j.spec.duration_s - j.progress(self.now)[0],
+                         j.ckpt_cost, j.spec.restart_overhead_s, self.sc.provisioning_delay_s)
 
     # -- deadline-aware spot fallback ---------------------------------------------------------
     def _on_deadline(self, _: object) -> None:
@@ -1039,6 +1117,14 @@ class ClusterSim:
         for idx in sorted(self._deadline_live):
             j = self.jobs[idx]
             if j.state not in (PENDING, RUNNING):
+                continue
+            if self.sc.autoscaling and not self._keeps_progress(j):
+                # no checkpoints: spot only while a rerun from zero still fits (see
+                # deadline_guard); once started it stays where it is
+                if j.state == PENDING and not j.on_demand_only and not self._rerun_fits(j) \
+                        and not self._hopeless(j):
+                    self.tally.deadline_switches += 1
+                    self._set_on_demand_only(j, True)
                 continue
             if j.ctl is None:
                 spot_p = (m.best_price(ref, now) if m is not None and ref else None) or 0.0

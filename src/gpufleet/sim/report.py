@@ -29,6 +29,7 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("recovery_p50_s", "recovery p50 s", "{:,.0f}"),
     ("recovery_p95_s", "recovery p95 s", "{:,.0f}"),
     ("deadline_misses", "deadline misses", "{:,}"),
+    ("deadline_misses_infeasible", "of which infeasible", "{:,}"),
     ("jobs_finished", "finished", "{:,}"),
     ("jobs_lost", "lost", "{:,}"),
     ("spot_share_gpu_hours", "spot share", "{:.0%}"),

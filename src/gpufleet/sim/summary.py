@@ -9,7 +9,9 @@ Definitions (docs/simulator.md repeats them):
 * JCT = finish − submit; queueing delay = first start − submit;
 * recovery = notice → running again (rebound and past its restart overhead);
 * lost GPU-hours = work thrown away (since the last checkpoint, or all of it) × GPUs;
-* a deadline miss is a job with a deadline that finished after it or never finished;
+* a deadline miss is a job with a deadline that finished after it or never finished; an
+  *infeasible* one had a window (deadline − submit) shorter than provisioning delay + duration,
+  so only capacity already free at submit could have met it;
 * jobs lost = jobs that never finished (must be 0).
 """
 
@@ -21,6 +23,7 @@ import numpy as np
 
 from gpufleet.sim.cloud import MICRO
 from gpufleet.sim.cluster import ClusterSim
+from gpufleet.sim.deadline_guard import fresh_node_fits
 from gpufleet.sim.jobrun import DONE
 
 
@@ -38,11 +41,16 @@ def summarize(sim: ClusterSim, wall_s: float) -> dict[str, Any]:
     finished = [j for j in sim.jobs if j.state == DONE]
     jct = [j.finish_s - j.spec.submit_s for j in finished]  # type: ignore[operator]
     queue = [j.first_start_s - j.spec.submit_s for j in finished]  # type: ignore[operator]
-    misses = sum(
-        1
-        for j in sim.jobs
+    missed = [
+        j for j in sim.jobs
         if j.spec.deadline_s is not None
         and (j.finish_s is None or j.finish_s > j.spec.deadline_s + 1e-6)
+    ]
+    delay = sim.sc.provisioning_delay_s
+    infeasible = sum(
+        1 for j in missed
+        if not fresh_node_fits(j.spec.submit_s, j.spec.deadline_s,  # type: ignore[arg-type]
+                               j.spec.duration_s, delay)
     )
     t = sim.tally
     useful_h = t.useful_gpu_s / 3600.0
@@ -67,7 +75,8 @@ def summarize(sim: ClusterSim, wall_s: float) -> dict[str, Any]:
         "lost_gpu_hours": t.lost_gpu_s / 3600.0,
         "recovery_p50_s": _pct(rec, 50),
         "recovery_p95_s": _pct(rec, 95),
-        "deadline_misses": misses,
+        "deadline_misses": len(missed),
+        "deadline_misses_infeasible": infeasible,
         "deadline_jobs": sum(1 for j in sim.jobs if j.spec.deadline_s is not None),
         "jobs_total": len(sim.jobs),
         "jobs_finished": len(finished),
