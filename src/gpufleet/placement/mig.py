@@ -9,9 +9,11 @@ Modelling the start offsets keeps the scheduler from promising layouts the drive
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 
-from gpufleet.catalog.gpus import MigProfile
+from gpufleet.catalog.gpus import MigProfile, MigSpec
 from gpufleet.placement.result import MigAssignment
 from gpufleet.placement.view import PodView
 
@@ -47,8 +49,26 @@ def mig_ok(view: PodView) -> np.ndarray:
     return out
 
 
-def _legal_starts(prof: MigProfile, used: int) -> list[int]:
+def legal_starts(prof: MigProfile, used: int) -> list[int]:
+    """NVIDIA's rule: the profile's allowed start offsets whose slices are all free."""
     return [st for st in prof.starts if not used & prof.slice_mask(st)]
+
+
+def best_mig_slot(
+    spec: MigSpec, prof: MigProfile, gpus: Iterable[tuple[int, int, int]]
+) -> tuple[int, int] | None:
+    """(gpu, start) to pack ``prof`` into, among ``gpus`` = (index, used slice mask, used compute)
+    that have compute room: the fullest GPU, then the start that keeps the most placements of
+    any profile open. Shared by placement and the provisioning bin-packer so both agree."""
+    best: tuple[int, int, int, int] | None = None  # (-used compute, -open after, gpu, start)
+    for g, used, compute in gpus:
+        for st in legal_starts(prof, used):
+            after = used | prof.slice_mask(st)
+            open_after = sum(len(legal_starts(p, after)) for p in spec.profiles.values())
+            key = (-compute, -open_after, g, st)
+            if best is None or key < best:
+                best = key
+    return None if best is None else (best[2], best[3])
 
 
 def choose_mig(view: PodView, row: int) -> MigAssignment | None:
@@ -63,16 +83,15 @@ def choose_mig(view: PodView, row: int) -> MigAssignment | None:
         return None
     prof = spec.profiles[profile]
     ok = mig_ok(view)[row]
-    best: tuple[int, int, int, int] | None = None  # (-used compute, -open after, gpu, start)
-    for g in np.flatnonzero(ok):
-        used = int(view.mig_used[row, g])
-        for st in _legal_starts(prof, used):
-            after = used | prof.slice_mask(st)
-            open_after = sum(len(_legal_starts(p, after)) for p in spec.profiles.values())
-            key = (-int(view.mig_compute_used[row, g]), -open_after, int(g), st)
-            if best is None or key < best:
-                best = key
+    best = best_mig_slot(
+        spec,
+        prof,
+        (
+            (int(g), int(view.mig_used[row, g]), int(view.mig_compute_used[row, g]))
+            for g in np.flatnonzero(ok)
+        ),
+    )
     if best is None:
         return None
-    _, _, g, st = best
+    g, st = best
     return MigAssignment(g, profile, st, prof.slice_mask(st), prof.compute)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from functools import cache
 
 from gpufleet.catalog.gpus import MigSpec, default_gpu_catalog
-from gpufleet.placement.mig import _legal_starts  # the placement rule itself, not a copy
+from gpufleet.placement.mig import best_mig_slot  # the placement rule itself, not a copy
 from gpufleet.state import GPU_MILLI, ResourceRequest
 
 # mig-manager's named config that turns MIG mode on for every GPU without creating instances:
@@ -88,8 +88,15 @@ class Bin:
     @classmethod
     def empty(cls, shape: NodeShape, tag: str = "") -> Bin:
         if shape.mig:
-            return cls(shape, [0] * shape.gpus, shape.cpu_milli, shape.memory_mib, tag,
-                       mig_used=[0] * shape.gpus, mig_compute_used=[0] * shape.gpus)
+            return cls(
+                shape,
+                [0] * shape.gpus,
+                shape.cpu_milli,
+                shape.memory_mib,
+                tag,
+                mig_used=[0] * shape.gpus,
+                mig_compute_used=[0] * shape.gpus,
+            )
         return cls(shape, [GPU_MILLI] * shape.gpus, shape.cpu_milli, shape.memory_mib, tag)
 
     def has_gpu_room(self) -> bool:
@@ -132,19 +139,18 @@ class Bin:
         if spec is None or req.mig_profile not in spec.profiles:
             return False
         prof = spec.profiles[req.mig_profile]
-        best: tuple[int, int, int, int] | None = None
-        for g, used in enumerate(self.mig_used):
-            if self.mig_compute_used[g] + prof.compute > self.shape.mig_compute:
-                continue
-            for st in _legal_starts(prof, used):
-                after = used | prof.slice_mask(st)
-                open_after = sum(len(_legal_starts(p, after)) for p in spec.profiles.values())
-                key = (-self.mig_compute_used[g], -open_after, g, st)
-                if best is None or key < best:
-                    best = key
+        best = best_mig_slot(
+            spec,
+            prof,
+            (
+                (g, used, self.mig_compute_used[g])
+                for g, used in enumerate(self.mig_used)
+                if self.mig_compute_used[g] + prof.compute <= self.shape.mig_compute
+            ),
+        )
         if best is None:
             return False
-        _, _, g, st = best
+        g, st = best
         self.mig_used[g] |= prof.slice_mask(st)
         self.mig_compute_used[g] += prof.compute
         return True
