@@ -26,6 +26,17 @@ def scenario(name: str, **kw) -> Scenario:
     return base.model_copy(update=upd)
 
 
+def path_cost_usd(prices, gap_s: float, t0: float, t1: float) -> float:
+    """Per-second billing along a price path (the last price holds past its end)."""
+    total, t = 0.0, t0
+    while t < t1:
+        k = int(t // gap_s)
+        end = min(t1, (k + 1) * gap_s)
+        total += float(prices[min(k, len(prices) - 1)]) * (end - t) / 3600.0
+        t = end
+    return total
+
+
 def strip(summary: dict) -> dict:
     return {k: v for k, v in summary.items() if k not in ("wall_seconds", "events_per_s")}
 
@@ -54,9 +65,19 @@ def test_conservation(name: str) -> None:
     # useful work = Σ job GPU-seconds exactly
     assert s["useful_gpu_hours"] == pytest.approx(sum(j.gpu_seconds for j in jobs) / 3600)
     # billing = Σ node lifetimes × price (per second, rounded up), recomputed independently
+    # (without the shared traces the spot market is the price process: a spot node then pays the
+    # price path, summed here tick by tick in plain Python)
     bill = 0
     for n in cs.cloud.nodes.values():
         assert n.ended_s is not None and n.ended_s >= n.launched_s
+        if n.spot and cs.market is not None and cs.market.mode == "price":
+            path = cs.market.paths[(n.itype.name, n.zone)]
+            expected = round(
+                path_cost_usd(path.prices, path.gap_s, n.launched_s, n.ended_s) * MICRO
+            )
+            assert n.bill_micro == pytest.approx(expected, abs=1)
+            bill += expected
+            continue
         bill += round(n.usd_per_hour * MICRO) * math.ceil(n.ended_s - n.launched_s) // 3600
         assert n.bill_micro == flat_bill_micro(n.usd_per_hour, n.ended_s - n.launched_s)
     assert s["cost_usd"] == pytest.approx(bill / MICRO)
@@ -132,10 +153,13 @@ def _deadline_jobs() -> list:
     from gpufleet.state import ResourceRequest
     from gpufleet.traces.jobs import JobSpec
 
-    req = ResourceRequest(cpu_milli=4000, memory_mib=12288, num_gpu=1,
-                          gpu_models=frozenset({"V100-16GB"}))
-    return [JobSpec(f"d{i}", i * 700.0, 3 * 3600.0, req, deadline_s=i * 700.0 + 6 * 3600)
-            for i in range(12)]
+    req = ResourceRequest(
+        cpu_milli=4000, memory_mib=12288, num_gpu=1, gpu_models=frozenset({"V100-16GB"})
+    )
+    return [
+        JobSpec(f"d{i}", i * 700.0, 3 * 3600.0, req, deadline_s=i * 700.0 + 6 * 3600)
+        for i in range(12)
+    ]
 
 
 def test_deadline_policy_moves_jobs_to_on_demand() -> None:
@@ -152,3 +176,12 @@ def test_deadline_policy_moves_jobs_to_on_demand() -> None:
     assert all(not j.on_spot for j in pinned.sim.jobs)  # each finished on on-demand
     assert s_pin["cost_usd"] > s_free["cost_usd"]
     assert s_pin["jobs_lost"] == 0 and s_pin["deadline_misses"] == 0
+
+
+def test_fixed_spot_fleet_on_price_market_loses_no_deadline_job() -> None:
+    """Regression: on a fixed all-spot fleet the deadline controller used to pin jobs to
+    on-demand capacity that a fixed fleet never creates; the run then ended with them pending."""
+    jobs = workload()
+    assert any(j.deadline_s is not None for j in jobs)
+    s = Simulation(scenario("spot", spot_market="price"), seed=0, jobs=jobs).run()
+    assert s["jobs_lost"] == 0 and s["jobs_finished"] == len(jobs)

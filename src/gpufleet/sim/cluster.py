@@ -1143,7 +1143,9 @@ class ClusterSim:
             left = max(0.0, j.seg_start + j.overhead - now) if j.state == RUNNING else 0.0
             choice = ctl.decide(t_s=now - j.spec.submit_s, done_s=done, holding=holding,
                                   overhead_left_s=left, spot_available=avail, history=history)
-            if choice == Choice.ON_DEMAND and not j.on_demand_only:
+            # A fixed fleet creates no on-demand capacity for a pinned job: it would wait for a
+            # node that never comes (and end the run unfinished), so only autoscaled fleets pin.
+            if choice == Choice.ON_DEMAND and not j.on_demand_only and self.sc.autoscaling:
                 self.tally.deadline_switches += 1
                 self._set_on_demand_only(j, True)
                 if j.state == RUNNING and j.on_spot:
