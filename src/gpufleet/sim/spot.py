@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from gpufleet.catalog.instances import InstanceCatalog, InstanceType
-from gpufleet.catalog.spot_prices import SpotPrice
+from gpufleet.catalog.spot_prices import SpotPrice, latest_prices
 from gpufleet.errors import InputError
 from gpufleet.market.bidding import ZoneMarket
 from gpufleet.traces.spot_availability import load_availability
@@ -165,14 +165,9 @@ def spot_price_table(
     prices: Iterable[SpotPrice], catalog: InstanceCatalog
 ) -> dict[tuple[str, str], float]:
     """(instance_type, catalog zone) → USD/hour, mapped from AZ ids as the module doc says."""
-    latest: dict[tuple[str, str], tuple[object, float]] = {}
-    for p in prices:
-        k = (p.instance_type, p.zone)
-        if k not in latest or p.timestamp > latest[k][0]:  # type: ignore[operator]
-            latest[k] = (p.timestamp, float(p.price_per_hour))
     by_type: dict[str, dict[str, float]] = {}
-    for (it, az), (_, price) in latest.items():
-        by_type.setdefault(it, {})[az] = price
+    for (it, az), price in latest_prices(list(prices)).items():
+        by_type.setdefault(it, {})[az] = float(price)
     out: dict[tuple[str, str], float] = {}
     for it in catalog:
         rows = by_type.get(it.name)
