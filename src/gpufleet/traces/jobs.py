@@ -183,7 +183,7 @@ def _validate(data: dict[str, Any], where: dict[str, Any]) -> JobFields:
 
 # -- Philly -------------------------------------------------------------------------------------
 def philly_job(
-    row: dict[str, str], *, index: int, t0: float, gpu_model: str, where: dict[str, Any]
+    row: dict[str, str], *, index: int, submit_s: float, gpu_model: str, where: dict[str, Any]
 ) -> JobSpec:
     def num(field: str, cast: type = float, minimum: float = 0) -> Any:
         raw = row.get(field)
@@ -210,7 +210,7 @@ def philly_job(
     )
     return JobSpec(
         job_id=f"philly-{index:06d}",
-        submit_s=_philly_time(row, where) - t0,
+        submit_s=submit_s,
         duration_s=duration,
         request=req,
         replicas=replicas,
@@ -243,10 +243,13 @@ def load_philly(path: Path, gpu_model: str = "V100-16GB") -> list[JobSpec]:
     rows = list(_rows(path))
     if not rows:
         return []
-    t0 = min(_philly_time(r, {"path": path, "line": ln}) for ln, r in rows)
+    times = [_philly_time(r, {"path": path, "line": ln}) for ln, r in rows]
+    t0 = min(times)
     jobs = [
-        philly_job(row, index=i, t0=t0, gpu_model=gpu_model, where={"path": path, "line": ln})
-        for i, (ln, row) in enumerate(rows)
+        philly_job(
+            row, index=i, submit_s=t - t0, gpu_model=gpu_model, where={"path": path, "line": ln}
+        )
+        for i, ((ln, row), t) in enumerate(zip(rows, times, strict=True))
     ]
     jobs.sort(key=lambda j: (j.submit_s, j.job_id))
     return jobs
