@@ -32,11 +32,18 @@ def read_yaml(path: Path) -> Any:
         ) from exc
 
 
-def validation_to_input_error(exc: ValidationError, path: Path | str) -> InputError:
-    """First pydantic error as an InputError whose field is the dotted location."""
+def validation_to_input_error(
+    exc: ValidationError, path: Path | str | None = None, line: int | None = None
+) -> InputError:
+    """First pydantic error as an InputError whose field is the dotted location.
+
+    The offending value is quoted only for a field error: a model-level error's input is the
+    whole record, which would bury the message.
+    """
     err = exc.errors()[0]
-    loc = ".".join(str(p) for p in err["loc"]) or None
-    return InputError(f"{err['msg']} (got {err.get('input')!r})", path=path, field=loc)
+    field = ".".join(str(p) for p in err["loc"]) or None
+    got = f" (got {err['input']!r})" if field and "input" in err else ""
+    return InputError(f"{err['msg']}{got}", path=path, line=line, field=field)
 
 
 def load_model(model: type[M], data: Any, path: Path | str) -> M:

@@ -28,6 +28,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from gpufleet.catalog.yamlfile import validation_to_input_error
 from gpufleet.errors import InputError
 
 LEVERS = ("packing", "sharing", "autoscaling", "spot", "checkpointing")
@@ -163,10 +164,7 @@ def load_scenarios(path: Path | str) -> list[Scenario]:
         try:
             out.append(Scenario.model_validate(item))
         except ValidationError as exc:
-            err = exc.errors()[0]
-            field = ".".join(str(p) for p in err["loc"]) or None
-            got = f" (got {err['input']!r})" if "input" in err and field else ""
-            raise InputError(f"{err['msg']}{got}", path=path, line=line, field=field) from None
+            raise validation_to_input_error(exc, path, line) from None
     names = [s.name for s in out]
     dup = {n for n in names if names.count(n) > 1}
     if dup:

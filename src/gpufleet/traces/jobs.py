@@ -29,7 +29,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gpufleet.catalog.gpus import GpuCatalog, default_gpu_catalog, parse_version
-from gpufleet.catalog.yamlfile import read_yaml
+from gpufleet.catalog.yamlfile import read_yaml, validation_to_input_error
 from gpufleet.errors import InputError
 from gpufleet.state import GPU_MILLI, ResourceRequest
 
@@ -175,10 +175,7 @@ def _validate(data: dict[str, Any], where: dict[str, Any]) -> JobFields:
     try:
         return JobFields.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(p) for p in err["loc"]) or None
-        got = f" (got {err['input']!r})" if field and "input" in err else ""
-        raise InputError(f"{err['msg']}{got}", field=field, **where) from None
+        raise validation_to_input_error(exc, **where) from None
 
 
 # -- Philly -------------------------------------------------------------------------------------
