@@ -73,6 +73,26 @@ def test_gang_with_both_nodes_reclaimed_gains_no_work() -> None:
     assert s["allocated_gpu_hours"] >= s["useful_gpu_hours"] + s["lost_gpu_hours"]
 
 
+def test_one_reclaimed_gang_member_moves_the_whole_gang_into_one_zone() -> None:
+    sim = spot_gang_sim()
+    cs = sim.sim
+    sim.run_until(5 * HOUR)
+    (j,) = cs.jobs
+    first = nodes_of(j)
+    assert len({cs.cloud.nodes[n].zone for n in first}) == 1  # launched in one zone
+    cs._on_notice(first[0])
+    sim.run_until(5 * HOUR + 60.0)
+    # both replicas left (the healthy node too): a gang runs whole or not at all
+    assert j.state != RUNNING and all(j.idx not in cs.cloud.nodes[n].jobs for n in first)
+    sim.run_until(6 * HOUR)
+    assert j.state == RUNNING
+    again = nodes_of(j)
+    assert len(again) == 2 and len({cs.cloud.nodes[n].zone for n in again}) == 1
+    s = sim.run()
+    assert s["jobs_lost"] == 0 and j.interruptions == 1
+    assert check_accounting(cs) == []
+
+
 def test_failure_during_a_gang_checkpoint_falls_back_to_the_previous_one() -> None:
     """A notice on one node starts the gang's checkpoint; the other node fails 10 s later, before
     the 30-s checkpoint is written: the gang is not interrupted a second time, its checkpoint

@@ -42,6 +42,7 @@ from gpufleet.provisioning import (
     PodView,
     ScaleUpPolicy,
     gpu_milli_of,
+    on_demand_zone,
 )
 from gpufleet.queueing import BackfillPass, queue_key
 from gpufleet.queueing.gang import place_gang
@@ -190,7 +191,11 @@ class ClusterSim:
         self._fallback: set[str] = set()
         self._demand_changed = True
         self._last_scale_up = -INF
-        self._offer_cache: tuple[int, list[Offer]] | None = None
+        self._offer_cache: tuple[tuple[int, int], list[Offer]] | None = None
+        # on-demand nodes per (type, zone), for the zone choice (provisioning.on_demand_zone)
+        self._od_nodes: Counter = Counter()
+        self._od_version = 0
+        self._home_zone: dict[str, str] = {}  # fixed fleets: the node group's one zone
         self._handlers = [
             self._on_arrival, self._on_finish, self._on_ready, self._on_notice, self._on_gone,
             self._on_scan, self._on_pass, self._on_sample, self._on_ckpt_done, self._on_deadline,
@@ -281,6 +286,9 @@ class ClusterSim:
             raise InputError(f"no instance type offers {biggest} GPUs of {sorted(models)}")
         it = min(cands, key=lambda t: (float(t.usd_per_hour) / t.gpus, -t.gpus, t.name))
         self.fixed_types[(mig, models)] = it
+        # a static cluster is one placement group, so one zone: chosen once, kept for
+        # replacements (gangs must fit inside one zone)
+        self._home_zone.setdefault(it.name, self._od_zone(it))
         n = self.sc.fixed_nodes or max(1, math.ceil(
             peak_demand_milli(jobs, self.sc.sharing) / (GPU_MILLI * it.gpus)))
         n_od = 0
@@ -297,7 +305,8 @@ class ClusterSim:
             for launch in plan:
                 if self._launch_one(it, launch.zone, True, launch.max_price, delay, mig):
                     return
-        node = self._launch_one(it, it.zones[0], False, None, delay, mig)
+        zone = self._home_zone.get(it.name) or self._od_zone(it)
+        node = self._launch_one(it, zone, False, None, delay, mig)
         if spot and node is not None:
             self._fallback.add(node.name)  # wanted spot: rebalanced when spot comes back
 
@@ -658,6 +667,9 @@ class ClusterSim:
             price = float(it.usd_per_hour)
         bid = float(max_price) if max_price is not None else None
         node = self.cloud.launch(it, zone, spot, price, now, delay, bid, mig=mig)
+        if not spot:
+            self._od_nodes[(it.name, zone)] += 1
+            self._od_version += 1
         self._booting[node.name] = node
         self._at(node.ready_s, READY, node.name)
         if spot and m is not None:
@@ -789,6 +801,9 @@ class ClusterSim:
             return
         if node.state == "ready":
             self._retire(node)
+        if not node.spot:
+            self._od_nodes[(node.itype.name, node.zone)] -= 1
+            self._od_version += 1
         bill = None
         if node.spot and self.market is not None and self.market.mode == "price":
             bill = round(
@@ -967,13 +982,21 @@ class ClusterSim:
             self._end_node(node, self.now)
 
     def _offers(self) -> list[Offer]:
-        """Offers change only when a spot market ticks; cached per tick."""
+        """Offers change only when a spot market ticks or the on-demand fleet changes (the
+        on-demand zone depends on it); cached until then."""
         tick = int(self.now // self.market.tick_s) if self.market is not None else 0
-        if self._offer_cache is not None and self._offer_cache[0] == tick:
+        key = (tick, self._od_version)
+        if self._offer_cache is not None and self._offer_cache[0] == key:
             return self._offer_cache[1]
         out = self._fresh_offers()
-        self._offer_cache = (tick, out)
+        self._offer_cache = (key, out)
         return out
+
+    def _od_zone(self, it: InstanceType) -> str:
+        """Zone for the next on-demand node of ``it`` (the pure rule in provisioning.zones)."""
+        price = float(it.usd_per_hour)
+        counts = {z: self._od_nodes[(it.name, z)] for z in it.zones}
+        return on_demand_zone(it.zones, dict.fromkeys(it.zones, price), counts)
 
     def _fresh_offers(self) -> list[Offer]:
         out = []
@@ -983,7 +1006,7 @@ class ClusterSim:
             for mig in (False, True) if mig_capable else (False,):
                 shape = self._shape(it, mig)
                 out.append(Offer(it.name, CapacityType.ON_DEMAND, shape, float(it.usd_per_hour),
-                                 it.zones[0]))
+                                 self._od_zone(it)))
                 if self.market is not None:
                     p = self.market.best_price(it.name, now)
                     if p is not None:
@@ -1011,8 +1034,9 @@ class ClusterSim:
             spot_ok = SPOT_TAINT in req.tolerations
             urgent = self._urgent(j, now)
             for _r in range(j.spec.replicas):
-                pods.append(PendingPod(j.spec.job_id, req, spot_ok, now - j.enqueued_s, urgent))
-        inflight = [InFlight(self._shape(n.itype, n.mig), n.spot)
+                pods.append(PendingPod(j.spec.job_id, req, spot_ok, now - j.enqueued_s, urgent,
+                                       j.spec.replicas))
+        inflight = [InFlight(self._shape(n.itype, n.mig), n.spot, n.zone)
                     for n in self._booting.values()]
         markets = {}
         if self.market is not None:
