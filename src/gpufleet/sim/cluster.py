@@ -861,8 +861,8 @@ class ClusterSim:
             self._fallback.discard(name)
             self._replace_node(node.itype, spot=spot, delay=self.sc.provisioning_delay_s,
                                mig=node.mig)
-        elif self.sc.autoscaling:
-            self._ensure_scan(self.now)
+        # an autoscaled fleet replaces the capacity through scale-up: requeueing the node's jobs
+        # (above) scans at once
 
     def _all_done(self) -> bool:
         return self.done == len(self.jobs)
