@@ -29,7 +29,9 @@ class ResourceRequest:
     ``gpu_milli`` is per GPU: a shared pod has ``num_gpu == 1`` and ``gpu_milli < 1000``; a
     multi-GPU pod takes whole, fully idle GPUs. ``mig_profile`` (``"1g.5gb"``) asks for one MIG
     instance instead of GPUs. ``gpu_models`` is a hard constraint (None = any model).
-    ``min_cuda`` uses CUDA's encoding (12.4 → 12040).
+    ``min_cuda`` uses CUDA's encoding (12.4 → 12040). ``zone`` pins the pod to one zone
+    (``topology.kubernetes.io/zone`` node affinity; None = any): gang admission sets it so that
+    every replica of a multi-node job lands in one zone ("" = nodes without a zone).
     """
 
     cpu_milli: int = 0
@@ -41,6 +43,7 @@ class ResourceRequest:
     mig_profile: str | None = None
     min_cuda: int = 0
     tolerations: frozenset[str] = frozenset()
+    zone: str | None = None
 
     @property
     def total_gpu_milli(self) -> int:
@@ -154,6 +157,12 @@ class FleetState:
             table[key] = len(names)
             names.append(key)
         return table[key]
+
+    def zone_index(self, name: str) -> int:
+        """Row value of ``zone_id`` for a zone name: -1 for "" (no zone), -2 if unknown."""
+        if not name:
+            return -1
+        return self._zone_ids.get(name, -2)
 
     def model_index(self, name: str) -> int:
         return self._id(self._model_ids, self.model_names, name)

@@ -8,6 +8,7 @@ import math
 import pytest
 
 from gpufleet.sim.cloud import MICRO
+from gpufleet.sim.invariants import check_accounting
 from gpufleet.sim.jobrun import DONE, RUNNING
 from gpufleet.sim.runner import Simulation
 from gpufleet.sim.scenario import LLAMA3_GPU_MTBF_HOURS, Scenario, builtin_scenarios
@@ -120,9 +121,96 @@ def test_failure_process_rate_conservation_and_checkpoint_value() -> None:
     assert again["cost_usd"] == runs["static"]["cost_usd"]
 
 
-def test_autoscaled_fleet_replaces_failed_capacity() -> None:
+def test_every_interruption_on_an_on_demand_fleet_is_a_failure() -> None:
+    """Without spot and without consolidation moves (which are graceful, not counted), the only
+    interruptions are failures: the two counters must agree, and the snapshot's spot counter
+    (interruptions − failure interruptions) must stay 0."""
     jobs = workload(20)
     sim = Simulation(scenario("gpufleet", gpu_mtbf_hours=100.0, spot=False), 0, jobs)
     s = sim.run()
     assert s["node_failures"] >= 1 and s["jobs_lost"] == 0
-    assert s["failure_interruptions"] <= s["interruptions"]
+    assert s["failure_interruptions"] == s["interruptions"] >= 1
+    assert sim.snapshot().spot_interruptions_total == 0
+    assert check_accounting(sim.sim) == []
+
+
+def test_gang_on_two_failing_nodes_is_interrupted_once() -> None:
+    """A 2-node gang on a fixed fleet; both its nodes fail at the same instant: one failure
+    interruption (the job leaves once), two node failures, and the books still balance."""
+    req = ResourceRequest(cpu_milli=32000, memory_mib=96 * 1024, num_gpu=8, gpu_models=V100)
+    jobs = [JobSpec("gang", 0.0, 10 * 3600.0, req, replicas=2)]
+    sim = Simulation(scenario("checkpointing", gpu_mtbf_hours=None), 0, jobs)
+    cs = sim.sim
+    sim.run_until(18000.0)
+    (j,) = cs.jobs
+    for bind, _ in list(j.binds):
+        cs._on_fail(bind.node)
+    assert cs.tally.node_failures == 2 and cs.tally.failure_interruptions == 1
+    assert j.interruptions == 1
+    s = sim.run()
+    assert s["jobs_lost"] == 0 and s["interruptions"] == 1
+    assert check_accounting(cs) == []
+
+
+def node_rows(sim: Simulation) -> dict[str, tuple[str, str, str, str, int]]:
+    """name -> (instance type, capacity type, zone, state, allocated milli), from the snapshot."""
+    return {n.name: (n.instance_type, n.capacity_type, n.zone, n.state, n.allocated_milli)
+            for n in sim.snapshot().nodes}
+
+
+def test_fixed_fleet_replaces_a_failed_node_seen_in_the_snapshot() -> None:
+    """static sizes one p3.16xlarge for one 1-GPU job. It fails at 18,000 s: the snapshot shows
+    it gone and a new node of the same type, capacity type and zone booting; 180 s later that
+    node is ready and holds the restarted job."""
+    sim = Simulation(scenario("static", gpu_mtbf_hours=None), 0, one_job())
+    sim.run_until(18000.0)
+    ((old, row),) = node_rows(sim).items()
+    assert row[3] == "ready" and row[4] == 1000
+    sim.sim._on_fail(old)
+    now = node_rows(sim)
+    assert old not in now
+    ((new, row2),) = now.items()
+    assert row2[:3] == row[:3] and row2[3] == "provisioning" and row2[4] == 0
+    sim.run_until(18000.0 + 180.0)
+    assert node_rows(sim)[new][3:] == ("ready", 1000)
+    assert sum(sim.snapshot().jobs_running.values()) == 1
+
+
+def test_fixed_spot_fleet_replaces_a_reclaimed_node_seen_in_the_snapshot() -> None:
+    """The spot lever's fixed fleet (flat price path: spot always available): a node's notice
+    at 18,000 s; it is gone after the 120-s notice and a spot node of the same type boots in
+    its place, ready 180 s later with the job back on it."""
+    sc = scenario("spot", gpu_mtbf_hours=None, spot_market="price", price_volatility=0.0)
+    sim = Simulation(sc, 0, one_job())
+    sim.run_until(18000.0)
+    ((old, row),) = node_rows(sim).items()
+    assert row[1] == "spot" and row[3] == "ready"
+    sim.sim._on_notice(old)
+    sim.run_until(18000.0 + 120.0)
+    now = node_rows(sim)
+    assert old not in now
+    ((new, row2),) = now.items()
+    assert row2[:2] == row[:2] and row2[3] == "provisioning"
+    sim.run_until(18000.0 + 120.0 + 180.0)
+    assert node_rows(sim)[new][3:] == ("ready", 1000)
+
+
+def test_autoscaled_fleet_replaces_failed_capacity_within_one_scan() -> None:
+    """gpufleet without spot, one 2-GPU job (2 pending GPUs meet the scale-up trigger at once):
+    its node fails at 18,000 s; the requeued job triggers a scan at once, so the snapshot shows
+    a new on-demand node of the same type booting within one scan interval, ready 180 s
+    later and holding the job."""
+    req = ResourceRequest(cpu_milli=8000, memory_mib=24576, num_gpu=2, gpu_models=V100)
+    sc = scenario("gpufleet", gpu_mtbf_hours=None, spot=False)
+    sim = Simulation(sc, 0, [JobSpec("two", 0.0, 10 * 3600.0, req)])
+    sim.run_until(18000.0)
+    ((old, row),) = node_rows(sim).items()
+    sim.sim._on_fail(old)
+    assert old not in node_rows(sim) and sum(sim.snapshot().jobs_pending.values()) == 1
+    sim.run_until(18000.0 + sc.scan_interval_s)
+    ((new, row2),) = node_rows(sim).items()
+    assert row2[:2] == row[:2] and row2[3] == "provisioning"
+    sim.run_until(18000.0 + sc.scan_interval_s + sc.provisioning_delay_s)
+    assert node_rows(sim)[new][3:] == ("ready", 2000)
+    s = sim.run()
+    assert s["jobs_lost"] == 0 and s["node_failures"] == 1

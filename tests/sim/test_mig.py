@@ -12,6 +12,7 @@ import pytest
 from gpufleet.errors import InputError
 from gpufleet.provisioning import MIG_CONFIG, MIG_CONFIG_LABEL
 from gpufleet.sim.cloud import MICRO
+from gpufleet.sim.invariants import check_accounting
 from gpufleet.sim.jobrun import DONE, RUNNING
 from gpufleet.sim.runner import Simulation
 from gpufleet.sim.scenario import Scenario, builtin_scenarios
@@ -56,6 +57,7 @@ def test_static_rounds_up_and_mig_sharing_halves_the_fixed_fleet() -> None:
     # static holds 32 whole GPUs; MIG holds 28 compute slices + 4 GPUs
     assert st["allocated_gpu_hours"] == pytest.approx(32.0)
     assert sh["allocated_gpu_hours"] == pytest.approx((28 * ONE_G + 4000) / 1000)
+    assert check_accounting(st_sim.sim) == [] and check_accounting(sh_sim.sim) == []
     mig_nodes = [n for n in sh_sim.sim.cloud.nodes.values() if n.mig]
     assert len(mig_nodes) == 1 and not any(n.mig for n in st_sim.sim.cloud.nodes.values())
 
@@ -184,3 +186,6 @@ def test_unconstrained_mig_job_beside_v100_jobs(name: str) -> None:
     assert m.req.gpu_models and "A100-40GB" in m.req.gpu_models
     assert (m.req.mig_profile is None) == (name == "static")
     assert s["useful_gpu_hours"] == pytest.approx((4 * 1800 + 1800 * ONE_G / 1000) / 3600)
+    # the ledger holds the MIG instance's compute share (or the whole GPU it is rounded to)
+    assert m.alloc_gpu_s == pytest.approx(1800 * (1.0 if name == "static" else ONE_G / 1000))
+    assert check_accounting(sim.sim) == []

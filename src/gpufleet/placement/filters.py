@@ -113,6 +113,19 @@ class TaintToleration:
         return (view.state.taint_bits[: view.n] & ~np.int64(tol)) == 0
 
 
+class ZoneFit:
+    """A pod pinned to a zone (``ResourceRequest.zone``) only fits nodes of that zone."""
+
+    name = "zone"
+    reason = "in another zone"
+
+    def __call__(self, view: PodView) -> np.ndarray:
+        zone = view.req.zone
+        if zone is None:
+            return np.ones(view.n, dtype=bool)
+        return view.state.zone_id[: view.n] == view.state.zone_index(zone)
+
+
 class MigFit:
     name = "mig"
     reason = "no MIG slice of that profile"
@@ -124,6 +137,7 @@ class MigFit:
 
 
 DEFAULT_FILTERS: tuple[Filter, ...] = (
+    ZoneFit(),
     TaintToleration(),
     GpuModelFit(),
     CudaFit(),

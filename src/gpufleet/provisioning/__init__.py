@@ -16,8 +16,10 @@ from gpufleet.provisioning.scale_up import (
     Offer,
     PendingPod,
     ScaleUpPolicy,
+    one_zone,
     score,
 )
+from gpufleet.provisioning.zones import on_demand_zone
 
 __all__ = [
     "MIG_CONFIG",
@@ -35,6 +37,8 @@ __all__ = [
     "ScaleUpPolicy",
     "fits_shape",
     "gpu_milli_of",
+    "on_demand_zone",
+    "one_zone",
     "pack",
     "score",
 ]

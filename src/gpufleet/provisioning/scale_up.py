@@ -14,6 +14,11 @@ are only scored for pods that tolerate spot; the spot strategy (``gpufleet.marke
 spreads the nodes over zones, and when it declines (``[]``) the group falls back to its best
 on-demand offer.
 
+Gangs (the replicas of one multi-node job) form a group of their own, and all of a gang's nodes
+are launched in **one zone** (the spot strategy's first choice; on-demand launches name one zone
+anyway): its replicas must share a cluster placement group, which is confined to a zone. A
+booting node absorbs a gang only if the whole gang fits the booting nodes of one zone.
+
 MIG pods form their own groups and are scored only on MIG offers (a MIG-capable type launched
 with every GPU in MIG mode); their useful GPUs are their compute share (a 1g.5gb is 1/7 of an
 A100), so seven of them fill one GPU's worth of "useful" and pay for one. Their launches come back
@@ -26,8 +31,10 @@ Example: 3 pending 1-GPU spot-tolerant pods; offers p3.2xlarge spot 0.918 $/h, p
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
+from dataclasses import replace as dc_replace
 
 from gpufleet.decisions import CapacityType, Launch
 from gpufleet.market.bidding import SpotStrategy, ZoneMarket
@@ -74,6 +81,7 @@ class PendingPod:
     waited_s: float
     # cannot afford to wait for the trigger (a deadline job with little slack): scale up now
     urgent: bool = False
+    gang_size: int = 1  # replicas of its job (> 1: a gang, launched in one zone)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +90,7 @@ class InFlight:
 
     shape: NodeShape
     spot: bool
+    zone: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +121,7 @@ class ScaleUpPolicy:
         for p in uncovered:
             r = p.request
             key = (r.gpu_models, r.min_cuda, r.gpu_memory_mib, p.spot_ok, min(r.num_gpu, 2),
-                   r.mig_profile is not None)
+                   r.mig_profile is not None, p.job_id if p.gang_size > 1 else "")
             groups.setdefault(key, []).append(p)
         out: list[Launch] = []
         for key in sorted(groups, key=repr):
@@ -150,9 +159,19 @@ class ScaleUpPolicy:
             else:
                 zones = markets.get(offer.instance_type, ())
                 plan = spot_strategy.plan(offer.instance_type, zones, nodes)
+                if pods[0].gang_size > 1:
+                    plan = one_zone(plan)
             if plan:
                 return [MigLaunch.of(x) for x in plan] if offer.shape.mig else plan
         return []
+
+
+def one_zone(plan: Sequence[Launch]) -> list[Launch]:
+    """A gang's launches merged into the plan's first zone (the strategy ranks zones best
+    first): a gang's nodes share one zone, whatever spread the strategy asked for."""
+    if len({x.zone for x in plan}) <= 1:
+        return list(plan)
+    return [dc_replace(plan[0], count=sum(x.count for x in plan))]
 
 
 def score(reqs: Sequence[ResourceRequest], offer: Offer) -> tuple[float, int]:
@@ -173,12 +192,30 @@ def _absorb(pods: list[PendingPod], inflight: Sequence[InFlight]) -> list[Pendin
         return pods
     out = pods
     for spot in (False, True):
-        bins = [Bin.empty(n.shape) for n in inflight if n.spot == spot]
-        if not bins:
+        nodes = [n for n in inflight if n.spot == spot]
+        if not nodes:
             continue
+        bins = [Bin.empty(n.shape) for n in nodes]
         cand = [p for p in out if p.spot_ok or not spot]
-        _, left = pack([p.request for p in cand], None, bins)
-        leftover = {id(cand[i]) for i in left}
-        out = [p for p in out if id(p) in leftover or (spot and not p.spot_ok)]
+        gangs: dict[str, list[PendingPod]] = {}
+        for p in cand:
+            if p.gang_size > 1:
+                gangs.setdefault(p.job_id, []).append(p)
+        absorbed: set[int] = set()
+        for members in gangs.values():  # all or nothing, inside one zone
+            for zone in sorted({n.zone for n in nodes}):
+                at = [i for i, n in enumerate(nodes) if n.zone == zone]
+                trial = [copy.deepcopy(bins[i]) for i in at]
+                _, left = pack([p.request for p in members], None, trial)
+                if not left:
+                    for i, b in zip(at, trial, strict=True):
+                        bins[i] = b
+                    absorbed.update(id(p) for p in members)
+                    break
+        rest = [p for p in cand if p.gang_size <= 1]
+        _, left = pack([p.request for p in rest], None, bins)
+        absorbed.update(id(p) for p in rest)
+        absorbed.difference_update(id(rest[i]) for i in left)
+        out = [p for p in out if id(p) not in absorbed]
     return out
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from gpufleet.catalog.gpus import default_gpu_catalog
 from gpufleet.catalog.instances import InstanceType
-from gpufleet.decisions import CapacityType, Launch, Preempt, Terminate
+from gpufleet.decisions import Bind, CapacityType, Launch, Preempt, Terminate
 from gpufleet.errors import InputError
 from gpufleet.market.bidding import get_spot_strategy
 from gpufleet.placement import PlacementResult, get_policy
@@ -42,6 +42,7 @@ from gpufleet.provisioning import (
     PodView,
     ScaleUpPolicy,
     gpu_milli_of,
+    on_demand_zone,
 )
 from gpufleet.queueing import BackfillPass, queue_key
 from gpufleet.queueing.gang import place_gang
@@ -190,7 +191,11 @@ class ClusterSim:
         self._fallback: set[str] = set()
         self._demand_changed = True
         self._last_scale_up = -INF
-        self._offer_cache: tuple[int, list[Offer]] | None = None
+        self._offer_cache: tuple[tuple[int, int], list[Offer]] | None = None
+        # on-demand nodes per (type, zone), for the zone choice (provisioning.on_demand_zone)
+        self._od_nodes: Counter = Counter()
+        self._od_version = 0
+        self._home_zone: dict[str, str] = {}  # fixed fleets: the node group's one zone
         self._handlers = [
             self._on_arrival, self._on_finish, self._on_ready, self._on_notice, self._on_gone,
             self._on_scan, self._on_pass, self._on_sample, self._on_ckpt_done, self._on_deadline,
@@ -281,6 +286,9 @@ class ClusterSim:
             raise InputError(f"no instance type offers {biggest} GPUs of {sorted(models)}")
         it = min(cands, key=lambda t: (float(t.usd_per_hour) / t.gpus, -t.gpus, t.name))
         self.fixed_types[(mig, models)] = it
+        # a static cluster is one placement group, so one zone: chosen once, kept for
+        # replacements (gangs must fit inside one zone)
+        self._home_zone.setdefault(it.name, self._od_zone(it))
         n = self.sc.fixed_nodes or max(1, math.ceil(
             peak_demand_milli(jobs, self.sc.sharing) / (GPU_MILLI * it.gpus)))
         n_od = 0
@@ -297,7 +305,8 @@ class ClusterSim:
             for launch in plan:
                 if self._launch_one(it, launch.zone, True, launch.max_price, delay, mig):
                     return
-        node = self._launch_one(it, it.zones[0], False, None, delay, mig)
+        zone = self._home_zone.get(it.name) or self._od_zone(it)
+        node = self._launch_one(it, zone, False, None, delay, mig)
         if spot and node is not None:
             self._fallback.add(node.name)  # wanted spot: rebalanced when spot comes back
 
@@ -536,11 +545,13 @@ class ClusterSim:
         state = self.state
         j.binds = []
         on_spot = False
+        held = 0
         for r, res in enumerate(placed):
             bind = res.to_bind(state, f"{j.spec.job_id}#{r}")
             masks = res.mig_masks()
             state.allocate(req, bind, masks)
             j.binds.append((bind, masks))
+            held += self._held_milli(bind, masks)
             node = self.cloud.nodes[bind.node]
             node.jobs[j.idx] = node.jobs.get(j.idx, 0) + 1
             node.alloc_milli += j.replica_milli
@@ -548,6 +559,8 @@ class ClusterSim:
             on_spot = on_spot or node.spot
         j.on_spot = on_spot
         j.state = RUNNING
+        j.bound_s = now
+        j.held_milli = held
         j.seg_start = now
         j.overhead = j.spec.restart_overhead_s if j.interruptions else 0.0
         j.ckpt_tau = self._tau(j, on_spot)
@@ -561,6 +574,15 @@ class ClusterSim:
         self.running += 1
         j.version += 1
         self._at(j.finish_time(), FINISH, (j.idx, j.version))
+
+    def _held_milli(self, bind: Bind, masks: tuple[tuple[int, int, int], ...]) -> int:
+        """Milli-GPU a bind actually holds: its GPUs × milli each, or for MIG the instances'
+        compute slices as a share of their GPU (the allocation ledger's unit)."""
+        if bind.mig:
+            mig = self.gpu_catalog[self.cloud.nodes[bind.node].itype.gpu_model].mig
+            slices = mig.compute_slices if mig is not None else 1
+            return sum(compute * GPU_MILLI // slices for _, _, compute in masks)
+        return len(bind.gpus) * bind.milli_per_gpu
 
     def _tau(self, j: JobRun, on_spot: bool) -> float:
         """Young/Daly over every way the job can be interrupted: spot reclaims (rate estimated
@@ -584,9 +606,14 @@ class ClusterSim:
         return self.interval.interval_for(j.ckpt_cost, 1.0 / (1.0 / reclaim_mtbf + fail_rate))
 
     def _stop(self, j: JobRun, at: float) -> None:
-        """Release j's GPUs at ``at`` and book its allocated GPU-time and cost share."""
-        seg = max(0.0, at - j.seg_start)
-        self.tally.alloc_gpu_s += seg * j.gpu_milli / GPU_MILLI
+        """Release j's GPUs at ``at`` and book its allocated GPU-time (the ledger: bind to
+        release × milli-GPU held) and cost share."""
+        seg = max(0.0, at - j.bound_s)
+        held = seg * j.held_milli / GPU_MILLI
+        j.alloc_gpu_s += held
+        self.tally.alloc_gpu_s += held
+        j.held_milli = 0
+        j.leaving = False
         per_replica = j.replica_milli
         for bind, masks in j.binds:
             self.state.release(j.req, bind, masks)
@@ -640,6 +667,9 @@ class ClusterSim:
             price = float(it.usd_per_hour)
         bid = float(max_price) if max_price is not None else None
         node = self.cloud.launch(it, zone, spot, price, now, delay, bid, mig=mig)
+        if not spot:
+            self._od_nodes[(it.name, zone)] += 1
+            self._od_version += 1
         self._booting[node.name] = node
         self._at(node.ready_s, READY, node.name)
         if spot and m is not None:
@@ -771,6 +801,9 @@ class ClusterSim:
             return
         if node.state == "ready":
             self._retire(node)
+        if not node.spot:
+            self._od_nodes[(node.itype.name, node.zone)] -= 1
+            self._od_version += 1
         bill = None
         if node.spot and self.market is not None and self.market.mode == "price":
             bill = round(
@@ -806,35 +839,41 @@ class ClusterSim:
 
     def _on_fail(self, name: str) -> None:
         """Unexpected hardware failure: no notice; running jobs lose the work since their last
-        checkpoint (all of it without checkpoints) and are requeued; the node is gone."""
+        checkpoint (all of it without checkpoints) and are requeued; the node is gone. A job
+        already leaving (checkpointing after an earlier notice on another of its nodes) is not
+        interrupted again: its checkpoint fails and it falls back to the previous one."""
         node = self.cloud.nodes[name]
         if node.state != "ready" or node.reclaimed:
             return  # already draining or gone: the failure does not matter any more
         self.tally.node_failures += 1
         self._retire(node)
+        leaving = {idx for idx in node.jobs if self.jobs[idx].leaving}
         for idx in list(node.jobs):
-            self.tally.failure_interruptions += 1
-            self._interrupt(self.jobs[idx], 0.0, "node failure")
+            if self._interrupt(self.jobs[idx], 0.0, "node failure"):
+                self.tally.failure_interruptions += 1
         for idx in list(node.jobs):  # a zero-cost checkpoint "fits" a zero notice: done now
             j = self.jobs[idx]
             if j.state == RUNNING and j.binds:
-                self._ckpt_done_now(j, failed=False)
+                self._ckpt_done_now(j, failed=idx in leaving)
         self._end_node(node, self.now)
         if not self.sc.autoscaling and not self._all_done():
             spot = node.spot or name in self._fallback
             self._fallback.discard(name)
             self._replace_node(node.itype, spot=spot, delay=self.sc.provisioning_delay_s,
                                mig=node.mig)
-        elif self.sc.autoscaling:
-            self._ensure_scan(self.now)
+        # an autoscaled fleet replaces the capacity through scale-up: requeueing the node's jobs
+        # (above) scans at once
 
     def _all_done(self) -> bool:
         return self.done == len(self.jobs)
 
     # -- interruptions and recovery -----------------------------------------------------------
-    def _interrupt(self, j: JobRun, notice: float, why: str, graceful: bool = False) -> None:
-        if j.state != RUNNING:
-            return
+    def _interrupt(self, j: JobRun, notice: float, why: str, graceful: bool = False) -> bool:
+        """Interrupt a running job once per leave: a job already leaving (checkpointing at an
+        earlier notice, e.g. from another node of its gang) is not interrupted again — its
+        progress was settled then. Returns whether the job was interrupted now."""
+        if j.state != RUNNING or j.leaving:
+            return False
         now = self.now
         done, saved = j.progress(now)
         view = NoticeView(
@@ -857,10 +896,14 @@ class ClusterSim:
             self._set_on_demand_only(j, True)
         j.version += 1  # the pending FINISH is stale now
         if plan.checkpoint_now:
+            # progress is settled now (work_s); the GPUs stay held until the checkpoint is written
+            j.leaving = True
+            j.saved_s = min(saved, plan.resume_work_s)
             self._at(now + j.ckpt_cost, CKPT_DONE, (j.idx, j.version))
         else:
             self._stop(j, now)
             self._enqueue(j)
+        return True
 
     def _on_ckpt_done(self, payload: tuple[int, int]) -> None:
         idx, version = payload
@@ -869,9 +912,14 @@ class ClusterSim:
             self._ckpt_done_now(j, failed=False)
 
     def _ckpt_done_now(self, j: JobRun, failed: bool) -> None:
-        """The job leaves its node after checkpointing (``failed``: the node died first)."""
+        """The job leaves its nodes after checkpointing (``failed``: a node died first, so the
+        job falls back to its previous checkpoint and the work since is lost)."""
         if failed:
-            j.work_s = min(j.work_s, j.progress(self.now)[1])
+            kept = min(j.work_s, j.saved_s if j.leaving else j.progress(self.now)[1])
+            lost = j.work_s - kept
+            j.lost_work_s += lost
+            self.tally.lost_gpu_s += lost * j.gpus
+            j.work_s = kept
         self._stop(j, self.now)
         self._enqueue(j)
 
@@ -934,13 +982,21 @@ class ClusterSim:
             self._end_node(node, self.now)
 
     def _offers(self) -> list[Offer]:
-        """Offers change only when a spot market ticks; cached per tick."""
+        """Offers change only when a spot market ticks or the on-demand fleet changes (the
+        on-demand zone depends on it); cached until then."""
         tick = int(self.now // self.market.tick_s) if self.market is not None else 0
-        if self._offer_cache is not None and self._offer_cache[0] == tick:
+        key = (tick, self._od_version)
+        if self._offer_cache is not None and self._offer_cache[0] == key:
             return self._offer_cache[1]
         out = self._fresh_offers()
-        self._offer_cache = (tick, out)
+        self._offer_cache = (key, out)
         return out
+
+    def _od_zone(self, it: InstanceType) -> str:
+        """Zone for the next on-demand node of ``it`` (the pure rule in provisioning.zones)."""
+        price = float(it.usd_per_hour)
+        counts = {z: self._od_nodes[(it.name, z)] for z in it.zones}
+        return on_demand_zone(it.zones, dict.fromkeys(it.zones, price), counts)
 
     def _fresh_offers(self) -> list[Offer]:
         out = []
@@ -950,7 +1006,7 @@ class ClusterSim:
             for mig in (False, True) if mig_capable else (False,):
                 shape = self._shape(it, mig)
                 out.append(Offer(it.name, CapacityType.ON_DEMAND, shape, float(it.usd_per_hour),
-                                 it.zones[0]))
+                                 self._od_zone(it)))
                 if self.market is not None:
                     p = self.market.best_price(it.name, now)
                     if p is not None:
@@ -978,8 +1034,9 @@ class ClusterSim:
             spot_ok = SPOT_TAINT in req.tolerations
             urgent = self._urgent(j, now)
             for _r in range(j.spec.replicas):
-                pods.append(PendingPod(j.spec.job_id, req, spot_ok, now - j.enqueued_s, urgent))
-        inflight = [InFlight(self._shape(n.itype, n.mig), n.spot)
+                pods.append(PendingPod(j.spec.job_id, req, spot_ok, now - j.enqueued_s, urgent,
+                                       j.spec.replicas))
+        inflight = [InFlight(self._shape(n.itype, n.mig), n.spot, n.zone)
                     for n in self._booting.values()]
         markets = {}
         if self.market is not None:

@@ -6,6 +6,15 @@ work with ``ckpt_cost`` seconds of writing a checkpoint. So at elapsed ``e`` pas
 ``n = e // (tau + C)`` checkpoints are complete and the work done is ``n·tau + min(e − n(tau+C),
 tau)``. The finish time of a segment with ``R`` seconds of work left is ``R + (ceil(R/tau) − 1)·C``
 after the overhead (no checkpoint after the last chunk). No event fires per checkpoint.
+
+*Leaving*: a job told to checkpoint at a notice keeps its GPUs until the checkpoint is written,
+but its progress is settled at the notice: ``work_s`` already holds the work kept, so
+``progress`` stops advancing (it returns ``work_s``, and ``saved_s`` as the work a failed
+checkpoint falls back to). A job is interrupted once per leave, whatever number of its nodes go.
+
+*Allocation ledger*: ``alloc_gpu_s`` sums bind-to-release time × the milli-GPU its binds hold
+(``bound_s``, ``held_milli``), kept apart from the progress fields so that
+``gpufleet.sim.invariants`` can check progress against it.
 """
 
 from __future__ import annotations
@@ -23,7 +32,9 @@ INF = float("inf")
 
 class JobRun:
     __slots__ = (
+        "alloc_gpu_s",
         "binds",
+        "bound_s",
         "ckpt_cost",
         "ckpt_tau",
         "ctl",
@@ -31,9 +42,11 @@ class JobRun:
         "finish_s",
         "first_start_s",
         "gpu_milli",
+        "held_milli",
         "idx",
         "interruptions",
         "key",
+        "leaving",
         "lost_work_s",
         "notice_s",
         "on_demand_only",
@@ -42,6 +55,7 @@ class JobRun:
         "replica_milli",
         "req",
         "requeued",
+        "saved_s",
         "seg_start",
         "shape",
         "spec",
@@ -80,6 +94,11 @@ class JobRun:
         self.on_spot = False
         self.key: tuple = ()
         self.ctl: object | None = None
+        self.leaving = False  # checkpointing at a notice: progress settled, GPUs still held
+        self.saved_s = 0.0  # while leaving: the work kept if the checkpoint fails
+        self.alloc_gpu_s = 0.0  # ledger: GPU-seconds held, closed segments
+        self.bound_s = 0.0  # ledger: when the current binds were made
+        self.held_milli = 0  # ledger: milli-GPU the current binds hold
 
     @property
     def gpus(self) -> float:
@@ -87,6 +106,8 @@ class JobRun:
 
     def progress(self, now: float) -> tuple[float, float]:
         """(work done, work saved by the last complete checkpoint) at ``now``."""
+        if self.leaving:
+            return self.work_s, self.saved_s
         e = now - self.seg_start - self.overhead
         if e <= 0:
             return self.work_s, self.work_s
