@@ -22,7 +22,7 @@ from gpufleet.catalog.spot_prices import load_spot_prices
 from gpufleet.datapaths import data_dir
 from gpufleet.errors import InputError
 from gpufleet.sim.cluster import ClusterSim, mig_models
-from gpufleet.sim.scenario import Scenario, builtin_scenarios, default_scenario
+from gpufleet.sim.scenario import Scenario, default_scenario, default_scenarios
 from gpufleet.sim.spot import (
     Availability,
     SizeThinning,
@@ -230,7 +230,7 @@ def run_scenarios(
     on_progress: Callable[[str, float, float], None] | None = None,
 ) -> list[ScenarioResult]:
     out = []
-    for sc in scenarios or builtin_scenarios():
+    for sc in scenarios or default_scenarios():
         sim = Simulation(sc, seed=seed, jobs=jobs)
         cb = None
         if on_progress is not None:
