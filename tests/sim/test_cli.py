@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 KEYS = {
     "utilization", "cost_usd", "useful_gpu_hours", "jct_p50_s", "jct_p95_s", "queue_p95_s",
     "interruptions", "lost_gpu_hours", "recovery_p50_s", "recovery_p95_s", "deadline_misses",
@@ -109,3 +111,54 @@ def test_unknown_policy_name_fails_before_any_run(tmp_path: Path) -> None:
     assert res.returncode == 2
     assert "field 'spot_strategy'" in res.stderr and "capacity-aware" in res.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_default_run_reports_baselines_leave_one_out_and_chain(tmp_path: Path) -> None:
+    trace = tmp_path / "jobs.yaml"
+    write_jobs(trace)
+    out = tmp_path / "out"
+    res = gpufleet("simulate", "--trace", str(trace), "--out", str(out))
+    assert res.returncode == 0, res.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    scs = summary["scenarios"]
+    # baselines: name -> cost, the same figures as their scenarios'
+    assert set(summary["baselines"]) == {"static", "static-p99", "static-reserved"}
+    for name, cost in summary["baselines"].items():
+        assert cost == scs[name]["cost_usd"]
+    # static-reserved is static-p99's run billed at the catalogued 1-year rate
+    assert scs["static-reserved"]["cost_usd"] / scs["static-p99"]["cost_usd"] == \
+        pytest.approx(0.70, rel=1e-4)
+    assert scs["static-reserved"]["jct_p95_s"] == scs["static-p99"]["jct_p95_s"]
+    # leave-one-out: one entry per lever, each the summary of gpufleet without it
+    assert set(summary["ablation"]) == {"packing", "sharing", "autoscaling", "spot",
+                                        "checkpointing"}
+    for lever, entry in summary["ablation"].items():
+        assert entry["scenario"] == f"gpufleet-no-{lever}"
+        assert entry["cost_usd"] == scs[f"gpufleet-no-{lever}"]["cost_usd"]
+    # the chain: static first, gpufleet last
+    steps = [c["scenario"] for c in summary["chain"]]
+    assert steps[0] == "static" and steps[-1] == "gpufleet" and len(steps) == 5
+    for s in scs.values():
+        assert {"jct_mean_s", "late_over_5min_share", "allocated_gpu_hours",
+                "cost_vs_static_p99", "cost_vs_static_reserved"} <= set(s)
+        assert 0 <= s["late_over_5min_share"] <= 1
+    assert scs["static"]["late_over_5min_share"] == 0.0
+    html = (out / "report.html").read_text()
+    assert "Leave-one-out" in html and "Additive chain" in html
+    assert "Leave-one-out" in res.stdout and "Additive chain" in res.stdout
+
+
+def test_only_runs_named_scenarios_including_the_single_lever_ones(tmp_path: Path) -> None:
+    trace = tmp_path / "jobs.yaml"
+    write_jobs(trace)
+    out = tmp_path / "out"
+    res = gpufleet("simulate", "--trace", str(trace), "--only", "packing,static-p99",
+                   "--out", str(out))
+    assert res.returncode == 0, res.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert list(summary["scenarios"]) == ["static", "packing", "static-p99"]
+    assert summary["ablation"] == {} and summary["chain"] == []
+    bad = gpufleet("simulate", "--trace", str(trace), "--only", "nope", "--out", str(out))
+    assert bad.returncode == 2
+    assert "unknown scenario 'nope'" in bad.stderr + bad.stdout
+    assert "Traceback" not in bad.stderr

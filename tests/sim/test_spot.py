@@ -78,3 +78,56 @@ def test_price_model_reclaims_after_protection_when_price_passes_bid() -> None:
     # the strategy sees the last prices, never the next one
     (zm,) = m.markets(it.name, 1800.0)
     assert [float(p) for p in zm.price_history] == [1.0, 2.5]
+
+
+def test_thinning_fit_hand_worked_and_never_above_the_one_gpu_trace() -> None:
+    from gpufleet.sim.spot import SizeThinning, fit_thinning
+
+    one = Availability(60.0, np.array([1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1]), "one")
+    many = Availability(60.0, np.array([1, 0, 0, 1, 1, 0, 1, 1, 1, 1, 0]), "many")
+    # ticks t→t+1 with the 1-GPU trace up at both: t = 0..6 and 9; many up at t ∈ {0, 3, 4, 6,
+    # 9}: drops after 0, 4, 9 → 3/5; down at t ∈ {1, 2, 5}: recovers after 2 and 5 → 2/3
+    fit = fit_thinning(one, many)
+    assert fit.p_drop == pytest.approx(3 / 5) and fit.p_recover == pytest.approx(2 / 3)
+    rng = np.random.default_rng(0)
+    long_one = Availability(60.0, (rng.random(5000) < 0.8).astype(np.int8), "long")
+    rule = SizeThinning(0.126, 0.180)
+    derived = rule.apply(long_one, np.random.default_rng(1))
+    assert not np.any(derived.data > long_one.data)  # never available where 1-GPU is not
+    # availability ≈ 1-GPU availability × stationary share of the chain (0.18 / 0.306)
+    assert derived.data.mean() == pytest.approx(long_one.data.mean() * rule.stationary_up,
+                                                abs=0.05)
+
+
+def test_v100_8_gpu_relationship_measured_on_the_shared_traces(shared_data) -> None:
+    from gpufleet.sim.spot import fit_thinning_dir
+
+    fits = fit_thinning_dir(shared_data / "spot-traces" / "availability")
+    v100 = fits["v100"]
+    # the documented figures (docs/simulator.md, sim/spot.py): us-west-2a, aws-10-26-2022
+    assert v100.p_drop == pytest.approx(0.1264, abs=1e-3)
+    assert v100.p_recover == pytest.approx(0.1803, abs=1e-3)
+    assert set(fits) >= {"v100", "k80", "*"}
+
+
+def test_market_uses_own_size_trace_else_a_thinned_one(shared_data) -> None:
+    from gpufleet.sim.spot import SpotMarket, fit_thinning_dir
+
+    base = shared_data / "spot-traces" / "availability"
+    traces = load_availability_dir(base)
+    cat = default_instance_catalog()
+    types = [cat["p3.2xlarge"], cat["p3.16xlarge"]]
+    prices = {(t.name, z): 1.0 for t in types for z in t.zones}
+    m = SpotMarket(types, prices, availability=traces, thinning=fit_thinning_dir(base), seed=0)
+    # us-west-2a has an 8-GPU trace: used as is
+    assert m.avail[("p3.16xlarge", "us-west-2a")] is traces[("v100", 8, "us-west-2a")]
+    # us-east-1a has only the 1-GPU trace: the 8-GPU node is thinned from it, never better
+    one = m.avail[("p3.2xlarge", "us-east-1a")]
+    eight = m.avail[("p3.16xlarge", "us-east-1a")]
+    assert one is traces[("v100", 1, "us-east-1a")]
+    assert eight is not one and not np.any(eight.data > one.data)
+    assert eight.data.mean() < 0.8 * one.data.mean()
+    assert eight.next_drop(0.0) is not None
+    # the same seed gives the same market (every scenario of a run sees the same one)
+    again = SpotMarket(types, prices, availability=traces, thinning=fit_thinning_dir(base))
+    assert np.array_equal(again.avail[("p3.16xlarge", "us-east-1a")].data, eight.data)

@@ -62,6 +62,14 @@ class Policy:
             total += weight * scorer.score(view, rows, rng)
         return total
 
+    def set_typical_tasks(self, typical_tasks: Sequence[tuple[ResourceRequest, float]]) -> None:
+        """Hand a new typical-task mix (learned online) to every scorer that measures against
+        one (FGD, stranding); the others ignore it."""
+        for scorer in (*(s for s, _ in self.scorers), *self.tiebreak):
+            update = getattr(scorer, "set_typical_tasks", None)
+            if update is not None:
+                update(typical_tasks)
+
     def select(self, view: PodView, rows: np.ndarray, rng: np.random.Generator) -> int:
         total = self.scores(view, rows, rng)
         cand = rows[total == total.max()]

@@ -12,8 +12,15 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from gpufleet.cli import app, friendly_errors
 from gpufleet.errors import InputError
-from gpufleet.sim.report import add_relative, rich_table, write_outputs
-from gpufleet.sim.scenario import Scenario, builtin_scenarios, load_scenarios, static_scenario
+from gpufleet.sim.report import add_relative, rich_table, view_tables, write_outputs
+from gpufleet.sim.scenario import (
+    Scenario,
+    default_scenarios,
+    load_scenarios,
+    scenarios_named,
+    static_scenario,
+)
+from gpufleet.sim.summary import job_finishes
 
 console = Console()
 
@@ -21,13 +28,32 @@ NOTES = (
     "utilisation = allocated GPU-time / provisioned (billed) GPU-time; recovery = notice → "
     "running again; jobs lost = jobs that never finished.",
     "static: fixed on-demand cluster sized for the workload's peak, whole GPUs, spread "
-    "placement, no autoscaling, spot or checkpoints. Each lever column = static + that lever.",
+    "placement, no autoscaling, spot or checkpoints. static-p99: the same sized at the p99 of "
+    "concurrent demand (jobs queue when full). static-reserved: static-p99 at the 1-year "
+    "commitment rate (catalog/data/commitments.yaml).",
+    "leave-one-out: gpufleet without each lever; chain: static, then +autoscaling+packing, "
+    "+sharing, +spot, +checkpointing (= gpufleet). late > 5 min: share of jobs finishing more "
+    "than 5 minutes later than under static (matched by job id).",
 )
 
 
-def _scenarios(path: Path | None) -> list[Scenario]:
+def _scenarios(path: Path | None, only: str | None = None) -> list[Scenario]:
+    if only is not None:
+        names = [n.strip() for n in only.split(",") if n.strip()]
+        if path is not None:
+            by = {s.name: s for s in _scenarios(path)}
+            bad = [n for n in names if n not in by]
+            if bad:
+                raise InputError(f"scenario {bad[0]!r} is not in the file; it has: "
+                                 f"{', '.join(by)}", path=path, field="only")
+            scs = [by[n] for n in names]
+        else:
+            scs = scenarios_named(names)
+        if not any(s.name == "static" for s in scs):
+            scs.insert(0, static_scenario())
+        return scs
     if path is None:
-        return builtin_scenarios()
+        return default_scenarios()
     scs = load_scenarios(path)
     if not any(s.name == "static" for s in scs):
         scs.insert(0, static_scenario())
@@ -63,7 +89,13 @@ def simulate(
         typer.Option(help="workload: Philly CSV, gpufleet CSV or YAML (default: synthetic)"),
     ] = None,
     scenario: Annotated[
-        Path | None, typer.Option(help="scenario YAML (default: static, gpufleet, each lever)")
+        Path | None,
+        typer.Option(help="scenario YAML (default: baselines, gpufleet, leave-one-out, chain)"),
+    ] = None,
+    only: Annotated[
+        str | None,
+        typer.Option(help="run only these scenarios (comma-separated names, built-in or from "
+                     "--scenario; e.g. the single-lever ones: packing,spot); static is added"),
     ] = None,
     seed: Annotated[int, typer.Option(help="seed for the workload and every random choice")] = 0,
     out: Annotated[Path, typer.Option(help="output folder")] = Path("out/simulate"),
@@ -81,7 +113,7 @@ def simulate(
     jobs = load_jobs(trace) if trace is not None else generate(seed=seed)
     if not jobs:
         raise InputError("the workload has no jobs", path=trace)
-    scenarios = _scenarios(scenario)
+    scenarios = _scenarios(scenario, only)
     for sc in scenarios:
         check_names(sc, scenario)
     if serve_metrics is not None:
@@ -93,6 +125,7 @@ def simulate(
     t0 = time.perf_counter()
     summaries = {}
     series = {}
+    finishes = {}
     models = set()
     with Progress(
         TextColumn("{task.description:<20}"), BarColumn(), MofNCompleteColumn(),
@@ -107,11 +140,14 @@ def simulate(
 
             summaries[sc.name] = sim.run(cb)
             series[sc.name] = sim.sim.series
+            finishes[sc.name] = job_finishes(sim.sim)
             models.add(sim.spot_model)
     wall = time.perf_counter() - t0
-    add_relative(summaries)
+    add_relative(summaries, finishes)
     meta = {"workload": workload, "jobs": len(jobs), "seed": seed,
             "spot_model": ", ".join(sorted(m for m in models if m != "none")) or "none"}
     js, rep = write_outputs(out, summaries, series, wall, meta, NOTES)
     console.print(rich_table(summaries, f"{workload}: scenarios side by side"))
+    for table in view_tables(summaries):
+        console.print(table)
     console.print(f"wrote {js} and {rep} in {wall:.1f} s")

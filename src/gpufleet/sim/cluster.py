@@ -23,6 +23,7 @@ from decimal import Decimal
 
 import numpy as np
 
+from gpufleet.catalog.commitments import on_demand_rate
 from gpufleet.catalog.gpus import default_gpu_catalog
 from gpufleet.catalog.instances import InstanceType
 from gpufleet.decisions import Bind, CapacityType, Launch, Preempt, Terminate
@@ -52,6 +53,7 @@ from gpufleet.sim.deadline_guard import cannot_wait, fresh_node_fits, move_fits,
 from gpufleet.sim.engine import Engine
 from gpufleet.sim.jobrun import DONE, INF, PENDING, RUNNING, JobRun
 from gpufleet.sim.scenario import Scenario
+from gpufleet.sim.sizing import demand_quantile_milli
 from gpufleet.sim.spot import SpotMarket
 from gpufleet.state import GPU_MILLI, FleetState, NodeInfo, ResourceRequest
 from gpufleet.traces.jobs import JobSpec
@@ -210,13 +212,13 @@ class ClusterSim:
 
     # -- setup --------------------------------------------------------------------------------
     def _placement_policy(self, jobs: list[JobSpec]) -> object:
-        from gpufleet.placement import DEFAULT_POLICY, typical_tasks_from
+        from gpufleet.placement import DEFAULT_POLICY
+        from gpufleet.placement.typical import TypicalLearner
 
         name = self.sc.placement or (DEFAULT_POLICY if self.sc.packing else "spread")
-        # MIG pods take slices, not milli-GPU: they play no part in milli fragmentation
-        reqs = [r for r in (self._effective(j) for j in jobs[:20000]) if r.mig_profile is None]
-        typical = typical_tasks_from(reqs) if reqs else None
-        return get_policy(name, typical_tasks=typical)
+        # FGD's typical tasks are learned from arrived jobs only (_on_arrival), never the trace
+        self.typical = TypicalLearner()
+        return get_policy(name)
 
     def _effective(self, spec: JobSpec) -> ResourceRequest:
         r = spec.request
@@ -290,7 +292,8 @@ class ClusterSim:
         # replacements (gangs must fit inside one zone)
         self._home_zone.setdefault(it.name, self._od_zone(it))
         n = self.sc.fixed_nodes or max(1, math.ceil(
-            peak_demand_milli(jobs, self.sc.sharing) / (GPU_MILLI * it.gpus)))
+            demand_quantile_milli(jobs, self.sc.sharing, self.sc.fixed_size_quantile)
+            / (GPU_MILLI * it.gpus)))
         n_od = 0
         if self.sc.spot:
             strict = [j for j in jobs if not j.interruptible]
@@ -428,6 +431,10 @@ class ClusterSim:
     def _on_arrival(self, idx: int) -> None:
         self.arrived += 1
         j = self.jobs[idx]
+        if j.req.mig_profile is None:  # MIG pods take slices: no part in milli fragmentation
+            tasks = self.typical.observe(j.req)
+            if tasks is not None:
+                self.policy.set_typical_tasks(tasks)  # type: ignore[attr-defined]
         if self._deadline_ctl is not None and j.spec.deadline_s is not None and (
             SPOT_TAINT in j.req.tolerations
         ):
@@ -664,7 +671,7 @@ class ClusterSim:
                 return None
             price = m.price(it.name, zone, now)
         else:
-            price = float(it.usd_per_hour)
+            price = on_demand_rate(it, self.sc.pricing)
         bid = float(max_price) if max_price is not None else None
         node = self.cloud.launch(it, zone, spot, price, now, delay, bid, mig=mig)
         if not spot:

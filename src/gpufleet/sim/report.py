@@ -1,4 +1,10 @@
-"""summary.json, a self-contained report.html (PNG plots inlined as base64) and the rich table."""
+"""summary.json, a self-contained report.html (PNG plots inlined as base64) and the rich tables.
+
+Three views of one run: the side-by-side table (baselines, gpufleet and any scenario not in a
+view below), the leave-one-out table (gpufleet minus each lever) and the additive chain
+(static → +autoscaling+packing → +sharing → +spot → +checkpointing). Costs are given against
+each baseline (peak-sized ``static``, right-sized ``static-p99``, ``static-reserved``).
+"""
 
 from __future__ import annotations
 
@@ -13,15 +19,22 @@ from typing import Any
 from rich.table import Table
 
 from gpufleet.sim.cluster import Series
+from gpufleet.sim.scenario import BASELINES, CHAIN, LEVERS
+from gpufleet.sim.summary import late_share
 
 # (summary key, column title, format) — the side-by-side table in the terminal and the HTML
 COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("utilization", "GPU util", "{:.1%}"),
     ("cost_usd", "cost $", "{:,.0f}"),
     ("cost_vs_static", "cost vs static", "{:.1%}"),
+    ("cost_vs_static_p99", "cost vs static-p99", "{:.1%}"),
+    ("cost_vs_static_reserved", "cost vs static-reserved", "{:.1%}"),
     ("cost_per_useful_gpu_hour", "$/useful GPU-h", "{:.2f}"),
+    ("allocated_gpu_hours", "allocated GPU-h", "{:,.0f}"),
     ("jct_p50_s", "JCT p50 s", "{:,.0f}"),
     ("jct_p95_s", "JCT p95 s", "{:,.0f}"),
+    ("jct_mean_s", "JCT mean s", "{:,.0f}"),
+    ("late_over_5min_share", "late > 5 min vs static", "{:.1%}"),
     ("queue_p95_s", "queue p95 s", "{:,.0f}"),
     ("interruptions", "interruptions", "{:,}"),
     ("node_failures", "node failures", "{:,}"),
@@ -37,15 +50,86 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def add_relative(summaries: dict[str, dict[str, Any]]) -> None:
-    base = summaries.get("static", {}).get("cost_usd")
-    for s in summaries.values():
-        s["cost_vs_static"] = s["cost_usd"] / base if base else None
+# columns of the leave-one-out and chain tables (one row per scenario)
+VIEW_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("cost_usd", "cost $", "{:,.0f}"),
+    ("cost_vs_static", "vs static", "{:.1%}"),
+    ("cost_vs_static_p99", "vs static-p99", "{:.1%}"),
+    ("cost_vs_gpufleet", "vs gpufleet", "{:.1%}"),
+    ("utilization", "GPU util", "{:.1%}"),
+    ("jct_p50_s", "JCT p50 s", "{:,.0f}"),
+    ("jct_p95_s", "JCT p95 s", "{:,.0f}"),
+    ("jct_mean_s", "JCT mean s", "{:,.0f}"),
+    ("late_over_5min_share", "late > 5 min", "{:.1%}"),
+    ("lost_gpu_hours", "lost GPU-h", "{:,.1f}"),
+    ("jobs_lost", "jobs lost", "{:,}"),
+)
+BASELINE_KEYS = {"static": "cost_vs_static", "static-p99": "cost_vs_static_p99",
+                 "static-reserved": "cost_vs_static_reserved", "gpufleet": "cost_vs_gpufleet"}
+
+
+def add_relative(
+    summaries: dict[str, dict[str, Any]],
+    finishes: dict[str, dict[str, float | None]] | None = None,
+) -> None:
+    """Cost against each baseline present, and the late share against ``static``'s finishes."""
+    for base, key in BASELINE_KEYS.items():
+        cost = summaries.get(base, {}).get("cost_usd")
+        for s in summaries.values():
+            s[key] = s["cost_usd"] / cost if cost else None
+    if finishes and "static" in finishes:
+        for name, s in summaries.items():
+            if name in finishes:
+                s["late_over_5min_share"] = late_share(finishes[name], finishes["static"])
+
+
+def ablation_rows(summaries: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """Leave-one-out: lever → scenario name (gpufleet without that lever), where it ran."""
+    return {lv: f"gpufleet-no-{lv}" for lv in LEVERS if f"gpufleet-no-{lv}" in summaries}
+
+
+def chain_rows(summaries: dict[str, dict[str, Any]]) -> list[tuple[str, str]]:
+    """The additive chain as (row label, scenario name), when every step ran."""
+    if not all(name in summaries for name, _ in CHAIN):
+        return []
+    return [(name if not add else "+" + "+".join(add), name) for name, add in CHAIN]
+
+
+def views(summaries: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The top-level summary.json keys: ``baselines``, ``ablation`` and ``chain``."""
+    return {
+        "baselines": {b: summaries[b]["cost_usd"] for b in BASELINES if b in summaries},
+        "ablation": {lv: {"scenario": name, **summaries[name]}
+                     for lv, name in ablation_rows(summaries).items()},
+        "chain": [{"step": label, "scenario": name, **summaries[name]}
+                  for label, name in chain_rows(summaries)],
+    }
+
+
+def _view_tables(summaries: dict[str, dict[str, Any]]) -> list[tuple[str, list[tuple[str, str]]]]:
+    out = []
+    loo = ablation_rows(summaries)
+    if loo and "gpufleet" in summaries:
+        rows = [("gpufleet (all levers)", "gpufleet")]
+        rows += [(f"gpufleet − {lv}", name) for lv, name in loo.items()]
+        out.append(("Leave-one-out: gpufleet without each lever", rows))
+    chain = chain_rows(summaries)
+    if chain:
+        out.append(("Additive chain: levers added one step at a time", chain))
+    return out
+
+
+def side_by_side(summaries: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The scenarios of the main table: all but those shown only in the view tables."""
+    in_views = set(ablation_rows(summaries).values()) | {n for _, n in chain_rows(summaries)}
+    keep = set(BASELINES) | {"gpufleet"}
+    return {k: v for k, v in summaries.items() if k in keep or k not in in_views}
 
 
 def summary_json(summaries: dict[str, dict[str, Any]], wall_s: float, meta: dict[str, Any]) -> str:
     return json.dumps(
-        {"scenarios": summaries, "wall_seconds": wall_s, **meta}, indent=2, sort_keys=False
+        {"scenarios": summaries, **views(summaries), "wall_seconds": wall_s, **meta},
+        indent=2, sort_keys=False,
     )
 
 
@@ -59,13 +143,29 @@ def _fmt(fmt: str, v: Any) -> str:
 
 
 def rich_table(summaries: dict[str, dict[str, Any]], title: str) -> Table:
+    main = side_by_side(summaries)
     t = Table(title=title, show_lines=False)
     t.add_column("metric")
-    for name in summaries:
+    for name in main:
         t.add_column(name, justify="right")
     for key, label, fmt in COLUMNS:
-        t.add_row(label, *(_fmt(fmt, s.get(key)) for s in summaries.values()))
+        t.add_row(label, *(_fmt(fmt, s.get(key)) for s in main.values()))
     return t
+
+
+def view_tables(summaries: dict[str, dict[str, Any]]) -> list[Table]:
+    """The leave-one-out and chain tables (one row per scenario), where their scenarios ran."""
+    out = []
+    for title, rows in _view_tables(summaries):
+        t = Table(title=title)
+        t.add_column("scenario")
+        for _, label, _ in VIEW_COLUMNS:
+            t.add_column(label, justify="right")
+        for label, name in rows:
+            s = summaries[name]
+            t.add_row(label, *(_fmt(fmt, s.get(key)) for key, _, fmt in VIEW_COLUMNS))
+        out.append(t)
+    return out
 
 
 def _png(fig: Any) -> str:
@@ -128,16 +228,29 @@ def report_html(
     meta: dict[str, Any],
     notes: Sequence[str] = (),
 ) -> str:
-    head = "".join(f"<th>{html.escape(n)}</th>" for n in summaries)
+    main = side_by_side(summaries)
+    head = "".join(f"<th>{html.escape(n)}</th>" for n in main)
     rows = "".join(
         f"<tr><td>{html.escape(label)}</td>"
-        + "".join(f"<td>{html.escape(_fmt(fmt, s.get(key)))}</td>" for s in summaries.values())
+        + "".join(f"<td>{html.escape(_fmt(fmt, s.get(key)))}</td>" for s in main.values())
         + "</tr>"
         for key, label, fmt in COLUMNS
     )
+    view_html = ""
+    for title, vrows in _view_tables(summaries):
+        vhead = "".join(f"<th>{html.escape(label)}</th>" for _, label, _ in VIEW_COLUMNS)
+        body = "".join(
+            f"<tr><td>{html.escape(label)}</td>"
+            + "".join(f"<td>{html.escape(_fmt(fmt, summaries[name].get(key)))}</td>"
+                      for key, _, fmt in VIEW_COLUMNS)
+            + "</tr>"
+            for label, name in vrows
+        )
+        view_html += (f"<h2>{html.escape(title)}</h2>"
+                      f"<table><tr><th>scenario</th>{vhead}</tr>{body}</table>")
     imgs = "".join(
         f'<h3>{html.escape(t)}</h3><img alt="{html.escape(t)}" src="data:image/png;base64,{b}">'
-        for t, b in plots(series)
+        for t, b in plots({k: v for k, v in series.items() if k in main})
     )
     meta_rows = "".join(
         f"<li><b>{html.escape(str(k))}</b>: {html.escape(str(v))}</li>" for k, v in meta.items()
@@ -151,6 +264,7 @@ td:first-child{{text-align:left}}img{{max-width:100%}}</style></head><body>
 <h1>gpufleet simulate</h1><ul>{meta_rows}</ul>
 <h2>Scenarios side by side</h2><table><tr><th>metric</th>{head}</tr>{rows}</table>
 <ul>{note_rows}</ul>
+{view_html}
 <h2>Over time</h2>{imgs}
 </body></html>
 """

@@ -22,10 +22,12 @@ from gpufleet.catalog.spot_prices import load_spot_prices
 from gpufleet.datapaths import data_dir
 from gpufleet.errors import InputError
 from gpufleet.sim.cluster import ClusterSim, mig_models
-from gpufleet.sim.scenario import Scenario, builtin_scenarios, default_scenario
+from gpufleet.sim.scenario import Scenario, default_scenario, default_scenarios
 from gpufleet.sim.spot import (
     Availability,
+    SizeThinning,
     SpotMarket,
+    fit_thinning_dir,
     load_availability_dir,
     ou_path,
     spot_price_table,
@@ -88,6 +90,11 @@ def _availability(path: str) -> dict[tuple[str, int, str], Availability]:
     return load_availability_dir(Path(path))
 
 
+@cache
+def _thinning(path: str) -> dict[str, SizeThinning]:
+    return fit_thinning_dir(Path(path))
+
+
 def build_market(
     sc: Scenario, types: list[InstanceType], horizon_s: float, seed: int
 ) -> tuple[SpotMarket | None, str]:
@@ -101,7 +108,8 @@ def build_market(
         if base is not None and (base / "spot-traces" / "availability").is_dir():
             avail_dir = base / "spot-traces" / "availability"
     if sc.spot_market == "trace" and avail_dir is not None and prices:
-        market = SpotMarket(types, prices, availability=_availability(str(avail_dir)))
+        market = SpotMarket(types, prices, availability=_availability(str(avail_dir)),
+                            thinning=_thinning(str(avail_dir)), seed=seed)
         if market.offered:
             return market, f"availability traces ({avail_dir.name}), price snapshot"
     # price-process model (Aliyun SpotWithPriceLimit), also the fallback without shared data
@@ -222,7 +230,7 @@ def run_scenarios(
     on_progress: Callable[[str, float, float], None] | None = None,
 ) -> list[ScenarioResult]:
     out = []
-    for sc in scenarios or builtin_scenarios():
+    for sc in scenarios or default_scenarios():
         sim = Simulation(sc, seed=seed, jobs=jobs)
         cb = None
         if on_progress is not None:

@@ -1,11 +1,23 @@
 """Scenarios: which levers are on, and the knobs of each, validated from YAML.
 
-The built-in set is the report's columns: ``static`` (the baseline: a fixed on-demand cluster
-sized for the workload's peak, whole GPUs, spread placement, no autoscaling, spot or
-checkpoints), ``gpufleet`` (every lever), and one scenario per lever switched on alone over the
-baseline, so each lever's contribution shows. ``gpufleet-bid-agent`` is ``gpufleet`` with the
-seed's ``SpotBidAgent`` as the spot bidder: on flat spot prices it never bids, and the column
-shows what that costs.
+The default run (``default_scenarios``) is the report's columns:
+
+* baselines — ``static`` (a fixed on-demand cluster sized for the workload's peak, whole GPUs,
+  spread placement, no autoscaling, spot or checkpoints: the field report's situation),
+  ``static-p99`` (the same, right-sized at the p99 of concurrent demand: jobs queue when it is
+  full) and ``static-reserved`` (``static-p99`` billed at the provider's 1-year commitment
+  rate, ``gpufleet.catalog.commitments``);
+* ``gpufleet`` (every lever);
+* leave-one-out: ``gpufleet-no-<lever>`` for each lever (what that lever adds to the others);
+* the additive chain ``static`` → ``chain-autoscaling-packing`` → ``chain-sharing`` →
+  ``gpufleet-no-checkpointing`` (+spot) → ``gpufleet`` (+checkpointing), ``CHAIN``;
+* ``gpufleet-bid-agent``: ``gpufleet`` with the seed's ``SpotBidAgent`` as the spot bidder (on
+  flat spot prices it never bids; the column shows what that costs).
+
+The old "static + one lever" scenarios (named after the lever) stay available by name
+(``builtin_scenarios``, ``gpufleet simulate --only packing``) but are not run by default: one
+lever alone over a peak-sized static cluster is a straw man (autoscaling with spread placement
+and no checkpointing grows the fleet).
 
 A scenario file is either one mapping or ``{scenarios: [ ... ]}``; unknown keys are errors, and
 each error names the file, the line of the scenario and the field.
@@ -51,7 +63,13 @@ class Scenario(BaseModel):
     provider: Literal["aws", "aliyun"] = "aws"
     instance_types: tuple[str, ...] | None = None  # restrict the catalog (None = all of provider)
     placement: str | None = None  # override: default packing policy, or "spread" when off
-    fixed_nodes: int | None = Field(default=None, ge=1)  # non-autoscaled size (None = peak)
+    fixed_nodes: int | None = Field(default=None, ge=1)  # non-autoscaled size (None = sized)
+    # a non-autoscaled fleet is sized at this time-weighted quantile of concurrent demand
+    # (1 = the peak; 0.99 = static-p99, jobs queue when it is full)
+    fixed_size_quantile: float = Field(default=1.0, gt=0, le=1)
+    # on-demand nodes billed at the list price or at the provider's 1-year commitment rate
+    # (gpufleet.catalog.commitments: reserved instances / savings plans, source cited there)
+    pricing: Literal["on-demand", "reserved"] = "on-demand"
     provisioning_delay_s: float = Field(default=180.0, ge=0)
     scan_interval_s: float = Field(default=10.0, gt=0)
     scale_down_unneeded_s: float = Field(default=600.0, ge=0)
@@ -98,8 +116,48 @@ def _static(**kw: Any) -> Scenario:
     return Scenario(**base)
 
 
-def builtin_scenarios() -> list[Scenario]:
-    out = [_static(name="static"), default_scenario()]
+# the additive chain: each step adds levers to the one before (the last step is gpufleet)
+CHAIN: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("static", ()),
+    ("chain-autoscaling-packing", ("autoscaling", "packing")),
+    ("chain-sharing", ("sharing",)),
+    ("gpufleet-no-checkpointing", ("spot",)),
+    ("gpufleet", ("checkpointing",)),
+)
+BASELINES = ("static", "static-p99", "static-reserved")
+
+
+def _with_levers(name: str, on: set[str]) -> Scenario:
+    """gpufleet's knobs with only the levers in ``on``: what a lever needs comes with it
+    (checkpoint recovery with checkpointing, the deadline policy with spot)."""
+    if not on:
+        return _static(name=name)
+    kw: dict[str, Any] = {lever: lever in on for lever in LEVERS}
+    if "checkpointing" not in on:
+        kw["recovery"] = "restart-from-zero"
+    if "spot" not in on:
+        kw["deadline_policy"] = None
+    return default_scenario().model_copy(update={"name": name, **kw})
+
+
+def leave_one_out() -> list[Scenario]:
+    """``gpufleet-no-<lever>``: every lever but one."""
+    return [_with_levers(f"gpufleet-no-{lever}", set(LEVERS) - {lever}) for lever in LEVERS]
+
+
+def chain_scenarios() -> list[Scenario]:
+    """The additive chain's steps past ``static``, each with the levers of all steps so far."""
+    out = []
+    on: set[str] = set()
+    for name, add in CHAIN[1:]:
+        on |= set(add)
+        out.append(_with_levers(name, set(on)))
+    return out
+
+
+def single_lever_scenarios() -> list[Scenario]:
+    """The old columns: static + one lever alone (available by name, not run by default)."""
+    out = []
     for lever in LEVERS:
         kw: dict[str, Any] = {lever: True}
         if lever == "checkpointing":
@@ -107,9 +165,39 @@ def builtin_scenarios() -> list[Scenario]:
         if lever == "spot":
             kw["deadline_policy"] = "default"
         out.append(_static(name=lever, **kw))
+    return out
+
+
+def default_scenarios() -> list[Scenario]:
+    """What ``gpufleet simulate`` runs: the baselines, gpufleet, leave-one-out, the chain."""
+    out = [
+        _static(name="static"),
+        _static(name="static-p99", fixed_size_quantile=0.99),
+        _static(name="static-reserved", fixed_size_quantile=0.99, pricing="reserved"),
+        default_scenario(),
+    ]
+    names = {s.name for s in out}
+    for sc in [*leave_one_out(), *chain_scenarios()]:
+        if sc.name not in names:
+            out.append(sc)
+            names.add(sc.name)
     out.append(default_scenario().model_copy(
         update={"name": "gpufleet-bid-agent", "spot_strategy": "bid-agent"}))
     return out
+
+
+def builtin_scenarios() -> list[Scenario]:
+    """Every scenario known by name: the default run plus the single-lever ones."""
+    return [*default_scenarios(), *single_lever_scenarios()]
+
+
+def scenarios_named(names: list[str]) -> list[Scenario]:
+    """Built-in scenarios by name, in the order given; an unknown name lists the known ones."""
+    by = {s.name: s for s in builtin_scenarios()}
+    bad = [n for n in names if n not in by]
+    if bad:
+        raise InputError(f"unknown scenario {bad[0]!r}; known: {', '.join(by)}", field="only")
+    return [by[n] for n in names]
 
 
 def default_scenario() -> Scenario:

@@ -12,7 +12,11 @@ Definitions (docs/simulator.md repeats them):
 * a deadline miss is a job with a deadline that finished after it or never finished; an
   *infeasible* one had a window (deadline − submit) shorter than provisioning delay + duration,
   so only capacity already free at submit could have met it;
-* jobs lost = jobs that never finished (must be 0).
+* jobs lost = jobs that never finished (must be 0);
+* late over 5 min = share of the jobs finished under the peak-sized ``static`` baseline that
+  finish more than 5 minutes later here (matched by job id; a job that never finished here is
+  late), filled in by ``add_late_share`` once the baseline has run;
+* allocated GPU-hours = the GPU share each job held while bound (``ClusterSim.tally``).
 """
 
 from __future__ import annotations
@@ -29,6 +33,36 @@ from gpufleet.sim.jobrun import DONE
 
 def _pct(values: list[float], q: float) -> float:
     return float(np.percentile(values, q)) if values else 0.0
+
+
+LATE_THRESHOLD_S = 300.0
+
+
+def job_finishes(sim: ClusterSim) -> dict[str, float | None]:
+    """Finish time per job id (None: never finished) — what ``late_share`` compares."""
+    return {j.spec.job_id: j.finish_s for j in sim.jobs}
+
+
+def late_share(
+    finishes: dict[str, float | None],
+    baseline: dict[str, float | None],
+    threshold_s: float = LATE_THRESHOLD_S,
+) -> float:
+    """Share of the baseline's finished jobs that finish > ``threshold_s`` later here."""
+    base = {k: v for k, v in baseline.items() if v is not None}
+    if not base:
+        return 0.0
+    late = 0
+    for job_id, b in base.items():
+        f = finishes.get(job_id)
+        if f is None or f > b + threshold_s:
+            late += 1
+    return late / len(base)
+
+
+def allocated_gpu_hours(sim: ClusterSim) -> float:
+    """GPU-hours the jobs held while bound (restart overhead and checkpoint writes included)."""
+    return sim.tally.alloc_gpu_s / 3600.0
 
 
 def summarize(sim: ClusterSim, wall_s: float) -> dict[str, Any]:
@@ -88,7 +122,7 @@ def summarize(sim: ClusterSim, wall_s: float) -> dict[str, Any]:
         "launches_failed": t.launches_failed,
         "spot_share_gpu_hours": spot_gpu_s / provisioned if provisioned else 0.0,
         "provisioned_gpu_hours": provisioned / 3600.0,
-        "allocated_gpu_hours": t.alloc_gpu_s / 3600.0,
+        "allocated_gpu_hours": allocated_gpu_hours(sim),
         "makespan_s": end,
         "events": sim.engine.steps,
         "wall_seconds": wall_s,

@@ -69,6 +69,7 @@ class FgdScore:
         cpu_tasks: CpuTasks = "fragment",
     ) -> None:
         self.table = TaskTable.build(typical_tasks, cpu_tasks)
+        self.cpu_tasks: CpuTasks = cpu_tasks
         self.quantize = quantize
         self.levels = levels
         # The node scores of the last call, so the GPU pick for the chosen node (same view, same
@@ -78,6 +79,15 @@ class FgdScore:
         self._access: weakref.WeakKeyDictionary[FleetState, np.ndarray] = (
             weakref.WeakKeyDictionary()
         )
+
+    def set_typical_tasks(self, typical_tasks: Sequence[tuple[ResourceRequest, float]]) -> None:
+        """Measure fragmentation against a new task mix (learned online). Every memo depends on
+        the mix — per-row F and threshold terms, per-shape node scores, the access table — so
+        all are dropped and rebuilt on the next call."""
+        self.table = TaskTable.build(typical_tasks, self.cpu_tasks)
+        self._last = None
+        self._caches = weakref.WeakKeyDictionary()
+        self._access = weakref.WeakKeyDictionary()
 
     # -- per-node memo -----------------------------------------------------------------------
     def _acc(self, state: FleetState, catalog: GpuCatalog) -> np.ndarray:

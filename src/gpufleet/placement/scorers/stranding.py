@@ -48,6 +48,10 @@ class StrandingScore:
     def __init__(self, typical_tasks: Sequence[tuple[ResourceRequest, float]]) -> None:
         self.cpu_per_gpu = median_cpu_per_gpu(typical_tasks)
 
+    def set_typical_tasks(self, typical_tasks: Sequence[tuple[ResourceRequest, float]]) -> None:
+        """Follow a new task mix (learned online): the median CPU per GPU moves with it."""
+        self.cpu_per_gpu = median_cpu_per_gpu(typical_tasks)
+
     def _kind(self, req: ResourceRequest) -> str:
         if req.mig_profile is not None or req.is_shared:
             return "neutral"
