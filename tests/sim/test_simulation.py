@@ -4,8 +4,12 @@ independently of the field it is computed from (the public snapshot, the allocat
 
 from __future__ import annotations
 
-import pytest
+from pathlib import Path
 
+import pytest
+import yaml
+
+import gpufleet.catalog
 from gpufleet.catalog.instances import default_instance_catalog
 from gpufleet.market.deadline import DEFAULT_DEADLINE_POLICY
 from gpufleet.sim.cloud import MICRO
@@ -16,6 +20,8 @@ from gpufleet.sim.scenario import Scenario, builtin_scenarios
 from gpufleet.state import GPU_MILLI, ResourceRequest
 from gpufleet.traces.jobs import JobSpec
 from gpufleet.traces.synthetic import SyntheticWorkload, generate
+
+COMMITMENTS = Path(gpufleet.catalog.__file__).parent / "data" / "commitments.yaml"
 
 SMALL = SyntheticWorkload(jobs=300, days=1.0, max_duration_s=6 * 3600)
 BUILTIN = [s.name for s in builtin_scenarios()]
@@ -80,9 +86,18 @@ class Observer:
 def observed_bill_bounds(sim: Simulation, obs: Observer) -> tuple[float, float]:
     """The bill implied by the node timeline the snapshots showed: a node first seen at t was
     launched in (t − STEP, t]; last seen at t, it ended in (t, t + STEP]. On-demand nodes pay
-    the catalog price, spot nodes the market's price for their type and zone (its path in the
-    price model), per second rounded up."""
-    od = {t.name: float(t.usd_per_hour) for t in default_instance_catalog()}
+    the catalog price (less the commitment discount on reserved pricing), spot nodes the
+    market's price for their type and zone (its path in the price model), per second rounded
+    up."""
+    # a reserved-priced fleet pays the commitment discount, read straight from the catalog file
+    discounts = yaml.safe_load(COMMITMENTS.read_text(encoding="utf-8"))
+    reserved = sim.scenario.pricing == "reserved"
+    types = {t.name: t for t in default_instance_catalog()}
+    od = {
+        name: float(t.usd_per_hour) * (1 - (discounts[t.provider]["discount"] if reserved else 0))
+        for name, t in types.items()
+        if not reserved or t.provider in discounts
+    }
     end = sim.sim.end_s
     lo = hi = 0.0
     for name, first in obs.first.items():
