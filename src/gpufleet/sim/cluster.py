@@ -908,6 +908,11 @@ class ClusterSim:
         more_work = self.running or inflight or self.arrived < len(self.jobs) or launched
         if self.pending and more_work:
             self._ensure_scan(self.now + self.sc.scan_interval_s)
+        elif self.pending and not launched:  # below the GPU threshold: look again when the
+            oldest = min(self.jobs[i].enqueued_s for _, i in self.pending)  # wait trigger fires
+            due = max(oldest, self._last_scale_up) + self.sc.max_pending_wait_s
+            if due > self.now:  # (a lone 1-GPU or CPU-only job was stranded)
+                self._ensure_scan(due)
 
     def _rebalance(self) -> None:
         """Fixed spot fleet: swap an empty on-demand fallback node for spot when a zone has

@@ -28,7 +28,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from gpufleet.catalog.yamlfile import validation_to_input_error
+from gpufleet.catalog.yamlfile import read_yaml_document, validation_to_input_error
 from gpufleet.errors import InputError
 
 LEVERS = ("packing", "sharing", "autoscaling", "spot", "checkpointing")
@@ -38,10 +38,23 @@ LLAMA3_UNEXPECTED_INTERRUPTIONS = 419
 LLAMA3_GPU_MTBF_HOURS = LLAMA3_GPU_HOURS / LLAMA3_UNEXPECTED_INTERRUPTIONS  # 50,677 GPU-hours
 
 
-class Scenario(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+DAY_S = 86_400.0
+MAX_NODES = 10_000  # fixed_nodes / max_nodes
+NAME = r"^[A-Za-z0-9_.-]+$"
 
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+
+class Scenario(BaseModel):
+    """One scenario; every number bounded (docs/simulator.md lists the ranges and why).
+
+    The bounds keep a simulation finite and its numbers meaningful: an event every 1e-6 s
+    (``scan_interval_s``, ``sample_interval_s``, ``price_tick_s``, ``checkpoint_interval_s``) or a
+    node failing every 0.4 ms (``gpu_mtbf_hours`` 1e-7) never finishes, and ``inf`` / ``nan`` is
+    never a meaningful setting (``allow_inf_nan=False``).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    name: str = Field(min_length=1, max_length=64, pattern=NAME)
     packing: bool = True
     sharing: bool = True
     autoscaling: bool = True
@@ -49,40 +62,43 @@ class Scenario(BaseModel):
     checkpointing: bool = True
 
     provider: Literal["aws", "aliyun"] = "aws"
-    instance_types: tuple[str, ...] | None = None  # restrict the catalog (None = all of provider)
-    placement: str | None = None  # override: default packing policy, or "spread" when off
-    fixed_nodes: int | None = Field(default=None, ge=1)  # non-autoscaled size (None = peak)
-    provisioning_delay_s: float = Field(default=180.0, ge=0)
-    scan_interval_s: float = Field(default=10.0, gt=0)
-    scale_down_unneeded_s: float = Field(default=600.0, ge=0)
+    # restrict the catalog (None = all of provider)
+    instance_types: tuple[str, ...] | None = Field(default=None, max_length=256)
+    placement: str | None = Field(default=None, max_length=64)  # override: default / "spread"
+    fixed_nodes: int | None = Field(default=None, ge=1, le=MAX_NODES)  # non-autoscaled size
+    provisioning_delay_s: float = Field(default=180.0, ge=0, le=DAY_S)
+    scan_interval_s: float = Field(default=10.0, ge=1, le=3600)
+    scale_down_unneeded_s: float = Field(default=600.0, ge=0, le=7 * DAY_S)
     utilization_threshold: float = Field(default=0.5, ge=0, le=1)
     consolidation: bool = True
     multi_node_consolidation: bool = True  # after single-node; may launch one cheaper node
-    consolidation_recheck_s: float = Field(default=300.0, gt=0)
-    pending_gpu_threshold: float = Field(default=2.0, ge=0)
-    max_pending_wait_s: float = Field(default=60.0, ge=0)
-    max_nodes: int = Field(default=5000, ge=1)
+    consolidation_recheck_s: float = Field(default=300.0, ge=1, le=DAY_S)
+    pending_gpu_threshold: float = Field(default=2.0, ge=0, le=100_000)
+    max_pending_wait_s: float = Field(default=60.0, ge=0, le=DAY_S)
+    max_nodes: int = Field(default=5000, ge=1, le=MAX_NODES)
 
-    spot_strategy: str = "capacity-aware"
+    spot_strategy: str = Field(default="capacity-aware", max_length=64)
     spot_market: Literal["trace", "price"] = "trace"
-    availability_dir: str | None = None  # default: <data>/spot-traces/availability
-    price_volatility: float = Field(default=0.08, ge=0)  # log-OU sigma per tick (price model)
+    # default: <data>/spot-traces/availability
+    availability_dir: str | None = Field(default=None, min_length=1, max_length=4096)
+    price_volatility: float = Field(default=0.08, ge=0, le=1)  # log-OU sigma per tick
     price_reversion: float = Field(default=0.05, gt=0, le=1)
-    price_tick_s: float = Field(default=300.0, gt=0)
+    price_tick_s: float = Field(default=300.0, ge=60, le=DAY_S)
     spot_discount: float = Field(default=0.3, gt=0, le=1)  # spot/od where no price data
 
-    recovery: str = "checkpoint-requeue"
-    checkpoint_interval_s: float | None = Field(default=None, gt=0)  # None: Young/Daly
+    recovery: str = Field(default="checkpoint-requeue", max_length=64)
+    # None: Young/Daly
+    checkpoint_interval_s: float | None = Field(default=None, ge=60, le=7 * DAY_S)
     # deadline-aware spot fallback; "default" = gpufleet.market.deadline.DEFAULT_DEADLINE_POLICY,
     # None = deadline jobs are treated like any other
-    deadline_policy: str | None = "default"
+    deadline_policy: str | None = Field(default="default", max_length=64)
 
     # unexpected node failures: a node of g GPUs fails at rate g / gpu_mtbf_hours (exponential,
     # seeded); None = no failures (the default for scenario files: exact replays)
-    gpu_mtbf_hours: float | None = Field(default=None, gt=0)
+    gpu_mtbf_hours: float | None = Field(default=None, ge=10, le=1e9)
 
-    sample_interval_s: float = Field(default=600.0, gt=0)
-    starvation_s: float | None = Field(default=None, gt=0)
+    sample_interval_s: float = Field(default=600.0, ge=60, le=DAY_S)
+    starvation_s: float | None = Field(default=None, ge=1, le=30 * DAY_S)
 
     @property
     def levers(self) -> dict[str, bool]:
@@ -135,17 +151,8 @@ def _line_of(node: Any, index: int | None) -> int | None:
 
 def load_scenarios(path: Path | str) -> list[Scenario]:
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError("scenario file not found", path=path) from None
-    try:
-        node = yaml.compose(text)
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise InputError(f"not valid YAML: {getattr(exc, 'problem', exc)}", path=path,
-                         line=mark.line + 1 if mark else None) from None
+    doc = read_yaml_document(path, "scenario file")
+    node, raw = doc.node, doc.data
     if isinstance(raw, dict) and "scenarios" in raw:
         items = raw["scenarios"]
         if not isinstance(items, list) or not items:
