@@ -27,16 +27,16 @@ def read_text(path: Path | str, what: str = "file", max_bytes: int = MAX_INPUT_B
         with p.open("rb") as fh:
             raw = fh.read(max_bytes + 1)
     except FileNotFoundError:
-        raise InputError(f"{what} not found", path=p) from None
+        raise InputError(f"{what} not found (no such file)", path=p) from None
     except IsADirectoryError:
-        raise InputError(f"is a directory; expected a {what}", path=p) from None
+        raise InputError(f"is a directory; expected the {what}", path=p) from None
     except PermissionError:
         raise InputError(f"permission denied; cannot read the {what}", path=p) from None
     except OSError as exc:
         raise InputError(f"cannot read the {what}: {exc.strerror or exc}", path=p) from None
     if len(raw) > max_bytes:
         raise InputError(
-            f"larger than {max_bytes // (1024 * 1024)} MiB; expected a {what} (wrong file?)", path=p
+            f"larger than {max_bytes // (1024 * 1024)} MiB; is this the {what}?", path=p
         )
     try:
         return raw.decode("utf-8-sig")

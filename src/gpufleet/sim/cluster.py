@@ -41,6 +41,7 @@ from gpufleet.provisioning import (
     PendingPod,
     PodView,
     ScaleUpPolicy,
+    fits_shape,
     gpu_milli_of,
 )
 from gpufleet.queueing import BackfillPass, queue_key
@@ -279,7 +280,9 @@ class ClusterSim:
         ]
         if not cands:
             raise InputError(f"no instance type offers {biggest} GPUs of {sorted(models)}")
-        it = min(cands, key=lambda t: (float(t.usd_per_hour) / t.gpus, -t.gpus, t.name))
+        reqs = {self._effective(j) for j in jobs}  # prefer a type every job's replica fits
+        roomy = [t for t in cands if all(fits_shape(r, self._shape(t, mig)) for r in reqs)]
+        it = min(roomy or cands, key=lambda t: (float(t.usd_per_hour) / t.gpus, -t.gpus, t.name))
         self.fixed_types[(mig, models)] = it
         n = self.sc.fixed_nodes or max(1, math.ceil(
             peak_demand_milli(jobs, self.sc.sharing) / (GPU_MILLI * it.gpus)))
@@ -910,9 +913,9 @@ class ClusterSim:
             self._ensure_scan(self.now + self.sc.scan_interval_s)
         elif self.pending and not launched:  # below the GPU threshold: look again when the
             oldest = min(self.jobs[i].enqueued_s for _, i in self.pending)  # wait trigger fires
-            due = max(oldest, self._last_scale_up) + self.sc.max_pending_wait_s
-            if due > self.now:  # (a lone 1-GPU or CPU-only job was stranded)
-                self._ensure_scan(due)
+            if oldest + self.sc.max_pending_wait_s > self.now:  # (a lone 1-GPU or CPU-only job
+                self._ensure_scan(max(oldest, self._last_scale_up)  # was stranded)
+                                  + self.sc.max_pending_wait_s)
 
     def _rebalance(self) -> None:
         """Fixed spot fleet: swap an empty on-demand fallback node for spot when a zone has

@@ -137,16 +137,63 @@ def static_scenario() -> Scenario:
     return _static(name="static")
 
 
-def _line_of(node: Any, index: int | None) -> int | None:
-    if node is None:
-        return None
-    if index is None:
-        return node.start_mark.line + 1
+MAX_SCENARIOS = 64  # per file; each one is a full simulation
+
+
+def _item_node(node: Any, index: int | None) -> Any:
+    """The YAML node of scenario ``index`` (None: the file is one scenario mapping)."""
+    if node is None or index is None:
+        return node
     if isinstance(node, yaml.MappingNode):
         for k, v in node.value:
             if k.value == "scenarios" and isinstance(v, yaml.SequenceNode) and index < len(v.value):
-                return v.value[index].start_mark.line + 1
+                return v.value[index]
     return None
+
+
+def _line_of(node: Any, index: int | None, field: str | None = None) -> int | None:
+    """Line of scenario ``index`` in the file, or of its key ``field`` where there is one."""
+    item = _item_node(node, index)
+    if item is None:
+        return None
+    if field is not None and isinstance(item, yaml.MappingNode):
+        top = field.split(".")[0]
+        for k, _ in item.value:
+            if isinstance(k, yaml.ScalarNode) and k.value == top:
+                return k.start_mark.line + 1
+    return item.start_mark.line + 1
+
+
+def _check_world(sc: Scenario, path: Path, line: Any) -> None:
+    """Names and folders a scenario refers to exist, checked now with the file and line.
+
+    An unknown instance type used to fail later without the file; an ``availability_dir`` with
+    no trace in it silently fell back to the price model.
+    """
+    from gpufleet.catalog.instances import default_instance_catalog
+    from gpufleet.sim.spot import TRACE_NAME
+
+    if sc.instance_types is not None:
+        known = {t.name for t in default_instance_catalog() if t.provider == sc.provider}
+        bad = [n for n in sc.instance_types if n not in known]
+        if bad:
+            raise InputError(
+                f"unknown {sc.provider} instance type(s) {bad}; known: {', '.join(sorted(known))}",
+                path=path, line=line("instance_types"), field="instance_types",
+            )
+        if not sc.instance_types:
+            raise InputError("empty list; name at least one instance type or leave it out",
+                             path=path, line=line("instance_types"), field="instance_types")
+    if sc.availability_dir is not None:
+        folder = Path(sc.availability_dir)
+        where = {"path": path, "line": line("availability_dir"), "field": "availability_dir"}
+        if not folder.is_dir():
+            raise InputError(f"{folder} is not a folder of spot availability traces", **where)
+        if not any(TRACE_NAME.match(f.name) for f in folder.rglob("*.json")):
+            raise InputError(
+                f"{folder} holds no availability trace named <zone>_<gpu>_<n>.json "
+                "(e.g. us-east-1a_v100_1.json)", **where,
+            )
 
 
 def load_scenarios(path: Path | str) -> list[Scenario]:
@@ -157,6 +204,9 @@ def load_scenarios(path: Path | str) -> list[Scenario]:
         items = raw["scenarios"]
         if not isinstance(items, list) or not items:
             raise InputError("expected a non-empty list", path=path, field="scenarios")
+        if len(items) > MAX_SCENARIOS:
+            raise InputError(f"{len(items)} scenarios; at most {MAX_SCENARIOS} per file",
+                             path=path, field="scenarios")
         indexed: list[tuple[int | None, Any]] = list(enumerate(items))
     elif isinstance(raw, dict):
         indexed = [(None, raw)]
@@ -169,9 +219,11 @@ def load_scenarios(path: Path | str) -> list[Scenario]:
             raise InputError("expected a mapping", path=path, line=line,
                              field=f"scenarios[{i}]" if i is not None else None)
         try:
-            out.append(Scenario.model_validate(item))
+            sc = Scenario.model_validate(item)
         except ValidationError as exc:
             raise validation_to_input_error(exc, path, line) from None
+        _check_world(sc, path, lambda f, i=i: _line_of(node, i, f))
+        out.append(sc)
     names = [s.name for s in out]
     dup = {n for n in names if names.count(n) > 1}
     if dup:

@@ -18,6 +18,7 @@ Every malformed value is an :class:`InputError` naming file, line and field.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import math
 from collections.abc import Iterable, Iterator
@@ -73,6 +74,7 @@ class JobSpec:
     checkpoint_cost_s: float = 30.0
     restart_overhead_s: float = 120.0
     utilization: float = 0.8
+    line: int | None = dataclasses.field(default=None, compare=False)  # in its file, for errors
 
     @property
     def gpu_milli_total(self) -> int:
@@ -186,6 +188,7 @@ def job_from_fields(f: JobFields, catalog: GpuCatalog, where: dict[str, Any]) ->
         checkpoint_cost_s=f.checkpoint_cost_s,
         restart_overhead_s=f.restart_overhead_s,
         utilization=f.utilization,
+        line=where.get("line"),
     )
 
 
@@ -238,6 +241,7 @@ def philly_job(
         request=req,
         replicas=replicas,
         tenant=(row.get("cluster") or "").strip()[:128] or "default",
+        line=where.get("line"),
     )
 
 
