@@ -191,7 +191,8 @@ _short.maxlevel = 2
 
 def short_repr(value: Any) -> str:
     """A repr bounded in length whatever ``value`` is (a huge list, a deep mapping)."""
-    return _short.repr(value)
+    text = _short.repr(value)
+    return text if len(text) <= 120 else text[:117] + "..."
 
 
 def validation_to_input_error(

@@ -44,10 +44,10 @@ DAY_S = 86_400.0
 # arrivals, its longest job runs 53.6 days, its largest asks 128 GPUs), narrow enough that a typo
 # (1e9 s, 100,000 GPUs) is an error instead of a simulation that never ends.
 MAX_SUBMIT_S = 366 * DAY_S  # a trace spans at most a year of arrivals
-MAX_DURATION_S = 120 * DAY_S
+MAX_DURATION_S = 90 * DAY_S
 MAX_DEADLINE_S = MAX_SUBMIT_S + 4 * MAX_DURATION_S
-MAX_REPLICAS = 128
-MAX_JOB_GPUS = MAX_REPLICAS * MAX_GPUS_PER_NODE  # Philly: 1..1024 GPUs per job
+MAX_REPLICAS = 64
+MAX_JOB_GPUS = MAX_REPLICAS * MAX_GPUS_PER_NODE  # 1..512 GPUs per job
 MAX_CPU_MILLI = 1024 * 1000  # 1,024 vCPU per replica
 MAX_MEMORY_MIB = 16 * 1024 * 1024  # 16 TiB per replica
 MAX_GPU_MEMORY_MIB = 256 * 1024  # 256 GiB per GPU
@@ -280,7 +280,7 @@ def _rows(path: Path) -> Iterator[tuple[int, dict[str, str]]]:
                 )
             yield lineno, row
     except csv.Error as exc:
-        raise InputError(f"not valid CSV: {exc}", path=path, line=reader.line_num) from None
+        raise InputError(f"not valid CSV: {exc}", path=path, line=reader.reader.line_num) from None
 
 
 def load_philly(path: Path, gpu_model: str = "V100-16GB") -> list[JobSpec]:
