@@ -150,8 +150,9 @@ class YamlDocument:
 
 def parse_yaml(text: str, path: Path | str | None = None) -> YamlDocument:
     """Compose, check and construct ``text``; every defect an InputError naming the line."""
-    loader = _GuardedLoader(text)
+    loader: _GuardedLoader | None = None
     try:
+        loader = _GuardedLoader(text)
         node = loader.get_single_node()
         if node is not None:
             _check_aliases(node)
@@ -162,14 +163,20 @@ def parse_yaml(text: str, path: Path | str | None = None) -> YamlDocument:
             path=path,
             line=exc.mark.line + 1 if exc.mark is not None else None,
         ) from None
+    except yaml.reader.ReaderError as exc:  # a control character such as NUL
+        raise InputError(
+            f"not valid YAML: character #x{exc.character:04x} is not allowed",
+            path=path,
+            line=text.count("\n", 0, max(exc.position, 0)) + 1,
+        ) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
-        raise InputError(
-            f"not valid YAML: {getattr(exc, 'problem', None) or exc}", path=path, line=line
-        ) from None
+        problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
+        raise InputError(f"not valid YAML: {problem}", path=path, line=line) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     return YamlDocument(data, node)
 
 
