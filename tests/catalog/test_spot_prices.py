@@ -52,3 +52,30 @@ def test_bad_rows_name_line_and_field(
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="not found"):
         load_spot_prices(tmp_path / "nope.tsv")
+
+
+@pytest.mark.parametrize("price", ["NaN", "Infinity", "sNaN", "1e400", "20000"])
+def test_non_finite_or_absurd_price(tmp_path: Path, price: str) -> None:
+    f = tmp_path / "s.tsv"
+    f.write_text(HEADER + f"use1-az1\tp3.2xlarge\tLinux/UNIX\t{price}\t2022-05-31T18:20:00\n")
+    with pytest.raises(InputError) as exc:
+        load_spot_prices(f)
+    assert (exc.value.line, exc.value.field) == (2, "price_usd_per_hour")
+
+
+def test_naive_and_zoned_timestamps_compare(tmp_path: Path) -> None:
+    """A naive timestamp is UTC: mixing it with zoned rows is no TypeError."""
+    f = tmp_path / "s.tsv"
+    f.write_text(
+        HEADER + "use1-az1\tp3.2xlarge\tLinux/UNIX\t0.9\t2022-05-31T18:20:00\n"
+        "use1-az1\tp3.2xlarge\tLinux/UNIX\t0.95\t2022-05-31T18:00:00+00:00\n"
+    )
+    assert latest_prices(load_spot_prices(f)) == {("p3.2xlarge", "use1-az1"): Decimal("0.9")}
+
+
+def test_non_utf8_snapshot(tmp_path: Path) -> None:
+    f = tmp_path / "s.tsv"
+    f.write_bytes(HEADER.encode() + b"use1\xff\tp3\tL\t1\t2022-05-31T18:20:00\n")
+    with pytest.raises(InputError, match="not UTF-8") as exc:
+        load_spot_prices(f)
+    assert exc.value.line == 2

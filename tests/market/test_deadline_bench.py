@@ -101,3 +101,12 @@ def test_protocol_reference_on_real_traces(shared_data: Path) -> None:
     assert got[("us-west-2a_v100_1", "up")] == 59.95
     assert mean_row(res, "up")[1:] == (0, 600)
     assert len(ALL_SETTINGS) == 6 and MAIN_SETTING in ALL_SETTINGS
+
+
+def test_short_trace_error_names_the_file(tmp_path: Path) -> None:
+    from gpufleet.errors import InputError
+
+    short = write_trace(tmp_path / "short.json", 4, n=500)
+    with pytest.raises(InputError, match="a run needs 1479") as ei:
+        run_setting(load_traces([short]), MAIN_SETTING, ["ours"], 5)
+    assert (ei.value.path, ei.value.field) == (str(short), "data")

@@ -105,3 +105,53 @@ def test_cli_malformed_trace_names_line(tmp_path: Path) -> None:
     out = runner.invoke(app, ["bench", "packing", "--nodes", str(nodes), "--pods", str(pods)])
     assert out.exit_code == 2
     assert "p.csv:2" in out.output and "gpu_milli" in out.output
+
+
+def test_arrival_sequence_refuses_what_would_never_end() -> None:
+    import pytest
+
+    from gpufleet.errors import InputError
+
+    cpu_only = [ResourceRequest(cpu_milli=1000, memory_mib=1000, num_gpu=0)]
+    with pytest.raises(InputError, match="no pod asks for a GPU"):
+        arrival_sequence(cpu_only, capacity_milli=10_000, seed=1, max_load_pct=130)
+    gpu = [ResourceRequest(cpu_milli=1000, num_gpu=1, gpu_milli=1000)]
+    with pytest.raises(InputError, match="no GPU"):
+        arrival_sequence(gpu, capacity_milli=0, seed=1, max_load_pct=130)
+
+
+def test_cli_refuses_gpu_less_fleets_cpu_only_pods_and_runaway_runs(tmp_path: Path) -> None:
+    nodes = tmp_path / "n.csv"
+    nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\nn1,32000,262144,8,T4\n")
+    cpu_nodes = tmp_path / "cpu_nodes.csv"
+    cpu_nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\nn1,32000,262144,0,\n")
+    pods = tmp_path / "p.csv"
+    pods.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np1,1000,1000,1,1000\n")
+    cpu_pods = tmp_path / "cpu_pods.csv"
+    cpu_pods.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np1,1000,1000,0,0\n")
+    tiny = tmp_path / "tiny.csv"
+    tiny.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np1,1,1,1,1\n")
+    big = tmp_path / "big.csv"
+    big.write_text("sn,cpu_milli,memory_mib,gpu,model\n"
+                   + "".join(f"n{i},32000,262144,64,T4\n" for i in range(40)))
+    for n, p, needle in [
+        (cpu_nodes, pods, "cpu_nodes.csv: field 'gpu': no node has a GPU"),
+        (nodes, cpu_pods, "cpu_pods.csv: field 'num_gpu': no pod asks for a GPU"),
+        (big, tiny, "arrivals per seed; at most 2,000,000"),
+    ]:
+        out = runner.invoke(app, ["bench", "packing", "-p", "fgd", "--seeds", "1",
+                                  "--nodes", str(n), "--pods", str(p)])
+        assert out.exit_code == 2, out.output
+        assert needle in out.output and "Traceback" not in out.output
+
+
+def test_cli_runs_pods_without_gpu_spec(tmp_path: Path) -> None:
+    nodes = tmp_path / "n.csv"
+    nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\nn1,32000,262144,8,T4\n")
+    pods = tmp_path / "openb_pod_list_multigpu50.csv"
+    pods.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli,qos,pod_phase,creation_time,"
+                    "deletion_time,scheduled_time\np1,1000,1000,2,1000,LS,Running,0,9,0\n"
+                    "p2,1000,1000,1,500,LS,Running,0,9,0\n")
+    out = runner.invoke(app, ["bench", "packing", "-p", "fgd", "--seeds", "1", "--nodes",
+                              str(nodes), "--pods", str(pods)])
+    assert out.exit_code == 0, out.output

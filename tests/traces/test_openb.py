@@ -104,3 +104,50 @@ def test_missing_and_empty_files(tmp_path: Path) -> None:
         load_nodes(tmp_path / "absent.csv")
     with pytest.raises(InputError, match="empty file"):
         load_pods(_write(tmp_path, "", ""))
+
+
+UPSTREAM_MULTIGPU_HEADER = (
+    "name,cpu_milli,memory_mib,num_gpu,gpu_milli,qos,pod_phase,creation_time,deletion_time,"
+    "scheduled_time\n"
+)
+
+
+def test_gpu_spec_column_is_optional_as_upstream(tmp_path: Path) -> None:
+    """openb_pod_list_multigpu*.csv and other upstream variants have no gpu_spec column."""
+    p = tmp_path / "openb_pod_list_multigpu50.csv"
+    p.write_text(
+        UPSTREAM_MULTIGPU_HEADER
+        + "openb-pod-0000,12000,16384,1,1000,LS,Running,0,12537496,0\n"
+        + "openb-pod-0001,6000,12288,4,1000,BE,Running,427061,12902960,427061\n"
+        + "openb-pod-0002,4000,8192,0,0,LS,Running,5,9,5\n"
+    )
+    pods = load_pods(p)
+    assert [q.request.num_gpu for q in pods] == [1, 4, 0]
+    assert all(q.request.gpu_models is None for q in pods)
+
+
+@pytest.mark.parametrize(
+    ("header", "row", "field"),
+    [
+        (NODE_HEADER, "n1,99999999999999999999999999,262144,8,V100M16", "cpu_milli"),
+        (NODE_HEADER, "n1,32000,99999999999999999999,8,V100M16", "memory_mib"),
+        (POD_HEADER, "p1,99999999999999999999999,1000,1,1000,,LS", "cpu_milli"),
+        (POD_HEADER, "p1,1000,1e30,1,1000,,LS", "memory_mib"),
+    ],
+)
+def test_huge_values_are_bounded(tmp_path: Path, header: str, row: str, field: str) -> None:
+    p = _write(tmp_path, header, row)
+    loader = load_nodes if header == NODE_HEADER else load_pods
+    with pytest.raises(InputError) as ei:
+        loader(p)
+    assert (ei.value.path, ei.value.line, ei.value.field) == (str(p), 2, field)
+
+
+def test_non_utf8_and_directory(tmp_path: Path) -> None:
+    p = tmp_path / "n.csv"
+    p.write_bytes(NODE_HEADER.encode() + b"n\xff,1,1,0,\n")
+    with pytest.raises(InputError, match="not UTF-8") as ei:
+        load_nodes(p)
+    assert ei.value.line == 2
+    with pytest.raises(InputError, match="is a directory"):
+        load_pods(tmp_path)

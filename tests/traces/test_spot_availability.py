@@ -67,3 +67,31 @@ def test_not_an_object_and_missing_file(tmp_path: Path) -> None:
         load_availability(write(tmp_path, "[1, 0]"))
     with pytest.raises(InputError, match="no such file"):
         load_availability(tmp_path / "absent.json")
+
+
+@pytest.mark.parametrize("gap", ["1e18", "1e400", "NaN", "Infinity", "0", "86401", "-5"])
+def test_gap_seconds_bounded_and_finite(tmp_path: Path, gap: str) -> None:
+    p = tmp_path / "t.json"
+    p.write_text('{"metadata": {"gap_seconds": ' + gap + '},\n "data": [1, 0]}')
+    with pytest.raises(InputError) as ei:
+        load_availability(p)
+    assert (ei.value.path, ei.value.line, ei.value.field) == (str(p), 1, "metadata.gap_seconds")
+    assert "1..86,400" in str(ei.value)
+
+
+@pytest.mark.parametrize(
+    "text", ["[" * 100_000 + "]" * 100_000, '{"metadata": {"gap_seconds": 1' + "0" * 5000 + "}}"]
+)
+def test_deep_or_huge_json_is_an_input_error(tmp_path: Path, text: str) -> None:
+    p = tmp_path / "t.json"
+    p.write_text(text)
+    with pytest.raises(InputError, match=r"not valid JSON|gap_seconds") as ei:
+        load_availability(p)
+    assert ei.value.path == str(p)
+
+
+def test_non_utf8_trace(tmp_path: Path) -> None:
+    p = tmp_path / "t.json"
+    p.write_bytes(b'{"metadata": {"gap_seconds": 600}, "data": [1, 0]}\xff')
+    with pytest.raises(InputError, match="not UTF-8"):
+        load_availability(p)

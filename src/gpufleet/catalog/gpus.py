@@ -28,7 +28,7 @@ def parse_version(text: str) -> int:
 
 
 class MigProfile(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     name: str = ""
     compute: int = Field(ge=1, le=7)
@@ -47,7 +47,7 @@ class MigProfile(BaseModel):
 
 
 class MigSpec(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     compute_slices: int = Field(ge=1, le=7)
     memory_slices: int = Field(ge=1, le=8)
@@ -66,14 +66,14 @@ class MigSpec(BaseModel):
 
 
 class GpuModel(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     name: str = ""
-    memory_gib: float = Field(gt=0)
+    memory_gib: float = Field(gt=0, le=4096)
     compute_capability: str
     interconnect: Literal["nvlink", "pcie"]
-    nvlink_gbps: float = 0
-    fp16_tflops: float = Field(gt=0)
+    nvlink_gbps: float = Field(default=0, ge=0, le=1e6)
+    fp16_tflops: float = Field(gt=0, le=1e6)
     max_cuda: str | None = None
     mig: MigSpec | None = None
 
@@ -133,7 +133,10 @@ def load_gpu_catalog(path: Path | None = None, aliases_path: Path | None = None)
     aliases = read_yaml(aliases_path) or {}
     if not isinstance(aliases, dict):
         raise InputError("expected a mapping of alias to model name", path=aliases_path)
-    return GpuCatalog(models, {str(k): str(v) for k, v in aliases.items()})
+    try:
+        return GpuCatalog(models, {str(k): str(v) for k, v in aliases.items()})
+    except InputError as exc:  # an alias names a model this catalog lacks
+        raise InputError(exc.detail, path=aliases_path, field=exc.field) from None
 
 
 @cache

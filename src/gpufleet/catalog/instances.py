@@ -21,13 +21,13 @@ CNY_PER_USD = Decimal("7.20")
 
 
 class InstanceFields(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     gpu: str
     gpus: int = Field(ge=1, le=16)
-    vcpu: int = Field(ge=1)
-    memory_gib: float = Field(gt=0)
-    price: Decimal = Field(gt=0)
+    vcpu: int = Field(ge=1, le=4096)
+    memory_gib: float = Field(gt=0, le=65536)
+    price: Decimal = Field(gt=0, le=10_000)
     nvlink_domains: tuple[tuple[int, ...], ...] = ()
     cuda_driver: str = "12.4"
 
@@ -43,11 +43,11 @@ class InstanceFields(BaseModel):
 
 
 class ProviderFields(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     currency: str
     zones: tuple[str, ...]
-    notice_seconds: int = Field(gt=0)
+    notice_seconds: int = Field(gt=0, le=86_400)
     types: dict[str, InstanceFields]
 
 

@@ -7,14 +7,18 @@ join on the instance types they know.
 from __future__ import annotations
 
 import csv
+import io
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
+from typing import Any
 
 from gpufleet.errors import InputError
+from gpufleet.inputfile import read_text
 
 COLUMNS = ("az_id", "instance_type", "product", "price_usd_per_hour", "timestamp")
+MAX_PRICE = Decimal(10_000)  # USD/hour; the dearest GPU instance lists at ~$100/hour
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,48 +31,56 @@ class SpotPrice:
 
 
 def load_spot_prices(path: Path) -> list[SpotPrice]:
-    out: list[SpotPrice] = []
+    """Rows of the snapshot; a timestamp without a zone is UTC (AWS reports UTC)."""
+    reader = csv.reader(io.StringIO(read_text(path, "spot price snapshot (TSV)"), newline=""),
+                        delimiter="\t")
     try:
-        fh = path.open(encoding="utf-8", newline="")
-    except FileNotFoundError as exc:
-        raise InputError("file not found", path=path) from exc
-    with fh:
-        for lineno, row in enumerate(csv.reader(fh, delimiter="\t"), start=1):
-            if not row or (lineno == 1 and row[0] == "az_id"):
-                continue
-            if len(row) != len(COLUMNS):
-                raise InputError(
-                    f"expected {len(COLUMNS)} tab-separated columns {COLUMNS}, got {len(row)}",
-                    path=path,
-                    line=lineno,
-                )
-            zone, itype, product, price_s, ts = row
-            try:
-                price = Decimal(price_s)
-            except InvalidOperation:
-                raise InputError(
-                    f"expected a price in USD/hour, got {price_s!r}",
-                    path=path,
-                    line=lineno,
-                    field="price_usd_per_hour",
-                ) from None
-            if price < 0:
-                raise InputError(
-                    f"expected a non-negative price, got {price}",
-                    path=path,
-                    line=lineno,
-                    field="price_usd_per_hour",
-                )
-            try:
-                when = datetime.fromisoformat(ts)
-            except ValueError:
-                raise InputError(
-                    f"expected an ISO-8601 timestamp, got {ts!r}",
-                    path=path,
-                    line=lineno,
-                    field="timestamp",
-                ) from None
-            out.append(SpotPrice(zone, itype, product, price, when))
+        return _rows(reader, path)
+    except csv.Error as exc:
+        raise InputError(f"not valid TSV: {exc}", path=path, line=reader.line_num) from None
+
+
+def _rows(reader: Any, path: Path) -> list[SpotPrice]:
+    out: list[SpotPrice] = []
+    for row in reader:
+        lineno = reader.line_num
+        if not row or (lineno == 1 and row[0] == "az_id"):
+            continue
+        if len(row) != len(COLUMNS):
+            raise InputError(
+                f"expected {len(COLUMNS)} tab-separated columns {COLUMNS}, got {len(row)}",
+                path=path,
+                line=lineno,
+            )
+        zone, itype, product, price_s, ts = row
+        try:
+            price = Decimal(price_s)
+        except InvalidOperation:
+            raise InputError(
+                f"expected a price in USD/hour, got {price_s!r}",
+                path=path,
+                line=lineno,
+                field="price_usd_per_hour",
+            ) from None
+        if not price.is_finite() or not 0 <= price <= MAX_PRICE:
+            raise InputError(
+                f"expected a price in 0..{MAX_PRICE} USD/hour, got {price_s!r}",
+                path=path,
+                line=lineno,
+                field="price_usd_per_hour",
+            )
+        try:
+            when = datetime.fromisoformat(ts)
+        except ValueError:
+            raise InputError(
+                f"expected an ISO-8601 timestamp, got {ts!r}",
+                path=path,
+                line=lineno,
+                field="timestamp",
+            ) from None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        out.append(SpotPrice(zone, itype, product, price, when))
     return out
 
 

@@ -107,7 +107,8 @@ def run_windows(trace: AvailabilityTrace, setting: Setting, starts: int) -> np.n
     length = math.ceil(hours * 3600 / trace.gap_seconds) + 2
     if len(trace) < length:
         raise InputError(f"trace has {len(trace)} ticks; a run needs {length} "
-                         f"({hours:g} h at {trace.gap_seconds} s)", field="data")
+                         f"({hours:g} h at {trace.gap_seconds} s)", path=trace.path or trace.name,
+                         field="data")
     return windows(trace.data, length, starts)
 
 

@@ -17,6 +17,10 @@ from gpufleet.placement.registry import DEFAULT_POLICY, describe_policies, list_
 
 console = Console()
 
+# arrivals per seed: openb fills its 6,212 GPUs to 130% in ~11,500; a run of millions is a
+# mistaken input (a fleet of huge nodes, pods of 1 milli-GPU), not a benchmark
+MAX_ARRIVALS = 2_000_000
+
 BASELINES = ["random", "dotprod", "gpuclustering", "gpupacking", "bestfit", "fgd"]
 
 
@@ -134,15 +138,23 @@ def packing(
             raise MissingDataError(f"data file {p} is missing", path=p)
     node_list = load_nodes(node_path)
     requests = [p.request for p in load_pods(pod_path)]
-    typical = typical_tasks_from(requests)
     capacity = sum(n.num_gpu for n in node_list) * 1000
-    est = int(
-        sum(r.total_gpu_milli for r in requests)
-        and max(load_list)
-        / 100
-        * capacity
-        / (sum(r.total_gpu_milli for r in requests) / len(requests))
-    )
+    asked = sum(r.total_gpu_milli for r in requests)
+    if capacity == 0:
+        raise InputError("no node has a GPU; the benchmark fills GPU capacity", path=node_path,
+                         field="gpu")
+    if asked == 0:
+        raise InputError("no pod asks for a GPU; the benchmark fills GPU capacity",
+                         path=pod_path, field="num_gpu")
+    est = int(max(load_list) / 100 * capacity / (asked / len(requests)))
+    if est > MAX_ARRIVALS:
+        raise InputError(
+            f"filling {capacity // 1000:,} GPUs to {max(load_list)}% with pods of "
+            f"{asked / len(requests):.0f} milli-GPU on average takes ~{est:,} arrivals per seed; "
+            f"at most {MAX_ARRIVALS:,} (fewer nodes, or larger pods)",
+            path=pod_path,
+        )
+    typical = typical_tasks_from(requests)
     per_run = min(limit, est) if limit else est
     results = []
     with Progress(

@@ -106,16 +106,24 @@ def simulate(
     speed: Annotated[float, typer.Option(help="simulated seconds per wall second")] = 600.0,
 ) -> None:
     """Replay a workload under the baseline and gpufleet scenarios; write summary + report."""
-    from gpufleet.sim.runner import Simulation, check_names
-    from gpufleet.traces.jobs import load_jobs
+    from gpufleet.sim.feasibility import PHILLY_FIELDS, check_runnable
+    from gpufleet.sim.runner import Simulation, check_names, scenario_types
+    from gpufleet.traces.jobs import load_jobs, sniff_format
     from gpufleet.traces.synthetic import generate
 
     jobs = load_jobs(trace) if trace is not None else generate(seed=seed)
     if not jobs:
         raise InputError("the workload has no jobs", path=trace)
     scenarios = _scenarios(scenario, only)
+    philly = trace is not None and sniff_format(trace) == "philly"
     for sc in scenarios:
         check_names(sc, scenario)
+        try:
+            types = scenario_types(sc, jobs)
+        except InputError as exc:  # the workload asks for GPUs the scenario's provider lacks
+            raise InputError(f"scenario {sc.name!r}: {exc.detail}", path=trace,
+                             field=exc.field) from None
+        check_runnable(jobs, sc, types, trace, PHILLY_FIELDS if philly else None)
     if serve_metrics is not None:
         chosen = next((s for s in scenarios if s.name == "gpufleet"), scenarios[-1])
         _serve(serve_metrics, speed, seed, jobs, chosen)

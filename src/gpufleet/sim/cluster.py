@@ -42,6 +42,7 @@ from gpufleet.provisioning import (
     PendingPod,
     PodView,
     ScaleUpPolicy,
+    fits_shape,
     gpu_milli_of,
     on_demand_zone,
 )
@@ -286,7 +287,9 @@ class ClusterSim:
         ]
         if not cands:
             raise InputError(f"no instance type offers {biggest} GPUs of {sorted(models)}")
-        it = min(cands, key=lambda t: (float(t.usd_per_hour) / t.gpus, -t.gpus, t.name))
+        reqs = {self._effective(j) for j in jobs}  # prefer a type every job's replica fits
+        roomy = [t for t in cands if all(fits_shape(r, self._shape(t, mig)) for r in reqs)]
+        it = min(roomy or cands, key=lambda t: (float(t.usd_per_hour) / t.gpus, -t.gpus, t.name))
         self.fixed_types[(mig, models)] = it
         # a static cluster is one placement group, so one zone: chosen once, kept for
         # replacements (gangs must fit inside one zone)
@@ -963,6 +966,11 @@ class ClusterSim:
         more_work = self.running or inflight or self.arrived < len(self.jobs) or launched
         if self.pending and more_work:
             self._ensure_scan(self.now + self.sc.scan_interval_s)
+        elif self.pending and not launched:  # below the GPU threshold: look again when the
+            oldest = min(self.jobs[i].enqueued_s for _, i in self.pending)  # wait trigger fires
+            if oldest + self.sc.max_pending_wait_s > self.now:  # (a lone 1-GPU or CPU-only job
+                self._ensure_scan(max(oldest, self._last_scale_up)  # was stranded)
+                                  + self.sc.max_pending_wait_s)
 
     def _rebalance(self) -> None:
         """Fixed spot fleet: swap an empty on-demand fallback node for spot when a zone has

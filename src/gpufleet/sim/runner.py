@@ -63,6 +63,8 @@ def scenario_types(sc: Scenario, jobs: list[JobSpec]) -> list[InstanceType]:
     models = {m for j in jobs if j.request.gpu_models for m in j.request.gpu_models}
     models |= {m for j in jobs if j.request.mig_profile is not None
                for m in mig_models(j.request)}  # MIG: the models offering the profile
+    if not models:
+        return types  # CPU-only workload: any instance type hosts it
     narrowed = [t for t in types if t.gpu_model in models]
     if not narrowed:
         raise InputError(

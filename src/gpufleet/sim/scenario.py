@@ -40,7 +40,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from gpufleet.catalog.yamlfile import validation_to_input_error
+from gpufleet.catalog.yamlfile import read_yaml_document, validation_to_input_error
 from gpufleet.errors import InputError
 
 LEVERS = ("packing", "sharing", "autoscaling", "spot", "checkpointing")
@@ -50,10 +50,23 @@ LLAMA3_UNEXPECTED_INTERRUPTIONS = 419
 LLAMA3_GPU_MTBF_HOURS = LLAMA3_GPU_HOURS / LLAMA3_UNEXPECTED_INTERRUPTIONS  # 50,677 GPU-hours
 
 
-class Scenario(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+DAY_S = 86_400.0
+MAX_NODES = 10_000  # fixed_nodes / max_nodes
+NAME = r"^[A-Za-z0-9_.-]+$"
 
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+
+class Scenario(BaseModel):
+    """One scenario; every number bounded (docs/simulator.md lists the ranges and why).
+
+    The bounds keep a simulation finite and its numbers meaningful: an event every 1e-6 s
+    (``scan_interval_s``, ``sample_interval_s``, ``price_tick_s``, ``checkpoint_interval_s``) or a
+    node failing every 0.4 ms (``gpu_mtbf_hours`` 1e-7) never finishes, and ``inf`` / ``nan`` is
+    never a meaningful setting (``allow_inf_nan=False``).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    name: str = Field(min_length=1, max_length=64, pattern=NAME)
     packing: bool = True
     sharing: bool = True
     autoscaling: bool = True
@@ -61,46 +74,49 @@ class Scenario(BaseModel):
     checkpointing: bool = True
 
     provider: Literal["aws", "aliyun"] = "aws"
-    instance_types: tuple[str, ...] | None = None  # restrict the catalog (None = all of provider)
-    placement: str | None = None  # override: default packing policy, or "spread" when off
-    fixed_nodes: int | None = Field(default=None, ge=1)  # non-autoscaled size (None = sized)
+    # restrict the catalog (None = all of provider)
+    instance_types: tuple[str, ...] | None = Field(default=None, max_length=256)
+    placement: str | None = Field(default=None, max_length=64)  # override: default / "spread"
+    fixed_nodes: int | None = Field(default=None, ge=1, le=MAX_NODES)  # non-autoscaled size
     # a non-autoscaled fleet is sized at this time-weighted quantile of concurrent demand
     # (1 = the peak; 0.99 = static-p99, jobs queue when it is full)
     fixed_size_quantile: float = Field(default=1.0, gt=0, le=1)
     # on-demand nodes billed at the list price or at the provider's 1-year commitment rate
     # (gpufleet.catalog.commitments: reserved instances / savings plans, source cited there)
     pricing: Literal["on-demand", "reserved"] = "on-demand"
-    provisioning_delay_s: float = Field(default=180.0, ge=0)
-    scan_interval_s: float = Field(default=10.0, gt=0)
-    scale_down_unneeded_s: float = Field(default=600.0, ge=0)
+    provisioning_delay_s: float = Field(default=180.0, ge=0, le=DAY_S)
+    scan_interval_s: float = Field(default=10.0, ge=1, le=3600)
+    scale_down_unneeded_s: float = Field(default=600.0, ge=0, le=7 * DAY_S)
     utilization_threshold: float = Field(default=0.5, ge=0, le=1)
     consolidation: bool = True
     multi_node_consolidation: bool = True  # after single-node; may launch one cheaper node
-    consolidation_recheck_s: float = Field(default=300.0, gt=0)
-    pending_gpu_threshold: float = Field(default=2.0, ge=0)
-    max_pending_wait_s: float = Field(default=60.0, ge=0)
-    max_nodes: int = Field(default=5000, ge=1)
+    consolidation_recheck_s: float = Field(default=300.0, ge=1, le=DAY_S)
+    pending_gpu_threshold: float = Field(default=2.0, ge=0, le=100_000)
+    max_pending_wait_s: float = Field(default=60.0, ge=0, le=DAY_S)
+    max_nodes: int = Field(default=5000, ge=1, le=MAX_NODES)
 
-    spot_strategy: str = "capacity-aware"
+    spot_strategy: str = Field(default="capacity-aware", max_length=64)
     spot_market: Literal["trace", "price"] = "trace"
-    availability_dir: str | None = None  # default: <data>/spot-traces/availability
-    price_volatility: float = Field(default=0.08, ge=0)  # log-OU sigma per tick (price model)
+    # default: <data>/spot-traces/availability
+    availability_dir: str | None = Field(default=None, min_length=1, max_length=4096)
+    price_volatility: float = Field(default=0.08, ge=0, le=1)  # log-OU sigma per tick
     price_reversion: float = Field(default=0.05, gt=0, le=1)
-    price_tick_s: float = Field(default=300.0, gt=0)
+    price_tick_s: float = Field(default=300.0, ge=60, le=DAY_S)
     spot_discount: float = Field(default=0.3, gt=0, le=1)  # spot/od where no price data
 
-    recovery: str = "checkpoint-requeue"
-    checkpoint_interval_s: float | None = Field(default=None, gt=0)  # None: Young/Daly
+    recovery: str = Field(default="checkpoint-requeue", max_length=64)
+    # None: Young/Daly
+    checkpoint_interval_s: float | None = Field(default=None, ge=60, le=7 * DAY_S)
     # deadline-aware spot fallback; "default" = gpufleet.market.deadline.DEFAULT_DEADLINE_POLICY,
     # None = deadline jobs are treated like any other
-    deadline_policy: str | None = "default"
+    deadline_policy: str | None = Field(default="default", max_length=64)
 
     # unexpected node failures: a node of g GPUs fails at rate g / gpu_mtbf_hours (exponential,
     # seeded); None = no failures (the default for scenario files: exact replays)
-    gpu_mtbf_hours: float | None = Field(default=None, gt=0)
+    gpu_mtbf_hours: float | None = Field(default=None, ge=10, le=1e9)
 
-    sample_interval_s: float = Field(default=600.0, gt=0)
-    starvation_s: float | None = Field(default=None, gt=0)
+    sample_interval_s: float = Field(default=600.0, ge=60, le=DAY_S)
+    starvation_s: float | None = Field(default=None, ge=1, le=30 * DAY_S)
 
     @property
     def levers(self) -> dict[str, bool]:
@@ -209,35 +225,76 @@ def static_scenario() -> Scenario:
     return _static(name="static")
 
 
-def _line_of(node: Any, index: int | None) -> int | None:
-    if node is None:
-        return None
-    if index is None:
-        return node.start_mark.line + 1
+MAX_SCENARIOS = 64  # per file; each one is a full simulation
+
+
+def _item_node(node: Any, index: int | None) -> Any:
+    """The YAML node of scenario ``index`` (None: the file is one scenario mapping)."""
+    if node is None or index is None:
+        return node
     if isinstance(node, yaml.MappingNode):
         for k, v in node.value:
             if k.value == "scenarios" and isinstance(v, yaml.SequenceNode) and index < len(v.value):
-                return v.value[index].start_mark.line + 1
+                return v.value[index]
     return None
+
+
+def _line_of(node: Any, index: int | None, field: str | None = None) -> int | None:
+    """Line of scenario ``index`` in the file, or of its key ``field`` where there is one."""
+    item = _item_node(node, index)
+    if item is None:
+        return None
+    if field is not None and isinstance(item, yaml.MappingNode):
+        top = field.split(".")[0]
+        for k, _ in item.value:
+            if isinstance(k, yaml.ScalarNode) and k.value == top:
+                return k.start_mark.line + 1
+    return item.start_mark.line + 1
+
+
+def _check_world(sc: Scenario, path: Path, line: Any) -> None:
+    """Names and folders a scenario refers to exist, checked now with the file and line.
+
+    An unknown instance type used to fail later without the file; an ``availability_dir`` with
+    no trace in it silently fell back to the price model.
+    """
+    from gpufleet.catalog.instances import default_instance_catalog
+    from gpufleet.sim.spot import TRACE_NAME
+
+    if sc.instance_types is not None:
+        known = {t.name for t in default_instance_catalog() if t.provider == sc.provider}
+        bad = [n for n in sc.instance_types if n not in known]
+        if bad:
+            raise InputError(
+                f"unknown {sc.provider} instance type(s) {bad}; known: {', '.join(sorted(known))}",
+                path=path, line=line("instance_types"), field="instance_types",
+            )
+        if not sc.instance_types:
+            raise InputError("empty list; name at least one instance type or leave it out",
+                             path=path, line=line("instance_types"), field="instance_types")
+    if sc.availability_dir is not None:
+        folder = Path(sc.availability_dir)
+        where = {"path": path, "line": line("availability_dir"), "field": "availability_dir"}
+        if not folder.is_dir():
+            raise InputError(f"{folder} is not a folder of spot availability traces", **where)
+        if not any(TRACE_NAME.match(f.name) for f in folder.rglob("*.json")):
+            raise InputError(
+                f"{folder} holds no availability trace named <zone>_<gpu>_<n>.json "
+                "(e.g. us-east-1a_v100_1.json)", **where,
+            )
 
 
 def load_scenarios(path: Path | str) -> list[Scenario]:
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError("scenario file not found", path=path) from None
-    try:
-        node = yaml.compose(text)
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise InputError(f"not valid YAML: {getattr(exc, 'problem', exc)}", path=path,
-                         line=mark.line + 1 if mark else None) from None
+    doc = read_yaml_document(path, "scenario file")
+    node, raw = doc.node, doc.data
     if isinstance(raw, dict) and "scenarios" in raw:
         items = raw["scenarios"]
         if not isinstance(items, list) or not items:
             raise InputError("expected a non-empty list", path=path, field="scenarios")
+        if len(items) > MAX_SCENARIOS:
+            raise InputError(f"{len(items)} scenarios; at most {MAX_SCENARIOS} per file",
+                             path=path, field="scenarios")
         indexed: list[tuple[int | None, Any]] = list(enumerate(items))
     elif isinstance(raw, dict):
         indexed = [(None, raw)]
@@ -250,9 +307,11 @@ def load_scenarios(path: Path | str) -> list[Scenario]:
             raise InputError("expected a mapping", path=path, line=line,
                              field=f"scenarios[{i}]" if i is not None else None)
         try:
-            out.append(Scenario.model_validate(item))
+            sc = Scenario.model_validate(item)
         except ValidationError as exc:
             raise validation_to_input_error(exc, path, line) from None
+        _check_world(sc, path, lambda f, i=i: _line_of(node, i, f))
+        out.append(sc)
     names = [s.name for s in out]
     dup = {n for n in names if names.count(n) > 1}
     if dup:

@@ -18,10 +18,12 @@ Every malformed value is an :class:`InputError` naming file, line and field.
 from __future__ import annotations
 
 import csv
+import dataclasses
+import io
 import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,13 +31,28 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gpufleet.catalog.gpus import GpuCatalog, default_gpu_catalog, parse_version
-from gpufleet.catalog.yamlfile import read_yaml, validation_to_input_error
+from gpufleet.catalog.yamlfile import read_yaml_document, validation_to_input_error
 from gpufleet.errors import InputError
+from gpufleet.inputfile import read_text
 from gpufleet.state import GPU_MILLI, ResourceRequest
 
 PHILLY_HEADER = ("timestamp", "duration", "num_gpus", "gpu_time", "cluster")
 GENERIC_REQUIRED = ("job_id", "submit_s", "duration_s", "num_gpu")
 MAX_GPUS_PER_NODE = 8
+DAY_S = 86_400.0
+# Input bounds (docs/workloads.md): wide enough for every public trace (Philly spans 109 days of
+# arrivals, its longest job runs 53.6 days, its largest asks 128 GPUs), narrow enough that a typo
+# (1e9 s, 100,000 GPUs) is an error instead of a simulation that never ends.
+MAX_SUBMIT_S = 366 * DAY_S  # a trace spans at most a year of arrivals
+MAX_DURATION_S = 90 * DAY_S
+MAX_DEADLINE_S = MAX_SUBMIT_S + 4 * MAX_DURATION_S
+MAX_REPLICAS = 64
+MAX_JOB_GPUS = MAX_REPLICAS * MAX_GPUS_PER_NODE  # 1..512 GPUs per job
+MAX_CPU_MILLI = 1024 * 1000  # 1,024 vCPU per replica
+MAX_MEMORY_MIB = 16 * 1024 * 1024  # 16 TiB per replica
+MAX_GPU_MEMORY_MIB = 256 * 1024  # 256 GiB per GPU
+MAX_OVERHEAD_S = DAY_S  # checkpoint cost / restart overhead
+MAX_PRIORITY = 1_000_000
 PHILLY_CPU_MILLI_PER_GPU = 4000
 PHILLY_MEMORY_MIB_PER_GPU = 12 * 1024
 
@@ -57,6 +74,7 @@ class JobSpec:
     checkpoint_cost_s: float = 30.0
     restart_overhead_s: float = 120.0
     utilization: float = 0.8
+    line: int | None = dataclasses.field(default=None, compare=False)  # in its file, for errors
 
     @property
     def gpu_milli_total(self) -> int:
@@ -73,26 +91,28 @@ class JobFields(BaseModel):
 
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
 
-    job_id: str = Field(min_length=1)
-    submit_s: float = Field(ge=0)
-    duration_s: float = Field(gt=0)
+    job_id: str = Field(min_length=1, max_length=256)
+    submit_s: float = Field(ge=0, le=MAX_SUBMIT_S, allow_inf_nan=False)
+    duration_s: float = Field(gt=0, le=MAX_DURATION_S, allow_inf_nan=False)
     num_gpu: int = Field(ge=0, le=MAX_GPUS_PER_NODE)
     gpu_milli: int = Field(default=GPU_MILLI, ge=1, le=GPU_MILLI)
-    replicas: int = Field(default=1, ge=1)
-    cpu_milli: int = Field(default=4000, ge=0)
-    memory_mib: int = Field(default=12 * 1024, ge=0)
-    gpu_models: str | None = None  # "|"-separated, as openb's gpu_spec
-    gpu_memory_mib: int = Field(default=0, ge=0)
-    mig_profile: str | None = None
-    min_cuda: str | None = None
-    tenant: str = "default"
-    priority: int = 0
+    replicas: int = Field(default=1, ge=1, le=MAX_REPLICAS)
+    cpu_milli: int = Field(default=4000, ge=0, le=MAX_CPU_MILLI)
+    memory_mib: int = Field(default=12 * 1024, ge=0, le=MAX_MEMORY_MIB)
+    gpu_models: str | None = Field(default=None, max_length=1024)  # "|"-separated, as gpu_spec
+    gpu_memory_mib: int = Field(default=0, ge=0, le=MAX_GPU_MEMORY_MIB)
+    mig_profile: str | None = Field(default=None, max_length=64)
+    min_cuda: str | None = Field(default=None, max_length=16)
+    tenant: str = Field(default="default", min_length=1, max_length=128)
+    priority: int = Field(default=0, ge=-MAX_PRIORITY, le=MAX_PRIORITY)
     checkpointable: bool = True
     interruptible: bool = True
-    deadline_s: float | None = Field(default=None, gt=0)
-    checkpoint_cost_s: float = Field(default=30.0, ge=0)
-    restart_overhead_s: float = Field(default=120.0, ge=0)
-    utilization: float = Field(default=0.8, ge=0, le=1)
+    deadline_s: float | None = Field(default=None, gt=0, le=MAX_DEADLINE_S, allow_inf_nan=False)
+    checkpoint_cost_s: float = Field(default=30.0, ge=0, le=MAX_OVERHEAD_S, allow_inf_nan=False)
+    restart_overhead_s: float = Field(
+        default=120.0, ge=0, le=MAX_OVERHEAD_S, allow_inf_nan=False
+    )
+    utilization: float = Field(default=0.8, ge=0, le=1, allow_inf_nan=False)
 
     @field_validator("gpu_models", "mig_profile", "min_cuda", "deadline_s", mode="before")
     @classmethod
@@ -168,6 +188,7 @@ def job_from_fields(f: JobFields, catalog: GpuCatalog, where: dict[str, Any]) ->
         checkpoint_cost_s=f.checkpoint_cost_s,
         restart_overhead_s=f.restart_overhead_s,
         utilization=f.utilization,
+        line=where.get("line"),
     )
 
 
@@ -179,23 +200,31 @@ def _validate(data: dict[str, Any], where: dict[str, Any]) -> JobFields:
 
 
 # -- Philly -------------------------------------------------------------------------------------
+def _philly_num(
+    row: dict[str, str], field: str, where: dict[str, Any], lo: float, hi: float,
+    integral: bool = False,
+) -> float:
+    """One numeric Philly field: finite, within [lo, hi], whole where ``integral``."""
+    raw = (row.get(field) or "").strip()
+    if raw == "":
+        raise InputError("missing value", field=field, **where)
+    kind = "a whole number" if integral else "a number"
+    try:
+        val = float(raw)
+    except ValueError:
+        raise InputError(f"expected {kind}, got {raw!r}", field=field, **where) from None
+    if not math.isfinite(val) or not lo <= val <= hi or (integral and val != int(val)):
+        raise InputError(
+            f"expected {kind} in {lo:,.0f}..{hi:,.0f}, got {raw!r}", field=field, **where
+        )
+    return val
+
+
 def philly_job(
     row: dict[str, str], *, index: int, submit_s: float, gpu_model: str, where: dict[str, Any]
 ) -> JobSpec:
-    def num(field: str, cast: type = float, minimum: float = 0) -> Any:
-        raw = row.get(field)
-        if raw is None or raw == "":
-            raise InputError("missing value", field=field, **where)
-        try:
-            val = cast(float(raw)) if cast is int else cast(raw)
-        except ValueError:
-            raise InputError(f"expected a number, got {raw!r}", field=field, **where) from None
-        if not math.isfinite(val) or val < minimum:
-            raise InputError(f"expected a number >= {minimum}, got {raw!r}", field=field, **where)
-        return val
-
-    gpus = num("num_gpus", int, 1)
-    duration = max(num("duration"), 1.0)
+    gpus = int(_philly_num(row, "num_gpus", where, 1, MAX_JOB_GPUS, integral=True))
+    duration = max(_philly_num(row, "duration", where, 0, MAX_DURATION_S), 1.0)
     replicas = max(1, math.ceil(gpus / MAX_GPUS_PER_NODE))
     per = math.ceil(gpus / replicas)
     req = ResourceRequest(
@@ -211,29 +240,47 @@ def philly_job(
         duration_s=duration,
         request=req,
         replicas=replicas,
-        tenant=row.get("cluster") or "default",
+        tenant=(row.get("cluster") or "").strip()[:128] or "default",
+        line=where.get("line"),
     )
 
 
 def _philly_time(row: dict[str, str], where: dict[str, Any]) -> float:
-    raw = row.get("timestamp") or ""
+    """Seconds since the epoch; a timestamp without a zone is read as UTC.
+
+    Philly's timestamps carry no zone. Reading them in the machine's local zone made ``submit_s``
+    depend on ``TZ`` (a DST change inside the trace shifts every later job by an hour); UTC has
+    no DST, so the offsets between jobs are the ones written in the file.
+    """
+    raw = (row.get("timestamp") or "").strip()
     try:
-        return datetime.fromisoformat(raw).timestamp()
+        when = datetime.fromisoformat(raw)
     except ValueError:
         raise InputError(
             f"expected 'YYYY-MM-DD HH:MM:SS', got {raw!r}", field="timestamp", **where
         ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    try:
+        return when.timestamp()
+    except (OverflowError, ValueError):
+        raise InputError(f"timestamp {raw!r} out of range", field="timestamp", **where) from None
 
 
 def _rows(path: Path) -> Iterator[tuple[int, dict[str, str]]]:
-    with path.open(encoding="utf-8", newline="") as fh:
-        reader = csv.DictReader(fh)
-        for lineno, row in enumerate(reader, start=2):
+    """Rows of a CSV file by line number (header = line 1); CSV defects are InputErrors."""
+    reader = csv.DictReader(io.StringIO(read_text(path, "workload file"), newline=""))
+    lineno = 1
+    try:
+        for row in reader:
+            lineno = reader.line_num
             if None in row or any(v is None for v in row.values()):
                 raise InputError(
                     f"expected {len(reader.fieldnames or [])} columns", path=path, line=lineno
                 )
             yield lineno, row
+    except csv.Error as exc:
+        raise InputError(f"not valid CSV: {exc}", path=path, line=reader.reader.line_num) from None
 
 
 def load_philly(path: Path, gpu_model: str = "V100-16GB") -> list[JobSpec]:
@@ -241,6 +288,7 @@ def load_philly(path: Path, gpu_model: str = "V100-16GB") -> list[JobSpec]:
     if not rows:
         return []
     times = [_philly_time(r, {"path": path, "line": ln}) for ln, r in rows]
+    _check_span(path, rows, times)
     t0 = min(times)
     jobs = [
         philly_job(
@@ -250,6 +298,26 @@ def load_philly(path: Path, gpu_model: str = "V100-16GB") -> list[JobSpec]:
     ]
     jobs.sort(key=lambda j: (j.submit_s, j.job_id))
     return jobs
+
+
+def _check_span(path: Path, rows: list[tuple[int, dict[str, str]]], times: list[float]) -> None:
+    """A trace spans at most MAX_SUBMIT_S: name the row farthest from the median time.
+
+    One 1970 timestamp among 2017 rows would otherwise make every other job arrive 47 years
+    into the simulation (which then never ends).
+    """
+    if max(times) - min(times) <= MAX_SUBMIT_S:
+        return
+    mid = sorted(times)[len(times) // 2]
+    far = max(range(len(times)), key=lambda i: abs(times[i] - mid))
+    days = abs(times[far] - mid) / DAY_S
+    raise InputError(
+        f"{rows[far][1].get('timestamp')!r} is {days:,.0f} days from the trace's median "
+        f"timestamp; a trace may span at most {MAX_SUBMIT_S / DAY_S:.0f} days",
+        path=path,
+        line=rows[far][0],
+        field="timestamp",
+    )
 
 
 # -- generic CSV / YAML -------------------------------------------------------------------------
@@ -281,16 +349,19 @@ def load_generic_csv(path: Path, catalog: GpuCatalog | None = None) -> list[JobS
 
 
 def load_yaml_jobs(path: Path, catalog: GpuCatalog | None = None) -> list[JobSpec]:
-    raw = read_yaml(path)  # InputError with the line for malformed YAML
+    doc = read_yaml_document(path, "workload file")  # InputError with the line for bad YAML
+    raw = doc.data
     if not isinstance(raw, dict) or not isinstance(raw.get("jobs"), list):
         raise InputError("expected a mapping with a 'jobs' list", path=path, field="jobs")
-    lines = _yaml_item_lines(yaml.compose(path.read_text(encoding="utf-8")))
+    lines = _yaml_item_lines(doc.node)
 
     def records() -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
         for i, item in enumerate(raw["jobs"]):
             where = {"path": path, "line": lines[i] if i < len(lines) else None}
             if not isinstance(item, dict):
                 raise InputError(f"jobs[{i}]: expected a mapping", **where)
+            if not all(isinstance(k, str) for k in item):
+                raise InputError(f"jobs[{i}]: expected field names as keys", **where)
             yield item, where
 
     return _collect(records(), catalog or default_gpu_catalog())
@@ -310,11 +381,7 @@ def sniff_format(path: Path) -> str:
     """'philly', 'csv' or 'yaml', from the extension and the header line."""
     if path.suffix.lower() in (".yaml", ".yml"):
         return "yaml"
-    try:
-        with path.open(encoding="utf-8") as fh:
-            header = fh.readline().strip()
-    except FileNotFoundError:
-        raise InputError("file not found", path=path) from None
+    header = read_text(path, "workload file").partition("\n")[0].strip()
     cols = tuple(c.strip() for c in header.split(","))
     if cols[: len(PHILLY_HEADER)] == PHILLY_HEADER:
         return "philly"

@@ -9,6 +9,7 @@ and the field named — never later as a silently wrong cost.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,11 @@ from typing import Any
 import numpy as np
 
 from gpufleet.errors import InputError
+from gpufleet.inputfile import read_text
+
+# A tick is at most a day: the published traces sample every 195-600 s, and a tick of 1e18 s
+# turned into an absurd cost instead of an error.
+MAX_GAP_SECONDS = 86_400
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +31,7 @@ class AvailabilityTrace:
     gap_seconds: int
     data: np.ndarray
     name: str
+    path: str | None = None  # the file it came from, for error messages
 
     def __len__(self) -> int:
         return int(self.data.shape[0])
@@ -50,6 +57,10 @@ def parse_availability(
     except json.JSONDecodeError as exc:
         raise InputError(f"not valid JSON: {exc.msg} (column {exc.colno})", path=path,
                          line=exc.lineno) from None
+    except RecursionError:
+        raise InputError("not valid JSON: nested too deeply", path=path) from None
+    except ValueError as exc:  # e.g. an integer of more than 4,300 digits
+        raise InputError(f"not valid JSON: {exc}", path=path) from None
     if not isinstance(doc, dict):
         raise InputError("expected a JSON object with 'metadata' and 'data'", path=path, line=1)
     meta = doc.get("metadata")
@@ -61,9 +72,17 @@ def parse_availability(
     if gap is None:
         raise InputError("missing; expected the positive tick length in seconds", path=path,
                          line=gap_line, field="metadata.gap_seconds")
-    if isinstance(gap, bool) or not isinstance(gap, int | float) or gap <= 0 or gap != int(gap):
-        raise InputError(f"got {gap!r}; expected a positive whole number of seconds", path=path,
-                         line=gap_line, field="metadata.gap_seconds")
+    if (
+        isinstance(gap, bool)
+        or not isinstance(gap, int | float)
+        or not math.isfinite(gap)
+        or not 1 <= gap <= MAX_GAP_SECONDS
+        or gap != int(gap)
+    ):
+        raise InputError(
+            f"got {gap!r}; expected a whole number of seconds in 1..{MAX_GAP_SECONDS:,}",
+            path=path, line=gap_line, field="metadata.gap_seconds",
+        )
     data = doc.get("data")
     data_line = _line_of(text, "data")
     if not isinstance(data, list):
@@ -77,16 +96,13 @@ def parse_availability(
             raise InputError(f"got {v!r}; expected 0 (no spot) or 1 (spot available)", path=path,
                              line=data_line, field=f"data[{i}]")
     arr = np.asarray(data, dtype=np.int8)
-    return AvailabilityTrace(gap_seconds=int(gap), data=arr, name=name or Path(path).stem)
+    return AvailabilityTrace(
+        gap_seconds=int(gap), data=arr, name=name or Path(path).stem, path=str(path)
+    )
 
 
 def load_availability(path: str | Path) -> AvailabilityTrace:
     """Load one availability trace file; its name is the file stem (e.g. ``us-east-1a_v100_1``)."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError("no such file; expected an availability trace (JSON)", path=p) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read: {exc}", path=p) from None
+    text = read_text(p, "availability trace (JSON)")
     return parse_availability(text, path=p, name=p.stem)

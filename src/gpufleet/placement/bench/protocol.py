@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpufleet.catalog.gpus import GpuCatalog, default_gpu_catalog
+from gpufleet.errors import InputError
 from gpufleet.placement.fragmentation import TaskTable
 from gpufleet.placement.registry import get_policy
 from gpufleet.placement.result import PlacementResult
@@ -42,6 +43,12 @@ def arrival_sequence(
     pods: Sequence[ResourceRequest], capacity_milli: int, seed: int, max_load_pct: int
 ) -> list[ResourceRequest]:
     """Shuffled trace, then uniform clones until the next one would pass ``max_load_pct``."""
+    if capacity_milli <= 0:
+        raise InputError("the fleet has no GPU; the benchmark fills GPU capacity", field="gpu")
+    if not any(p.total_gpu_milli > 0 for p in pods):
+        # every clone would add 0 milli: the loop below would never reach the limit
+        raise InputError("no pod asks for a GPU; the benchmark fills GPU capacity",
+                         field="num_gpu")
     rng = np.random.default_rng(seed)
     seq = [pods[i] for i in rng.permutation(len(pods))]
     total = sum(p.total_gpu_milli for p in seq)
