@@ -31,6 +31,9 @@ def writable_dir(path: Path, option: str, *, named: Path | None = None) -> Path:
     the option and the path the user gave (``named``, when ``path`` is that path's folder).
     """
     shown = named if named is not None else path
+    if "\0" in str(path):
+        raise InputError("cannot write here: the path contains a NUL byte", path=shown,
+                         field=option)
     try:
         probe_in = path
         while not probe_in.exists():

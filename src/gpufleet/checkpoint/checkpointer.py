@@ -310,9 +310,9 @@ class Checkpointer:
         Safe only because of the lock: without it these could be another writer's files in
         flight.
         """
+        self.store.lock()  # every time: a newer writer in this process may have taken over
         if self._owns_location:
             return
-        self.store.lock()
         self._owns_location = True
         names = self.store.names()
         committed = {data_name(s) for n in names if (s := step_of(n)) is not None}
