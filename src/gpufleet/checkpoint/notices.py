@@ -343,14 +343,18 @@ class NoticePoller:
                 )
 
     def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                notice = self.watcher.poll()
-                if notice is not None and notice.kind not in self._seen:
-                    self._seen.add(notice.kind)
-                    self.on_notice(notice)
-                err = getattr(self.watcher, "last_error", None)
-                self._report(None if err is None else f"cannot read notices ({err}); retrying")
-            except Exception as exc:
-                self._report(f"poll failed ({type(exc).__name__}: {exc}); retrying")
-            self._stop.wait(self.interval_s)
+        try:
+            while not self._stop.is_set():
+                try:
+                    notice = self.watcher.poll()
+                    if notice is not None and notice.kind not in self._seen:
+                        self._seen.add(notice.kind)
+                        self.on_notice(notice)
+                    err = getattr(self.watcher, "last_error", None)
+                    self._report(None if err is None else f"cannot read notices ({err}); retrying")
+                except Exception as exc:
+                    self._report(f"poll failed ({type(exc).__name__}: {exc}); retrying")
+                self._stop.wait(self.interval_s)
+        finally:
+            if not self._stop.is_set():  # only a BaseException gets here: say so before dying
+                self._report("stopped; preemption notices are NOT being watched")
