@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import errno
+import io
 import json
 import os
 import signal
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, BinaryIO
 
 import numpy as np
 import pytest
 
 from gpufleet.checkpoint import EXIT_PREEMPTED, Checkpointer, Notice
 from gpufleet.checkpoint.manifest import data_name, manifest_name
+from gpufleet.checkpoint.store import LocalStore
 from gpufleet.errors import InputError
 
 
@@ -138,9 +143,19 @@ def corrupt_same_size_garbage(d: Path, step: int) -> None:
     m.write_text(json.dumps(doc))
 
 
+def corrupt_manifest_names_other_steps_data(path: Path, step: int) -> None:
+    """Step `step`'s manifest now names (and hashes) the previous step's intact data file."""
+    mpath = path / manifest_name(step)
+    doc = json.loads(mpath.read_text())
+    other = json.loads((path / manifest_name(step - 10)).read_text())
+    doc.update(data=other["data"], sha256=other["sha256"], bytes=other["bytes"])
+    mpath.write_text(json.dumps(doc))
+
+
 @pytest.mark.parametrize(
     ("damage", "reason"),
     [
+        (corrupt_manifest_names_other_steps_data, f"expected '{data_name(30)}' for step 30"),
         (corrupt_flip, "sha256"),
         (corrupt_truncate, "bytes, manifest says"),
         (corrupt_manifest_torn, "manifest unreadable"),
@@ -313,3 +328,59 @@ def test_signal_handlers_off_main_thread_is_a_clear_error(tmp_path: Path) -> Non
     t.join()
     assert len(errors) == 1 and "main thread" in str(errors[0])
     make(tmp_path)  # handle_signals=False works anywhere
+
+
+class FullDisk:
+    """A LocalStore whose disk holds ``capacity`` bytes: a write that would exceed it fails with
+    ENOSPC (as a real full disk does), and ``fail_next_manifest`` fails one manifest write."""
+
+    def __init__(self, inner: LocalStore, capacity: int) -> None:
+        self.inner = inner
+        self.capacity = capacity
+        self.fail_next_manifest = False
+        self.url, self.durable = inner.url, inner.durable
+
+    def used(self) -> int:
+        return sum(p.stat().st_size for p in self.inner.root.iterdir() if p.is_file())
+
+    def write(self, name: str, fill: Callable[[BinaryIO], None]) -> None:
+        buf = io.BytesIO()
+        fill(buf)
+        if name.endswith(".json") and self.fail_next_manifest:
+            self.fail_next_manifest = False
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        if self.used() + len(buf.getvalue()) > self.capacity:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        self.inner.write(name, lambda f: f.write(buf.getvalue()))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def test_enospc_before_manifest_leaves_no_orphan_and_later_saves_succeed(tmp_path: Path) -> None:
+    ck = make(tmp_path, keep=1)
+    state = {"w": np.arange(5000, dtype=np.float64)}  # 40 kB of data, manifests ~300 bytes
+    disk = FullDisk(ck.store, capacity=2 * 40_500 + 2_000)  # room for two checkpoints at once
+    ck.store = disk
+    ck.save(1, state)
+    disk.fail_next_manifest = True
+    with pytest.raises(OSError) as exc:
+        ck.save(2, state)
+    assert exc.value.errno == errno.ENOSPC
+    assert sorted(p.name for p in tmp_path.iterdir()) == [data_name(1), manifest_name(1)]
+    ck.save(3, state)  # would fail for lack of space if step 2's data had stayed behind
+    assert sorted(p.name for p in tmp_path.iterdir()) == [data_name(3), manifest_name(3)]
+    assert make(tmp_path).restore()["w"][-1] == 4999
+
+
+def test_first_save_frees_what_a_killed_save_left_before_writing(tmp_path: Path) -> None:
+    state = {"w": np.arange(5000, dtype=np.float64)}
+    make(tmp_path).save(1, state)
+    # a save SIGKILLed between data and manifest, and one killed mid-data, on a now-full disk
+    (tmp_path / data_name(2)).write_bytes((tmp_path / data_name(1)).read_bytes())
+    (tmp_path / f".tmp-{data_name(3)}.abc").write_bytes(b"half written")
+    ck = make(tmp_path, keep=1)
+    ck.store = FullDisk(ck.store, capacity=2 * 40_500 + 2_000)  # type: ignore[assignment]
+    assert ck.restore()["w"][-1] == 4999
+    ck.save(4, state)  # needs the orphan's space
+    assert sorted(p.name for p in tmp_path.iterdir()) == [data_name(4), manifest_name(4)]

@@ -133,3 +133,100 @@ def test_notice_in_process_stops_training_with_checkpoint(
     restored, _ = Checkpointer(tmp_path, handle_signals=False).load_latest()
     assert restored is not None and restored.step == step >= 20
     assert ck.status.stop_reason is not None and provider in ck.status.stop_reason
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("http://127.0.0.1:99999", "malformed"),  # port out of range: accepted before
+        ("http://127.0.0.1:0", "port 0"),
+        ("http://127.0.0.1:abc", "malformed"),
+        ("http://", "no host"),
+        ("http://:8080", "no host"),
+        ("http://[::1", "malformed"),
+        ("http://exa mple.com", "spaces"),
+        ("http://x/\x00", "control"),
+        ("http://x/?q=1", "query"),
+        ("gopher://x", "must start with http"),
+    ],
+)
+def test_malformed_notice_url_is_refused_up_front(url: str, why: str) -> None:
+    with pytest.raises(InputError, match=why) as exc:
+        make_watcher("aws", url)
+    assert exc.value.field == "notice-url"
+
+
+@pytest.mark.parametrize(
+    "url", ["http://127.0.0.1:8080", "https://md.internal/prefix/", "http://[::1]:80"]
+)
+def test_good_notice_urls_pass(url: str) -> None:
+    assert make_watcher("gcp", url).provider == "gcp"
+
+
+@pytest.mark.parametrize("interval", [float("nan"), float("inf"), 0.0, -1.0, 1e-6, 3601.0])
+def test_poller_interval_is_bounded(interval: float) -> None:
+    with pytest.raises(InputError, match="finite number"):
+        NoticePoller(AwsWatcher("http://127.0.0.1:9"), lambda n: None, interval)
+
+
+class Exploding:
+    """A watcher whose poll raises what urllib raises for a URL it cannot use."""
+
+    provider = "aws"
+    last_error: str | None = None
+
+    def __init__(self) -> None:
+        self.polls = 0
+
+    def poll(self) -> Notice | None:
+        self.polls += 1
+        if self.polls < 3:
+            raise ValueError("bad url")  # e.g. http.client.InvalidURL
+        return Notice("aws", "terminate", None, "after errors")
+
+
+def test_poller_survives_exceptions_reports_them_and_still_delivers() -> None:
+    got: list[Notice] = []
+    problems: list[str] = []
+    w = Exploding()
+    poller = NoticePoller(w, got.append, 0.01, on_problem=problems.append).start()
+    deadline = time.monotonic() + 10
+    while not got and time.monotonic() < deadline:
+        time.sleep(0.01)
+    poller.stop()
+    assert [n.detail for n in got] == ["after errors"]  # the thread outlived two exceptions
+    assert problems[0] == "aws notice watcher: poll failed (ValueError: bad url); retrying"
+    assert problems[1] == "aws notice watcher recovered"  # once per change, not per poll
+
+
+def test_unreachable_metadata_is_reported_once() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    problems: list[str] = []
+    w = AwsWatcher(f"http://127.0.0.1:{port}", timeout_s=0.5)
+    poller = NoticePoller(w, lambda n: None, 0.01, on_problem=problems.append).start()
+    deadline = time.monotonic() + 10
+    while not problems and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.2)  # several more failed polls
+    poller.stop()
+    assert len(problems) == 1 and "cannot read notices" in problems[0]
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_dead_poller_thread_is_reported_and_visible() -> None:
+    class Fatal:
+        provider = "aws"
+        last_error = None
+
+        def poll(self) -> Notice | None:
+            raise SystemExit("not an Exception: ends the thread")
+
+    problems: list[str] = []
+    poller = NoticePoller(Fatal(), lambda n: None, 0.01, on_problem=problems.append)
+    assert poller.alive  # not started yet
+    poller.start()
+    poller._thread.join(timeout=10)
+    assert not poller.alive
+    assert problems == ["aws notice watcher: stopped; preemption notices are NOT being watched"]

@@ -194,3 +194,90 @@ def test_grace_is_capped_by_the_notice_deadline(metadata_server, tmp_path: Path)
     assert time.monotonic() - t0 < 15  # 60 s grace, but the instance is gone in ~3 s
     assert rc == 128 + signal.SIGKILL
     assert "aws terminate notice" in lines[-1] and "grace expired" in lines[-1]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--poll", "nan"], "--poll must be > 0 s: a finite number"),  # flooded the endpoint
+        (["--poll", "inf"], "--poll must be > 0 s: a finite number"),  # killed the watcher
+        (["--poll", "1e-9"], "from 0.01 to 60 s"),
+        (["--grace", "nan"], "--grace must be >= 0 s: a finite number"),  # never SIGKILLed
+        (["--grace", "inf"], "--grace must be >= 0 s: a finite number"),
+        (["--notice-url", "http://127.0.0.1:99999"], "Port out of range"),
+        (["--notice-url", "http:///latest"], "has no host"),
+    ],
+)
+def test_bad_values_refused_before_the_job_starts(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    from gpufleet.checkpoint import cli  # noqa: F401  (registers `run`)
+    from gpufleet.cli import app
+
+    marker = tmp_path / "started"
+    cmd = [sys.executable, "-c", f"open({str(marker)!r}, 'w')"]
+    res = CliRunner().invoke(app, ["run", *args, "--", *cmd])
+    assert res.exit_code == 2, res.output
+    assert message in res.output and "Traceback" not in res.output
+    assert not marker.exists()
+
+
+def test_unwritable_status_dir_refused_before_the_job_starts(tmp_path: Path) -> None:
+    from gpufleet.checkpoint import cli  # noqa: F401  (registers `run`)
+    from gpufleet.cli import app
+
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    marker = tmp_path / "started"
+    res = CliRunner().invoke(
+        app,
+        ["run", "--status-dir", str(blocker / "s"), "--", sys.executable, "-c",
+         f"open({str(marker)!r}, 'w')"],
+    )
+    assert res.exit_code == 2, res.output
+    assert "--status-dir" in res.output and "is a file, not a folder" in res.output
+    assert not marker.exists()
+
+
+def test_grace_must_be_finite_in_the_library_too() -> None:
+    from gpufleet.checkpoint.supervisor import RunConfig
+    from gpufleet.errors import InputError
+
+    for grace in (float("nan"), float("inf"), -1.0):
+        with pytest.raises(InputError, match="finite number"):
+            RunConfig(cmd=("true",), grace_s=grace)
+
+
+class FlakyWatcher:
+    """Raises twice (as urllib does for a URL it cannot use), then reports a termination."""
+
+    provider = "aws"
+    last_error: str | None = None
+
+    def __init__(self) -> None:
+        self.polls = 0
+
+    def poll(self):  # type: ignore[no-untyped-def]
+        from gpufleet.checkpoint.notices import Notice
+
+        self.polls += 1
+        if self.polls <= 2:
+            raise ValueError("nonnumeric port")
+        return Notice("aws", "terminate", None, "{}")
+
+
+def test_watcher_errors_are_reported_and_notices_still_stop_the_job(tmp_path: Path) -> None:
+    from gpufleet.checkpoint.supervisor import RunConfig, Supervisor
+
+    lines: list[str] = []
+    cfg = RunConfig(
+        cmd=(sys.executable, "-c", "import time; time.sleep(60)"),
+        grace_s=5.0,
+        watcher=FlakyWatcher(),
+        poll_s=0.05,
+        status_dir=tmp_path / "s",
+    )
+    rc = Supervisor(cfg, out=lines.append, handle_signals=False).run()
+    assert rc == 128 + signal.SIGTERM  # the watcher outlived its errors and the notice landed
+    assert "gpufleet run: aws notice watcher: poll failed (ValueError: nonnumeric port)" in lines[0]
+    assert "aws terminate notice" in lines[-1]

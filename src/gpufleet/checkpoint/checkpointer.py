@@ -19,6 +19,7 @@ Smallest complete loop::
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -135,6 +136,7 @@ class Checkpointer:
         self._last_step_at: float | None = None
         self._step_s: float | None = None
         self._hook = os.environ.get(ENV_TEST_HOOK)
+        self._owns_location = False
 
         self._status_path = os.environ.get(ENV_STATUS_FILE) or None
         attempt = os.environ.get(ENV_ATTEMPT) or "1"
@@ -254,6 +256,7 @@ class Checkpointer:
         """Write a checkpoint now: data, then its manifest (the commit record), then prune."""
         if not isinstance(step, int) or step < 0:
             raise InputError(f"step must be an integer >= 0, got {step!r}", field="step")
+        self._own_location()
         t0 = self.clock()
         obj = state() if callable(state) else state
         written: list[tuple[str, int]] = []
@@ -281,7 +284,14 @@ class Checkpointer:
             meta=self.meta,
         )
         body = manifest.to_json()
-        self.store.write(manifest_name(step), lambda f: f.write(body))
+        try:
+            self.store.write(manifest_name(step), lambda f: f.write(body))
+        except BaseException:
+            # The data never committed: drop it now, or on a full disk it would hold the space
+            # the next save needs (and every later save would fail the same way).
+            with contextlib.suppress(Exception):
+                self.store.delete(data_name(step))
+            raise
         self._saved_step = step
         self._save_requested = None
         self._last_save_end = self.clock()
@@ -293,6 +303,26 @@ class Checkpointer:
         self._write_status()
         return manifest
 
+    def _own_location(self) -> None:
+        """Before the first write: become the folder's only writer, then clear what earlier
+        saves left uncommitted (temp files, data without a manifest), so their space is free.
+
+        Safe only because of the lock: without it these could be another writer's files in
+        flight.
+        """
+        self.store.lock()  # every time: a newer writer in this process may have taken over
+        if self._owns_location:
+            return
+        self._owns_location = True
+        names = self.store.names()
+        committed = {data_name(s) for n in names if (s := step_of(n)) is not None}
+        for name in names:
+            if name.startswith(TMP_PREFIX) or (
+                name.startswith("ckpt-") and name.endswith(".bin") and name not in committed
+            ):
+                log.warning("removing %s: left by a save that did not commit", name)
+                self.store.delete(name)
+
     def prune(self, current: int) -> None:
         """Keep the ``keep`` newest checkpoints up to ``current``; drop everything else.
 
@@ -300,6 +330,7 @@ class Checkpointer:
         verification at resume, or the run was restarted from an older one) and would otherwise
         be mistaken for the newest. Manifests go before data so no manifest outlives its data.
         """
+        self._own_location()
         names = self.store.names()
         steps = sorted((s for s in map(step_of, names) if s is not None), reverse=True)
         kept = {s for s in steps if s <= current}
@@ -340,6 +371,14 @@ class Checkpointer:
             manifest = Manifest.from_json(self.store.read(name), expect_step=step)
         except (BadManifest, OSError) as exc:
             return f"manifest unreadable: {exc}", None
+        if manifest.data != data_name(step):
+            # The digest alone would accept another step's file (e.g. a manifest copied or
+            # restored from elsewhere): the data must be this step's own.
+            return (
+                f"manifest names data {manifest.data!r}, expected {data_name(step)!r} for "
+                f"step {step}",
+                None,
+            )
         size = self.store.size(manifest.data)
         if size != manifest.bytes:
             return f"data is {size} bytes, manifest says {manifest.bytes}", None
@@ -397,6 +436,9 @@ class Checkpointer:
         for sig, old in self._old_handlers.items():
             signal.signal(sig, old)
         self._old_handlers.clear()
+        if self._owns_location:
+            self.store.unlock()
+            self._owns_location = False
 
     def __enter__(self) -> Checkpointer:
         return self

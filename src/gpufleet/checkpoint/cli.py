@@ -8,10 +8,16 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from gpufleet.checkpoint.notices import DEFAULT_POLL_S, PROVIDERS, make_watcher
-from gpufleet.checkpoint.supervisor import RunConfig, Supervisor
+from gpufleet.checkpoint.notices import (
+    DEFAULT_POLL_S,
+    MAX_POLL_S,
+    MIN_POLL_S,
+    PROVIDERS,
+    make_watcher,
+)
+from gpufleet.checkpoint.supervisor import MAX_GRACE_S, RunConfig, Supervisor
 from gpufleet.cli import app, friendly_errors
-from gpufleet.errors import InputError
+from gpufleet.outputpaths import writable_dir
 
 _console = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -41,10 +47,17 @@ def run(
     ] = None,
     grace: Annotated[
         float,
-        typer.Option("--grace", help="Seconds between SIGTERM and SIGKILL (capped by the notice)."),
+        typer.Option(
+            "--grace",
+            help="Seconds between SIGTERM and SIGKILL (capped by the notice), "
+            f"0..{MAX_GRACE_S:g}.",
+        ),
     ] = 30.0,
     poll: Annotated[
-        float, typer.Option("--poll", help="Notice poll interval, seconds.")
+        float,
+        typer.Option(
+            "--poll", help=f"Notice poll interval, seconds ({MIN_POLL_S:g}..{MAX_POLL_S:g})."
+        ),
     ] = DEFAULT_POLL_S,
     status_dir: Annotated[
         Path | None,
@@ -54,8 +67,8 @@ def run(
     ] = None,
 ) -> None:
     """Run CMD, forward preemption notices as SIGTERM, restart it when it exits preempted."""
-    if poll <= 0:
-        raise InputError(f"--poll must be > 0 s, got {poll}", field="poll")
+    # Everything is checked before the job starts: a bad value found later (on the watcher
+    # thread, or when the grace period should end) would leave the job running unwatched.
     watcher = None
     if notice_url is not None or provider is not None:
         watcher = make_watcher(provider or "aws", notice_url)
@@ -68,5 +81,7 @@ def run(
         poll_s=poll,
         status_dir=status_dir,
     )
+    if status_dir is not None:
+        writable_dir(status_dir, "--status-dir")
     rc = Supervisor(cfg, out=lambda line: _console.print(line, markup=False)).run()
     raise typer.Exit(code=rc)

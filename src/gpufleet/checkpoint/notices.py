@@ -17,10 +17,13 @@ not stop a training job. The URL paths and headers are the providers' documented
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,6 +33,10 @@ from typing import Protocol
 from gpufleet.errors import InputError
 
 DEFAULT_POLL_S = 5.0  # AWS recommends polling instance-action every 5 seconds
+# Poll interval bounds: below MIN a watcher floods the metadata service (IMDS throttles per
+# instance); above MAX a 30 s GCP notice or a 2 min AWS one would be missed entirely.
+MIN_POLL_S = 0.01
+MAX_POLL_S = 60.0
 GCP_NOTICE_S = 30.0
 
 
@@ -233,30 +240,86 @@ def make_watcher(provider: str, base_url: str | None = None) -> Watcher:
             f"unknown provider {provider!r}; expected one of {', '.join(PROVIDERS)}",
             field="provider",
         )
-    if base_url is not None and not base_url.startswith(("http://", "https://")):
-        raise InputError(
-            f"metadata URL {base_url!r} must start with http:// or https://", field="notice-url"
-        )
+    if base_url is not None:
+        check_metadata_url(base_url)
     return cls(base_url)
 
 
+def check_metadata_url(url: str) -> str:
+    """An http(s) base URL with a host and, if given, a port in 1..65535; else InputError.
+
+    Checked up front because urllib only objects at the first poll, on the watcher thread,
+    where a bad URL used to kill the watcher and leave the job unwatched.
+    """
+
+    def bad(why: str) -> InputError:
+        return InputError(f"metadata URL {url!r} {why}", field="notice-url")
+
+    if not url.startswith(("http://", "https://")):
+        raise bad("must start with http:// or https://")
+    if any(c.isspace() or not c.isprintable() for c in url):
+        raise bad("contains spaces or control characters")
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise bad(f"is malformed ({exc})") from None
+    if not parts.hostname:
+        raise bad("has no host")
+    if port == 0:
+        raise bad("has port 0; expected 1..65535")
+    if parts.query or parts.fragment:
+        raise bad("must be a base URL without ?query or #fragment")
+    try:
+        parts.hostname.encode("idna")
+    except UnicodeError:
+        raise bad("has an invalid host name") from None
+    return url
+
+
+def check_poll_interval(
+    seconds: float, field: str = "poll", name: str = "poll interval"
+) -> float:
+    """A finite poll interval within [MIN_POLL_S, MAX_POLL_S] (nan used to mean "no wait")."""
+    if not (math.isfinite(seconds) and MIN_POLL_S <= seconds <= MAX_POLL_S):
+        raise InputError(
+            f"{name} must be > 0 s: a finite number from {MIN_POLL_S:g} to "
+            f"{MAX_POLL_S:g} s, got {seconds}",
+            field=field,
+        )
+    return seconds
+
+
 class NoticePoller:
-    """Polls a watcher on a daemon thread and calls ``on_notice`` for each new kind of notice."""
+    """Polls a watcher on a daemon thread and calls ``on_notice`` for each new kind of notice.
+
+    The thread must outlive anything a poll can throw: an exception from the watcher or from
+    ``on_notice`` is reported through ``on_problem`` (once per distinct message) and polling goes
+    on; so is the watcher's ``last_error`` when it starts failing (metadata unreachable) and when
+    it recovers. Were the thread to end anyway, ``alive`` turns false and the owner can say so.
+    """
 
     def __init__(
         self,
         watcher: Watcher,
         on_notice: Callable[[Notice], None],
         interval_s: float = DEFAULT_POLL_S,
+        on_problem: Callable[[str], None] | None = None,
     ) -> None:
-        if interval_s <= 0:
-            raise InputError(f"poll interval must be > 0 s, got {interval_s}", field="interval")
+        check_poll_interval(interval_s, field="interval")
         self.watcher = watcher
         self.on_notice = on_notice
+        self.on_problem = on_problem
         self.interval_s = interval_s
+        self.problem: str | None = None  # the latest unreported-or-reported trouble, if any
         self._stop = threading.Event()
         self._seen: set[str] = set()
         self._thread = threading.Thread(target=self._run, name="gpufleet-notice", daemon=True)
+
+    @property
+    def alive(self) -> bool:
+        """True while polling (or not yet started, or stopped on request)."""
+        return self._stop.is_set() or not self._thread.ident or self._thread.is_alive()
 
     def start(self) -> NoticePoller:
         self._thread.start()
@@ -267,10 +330,31 @@ class NoticePoller:
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
 
+    def _report(self, problem: str | None) -> None:
+        if problem == self.problem:
+            return
+        self.problem = problem
+        if self.on_problem is not None:
+            with contextlib.suppress(Exception):
+                self.on_problem(
+                    f"{self.watcher.provider} notice watcher recovered"
+                    if problem is None
+                    else f"{self.watcher.provider} notice watcher: {problem}"
+                )
+
     def _run(self) -> None:
-        while not self._stop.is_set():
-            notice = self.watcher.poll()
-            if notice is not None and notice.kind not in self._seen:
-                self._seen.add(notice.kind)
-                self.on_notice(notice)
-            self._stop.wait(self.interval_s)
+        try:
+            while not self._stop.is_set():
+                try:
+                    notice = self.watcher.poll()
+                    if notice is not None and notice.kind not in self._seen:
+                        self._seen.add(notice.kind)
+                        self.on_notice(notice)
+                    err = getattr(self.watcher, "last_error", None)
+                    self._report(None if err is None else f"cannot read notices ({err}); retrying")
+                except Exception as exc:
+                    self._report(f"poll failed ({type(exc).__name__}: {exc}); retrying")
+                self._stop.wait(self.interval_s)
+        finally:
+            if not self._stop.is_set():  # only a BaseException gets here: say so before dying
+                self._report("stopped; preemption notices are NOT being watched")

@@ -5,10 +5,12 @@ Guarantees, by backend (see docs/checkpoint.md):
 * **local path / file://** — ``write`` goes to a temp file in the same directory, is flushed and
   fsynced, ``os.replace``-d onto its name and the directory is fsynced. When ``write`` returns the
   file is complete under its final name and survives a power cut; a crash before that leaves only a
-  ``.tmp-*`` file, which is never read and is removed by the next prune.
+  ``.tmp-*`` file, which is never read and is removed by the next save. One writer per folder is
+  enforced with ``flock`` (:mod:`gpufleet.checkpoint.writerlock`).
 * **object stores (s3://, gs://, oss://, ...)** — the object is written under its final name in one
   upload; these stores publish an object whole when the upload completes, so readers never see a
-  partial object. Rename would be a server-side copy, so none is done. Durability is the provider's.
+  partial object. Rename would be a server-side copy, so none is done. Durability is the
+  provider's. There is no lock: running one writer per prefix is the caller's responsibility.
 * **memory://** — a process-local dict, nothing is durable; a file becomes visible when it is
   closed. Meant for tests.
 
@@ -27,6 +29,8 @@ from typing import BinaryIO, Protocol
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
+
+from gpufleet.checkpoint.writerlock import WriterLock
 
 TMP_PREFIX = ".tmp-"
 
@@ -47,6 +51,12 @@ class Store(Protocol):
 
     def delete(self, name: str) -> None: ...
 
+    def lock(self) -> None:
+        """Become this location's only writer, or raise LocationBusy (no-op where unsupported)."""
+        ...
+
+    def unlock(self) -> None: ...
+
 
 class LocalStore:
     """A directory on a local (POSIX) filesystem."""
@@ -57,6 +67,7 @@ class LocalStore:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.url = str(self.root)
+        self._lock = WriterLock(self.root)
 
     def write(self, name: str, fill: Callable[[BinaryIO], None]) -> None:
         fd, tmp = tempfile.mkstemp(dir=self.root, prefix=TMP_PREFIX + name + ".")
@@ -97,11 +108,17 @@ class LocalStore:
         except FileNotFoundError:
             return None
 
-    def names(self) -> list[str]:
-        return sorted(p.name for p in self.root.iterdir() if p.is_file())
-
     def delete(self, name: str) -> None:
         (self.root / name).unlink(missing_ok=True)
+
+    def lock(self) -> None:
+        self._lock.acquire()
+
+    def unlock(self) -> None:
+        self._lock.release()
+
+    def names(self) -> list[str]:
+        return sorted(p.name for p in self.root.iterdir() if p.is_file())
 
 
 class FsspecStore:
@@ -119,8 +136,13 @@ class FsspecStore:
         return f"{self.root}/{name}"
 
     def write(self, name: str, fill: Callable[[BinaryIO], None]) -> None:
-        with self.fs.open(self._path(name), "wb") as f:
-            fill(f)
+        try:
+            with self.fs.open(self._path(name), "wb") as f:
+                fill(f)
+        except BaseException:
+            with contextlib.suppress(Exception):  # a failed upload must not leave a partial object
+                self.fs.rm(self._path(name))
+            raise
 
     def read(self, name: str) -> bytearray:
         with self.fs.open(self._path(name), "rb") as f:
@@ -144,6 +166,12 @@ class FsspecStore:
     def delete(self, name: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             self.fs.rm(self._path(name))
+
+    def lock(self) -> None:
+        """Object stores offer no lock: one writer per prefix is the caller's job (documented)."""
+
+    def unlock(self) -> None:
+        pass
 
 
 def open_store(location: str | Path) -> Store:

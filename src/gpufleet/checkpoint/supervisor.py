@@ -15,6 +15,7 @@ nor after any other exit code (a crash loop would burn money without progress).
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import signal
 import subprocess
@@ -26,10 +27,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from gpufleet.checkpoint.notices import DEFAULT_POLL_S, Notice, NoticePoller, Watcher
+from gpufleet.checkpoint.notices import (
+    DEFAULT_POLL_S,
+    Notice,
+    NoticePoller,
+    Watcher,
+    check_poll_interval,
+)
 from gpufleet.checkpoint.protocol import ENV_ATTEMPT, ENV_STATUS_FILE, EXIT_PREEMPTED, SAVE_SIGNAL
 from gpufleet.checkpoint.status import Status, read_status
 from gpufleet.errors import InputError
+
+MAX_GRACE_S = 3600.0  # no cloud gives more than 2 min of notice; an hour covers any local use
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,8 +60,14 @@ class RunConfig:
             raise InputError(
                 f"--max-restarts must be >= 0, got {self.max_restarts}", field="max-restarts"
             )
-        if self.grace_s < 0:
-            raise InputError(f"--grace must be >= 0 s, got {self.grace_s}", field="grace")
+        if not (math.isfinite(self.grace_s) and 0 <= self.grace_s <= MAX_GRACE_S):
+            # nan compares false with everything: the SIGKILL deadline would never arrive
+            raise InputError(
+                f"--grace must be >= 0 s: a finite number up to {MAX_GRACE_S:g} s, "
+                f"got {self.grace_s}",
+                field="grace",
+            )
+        check_poll_interval(self.poll_s, field="poll", name="--poll")
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +148,8 @@ class Supervisor:
         self._notice: Notice | None = None
         self._save_wanted = False
         self._interrupts = 0
+        self._poller: NoticePoller | None = None
+        self._poller_death_told = False
 
     # flags set from signal handlers / the poller thread
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
@@ -155,16 +172,31 @@ class Supervisor:
                 )
                 self._stop_deadline = notice.deadline
 
+    def _on_problem(self, message: str) -> None:
+        with self._lock:
+            self.out(f"gpufleet run: {message}")
+
+    def _check_poller(self) -> None:
+        """A watcher thread that ended unasked means the job runs unwatched: say so, once."""
+        poller = self._poller
+        if poller is not None and not poller.alive and not self._poller_death_told:
+            self._poller_death_told = True
+            self.out("gpufleet run: the notice watcher stopped; preemption notices are NOT "
+                     "being watched")
+
     def run(self) -> int:
         old: dict[int, object] = {}
         if self.handle_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 old[sig] = signal.signal(sig, self._on_signal)
         poller = (
-            NoticePoller(self.cfg.watcher, self._on_notice, self.cfg.poll_s).start()
+            NoticePoller(
+                self.cfg.watcher, self._on_notice, self.cfg.poll_s, on_problem=self._on_problem
+            ).start()
             if self.cfg.watcher is not None
             else None
         )
+        self._poller = poller
         tmp = None
         status_dir = self.cfg.status_dir
         if status_dir is None:
@@ -235,6 +267,7 @@ class Supervisor:
                 break
             except subprocess.TimeoutExpired:
                 pass
+            self._check_poller()
             with self._lock:
                 cause, deadline, save = self._stop_cause, self._stop_deadline, self._save_wanted
                 self._save_wanted = False

@@ -21,6 +21,13 @@ from gpufleet.market.deadline_bench import (
     render,
     run_setting,
 )
+from gpufleet.optiontypes import finite
+from gpufleet.outputpaths import with_parent, writable_file
+
+# A year of work or deadline is far past any spot trace (each run needs max(80 h, D) of trace);
+# 10,000 starts x an 80 h window at a 1-minute gap is ~50 MB of windows per trace.
+MAX_HOURS = 8760.0
+MAX_STARTS = 10_000
 
 
 @bench_app.command("spot-deadline")
@@ -32,16 +39,27 @@ def spot_deadline(
     policy: list[str] = typer.Option(  # noqa: B008
         None, "--policy", help="Policy name (repeatable): on_demand, greedy, up, optimal, "
         f"ours (= {DEFAULT_DEADLINE_POLICY}); default: ours alone."),
-    task_hours: float = typer.Option(48.0, "--task-hours", help="Work C in hours."),
-    deadline_hours: float = typer.Option(60.0, "--deadline-hours", help="Deadline D in hours."),
-    overhead_hours: float = typer.Option(0.2, "--overhead-hours", help="Overhead d in hours."),
-    starts: int = typer.Option(300, "--starts", help="Start points per trace."),
+    task_hours: float = typer.Option(
+        48.0, "--task-hours", help=f"Work C in hours (0 < C <= {MAX_HOURS:g}).",
+        parser=finite(0, MAX_HOURS, low_open=True)),
+    deadline_hours: float = typer.Option(
+        60.0, "--deadline-hours", help=f"Deadline D in hours (0 < D <= {MAX_HOURS:g}).",
+        parser=finite(0, MAX_HOURS, low_open=True)),
+    overhead_hours: float = typer.Option(
+        0.2, "--overhead-hours", help=f"Overhead d in hours (0..{MAX_HOURS:g}).",
+        parser=finite(0, MAX_HOURS)),
+    starts: int = typer.Option(
+        300, "--starts", help=f"Start points per trace (1..{MAX_STARTS:,})."),
     all_settings: bool = typer.Option(
         False, "--all-settings", help="Run the protocol's six settings (D 52/60/70 h × "
         "d 0.2/0.05 h, C 48 h) instead of the one given."),
     json_out: Path | None = typer.Option(None, "--json", help="Write results as JSON here."),  # noqa: B008
 ) -> None:
     """Spot, on-demand or wait under a deadline: policies vs. the omniscient optimum."""
+    if json_out is not None:  # before the work: an unwritable path must not waste the run
+        writable_file(json_out, "--json")
+    if not 1 <= starts <= MAX_STARTS:
+        raise InputError(f"got {starts}; expected 1..{MAX_STARTS:,} starts", field="starts")
     names = check_policies(policy or ["ours"])
     if all_settings:
         settings: tuple[Setting, ...] = ALL_SETTINGS
@@ -66,5 +84,6 @@ def spot_deadline(
             results.extend(res)
             progress.console.print(render(res, setting, availability))
     if json_out is not None:
-        json_out.write_text(json.dumps({"results": [r.to_json() for r in results]}, indent=1))
+        doc = {"results": [r.to_json() for r in results]}
+        with_parent(json_out).write_text(json.dumps(doc, indent=1))
         console.print(f"wrote {json_out}")

@@ -12,8 +12,16 @@ import typer
 from rich.console import Console
 
 from gpufleet.cli import app, err_console, friendly_errors
-from gpufleet.metrics.exporter import SimulatorUnavailable, serve_nvml, serve_sim
+from gpufleet.metrics.exporter import (
+    MAX_INTERVAL_S,
+    MAX_SPEED,
+    MIN_INTERVAL_S,
+    SimulatorUnavailable,
+    serve_nvml,
+    serve_sim,
+)
 from gpufleet.metrics.nvml import NvmlUnavailable
+from gpufleet.optiontypes import MAX_PORT, MAX_SEED, finite
 
 console = Console(stderr=True)
 
@@ -39,15 +47,27 @@ def exporter(
     source: Annotated[
         Source, typer.Option(help="nvml: this machine's GPUs; sim: a simulated fleet.")
     ] = Source.nvml,
-    port: Annotated[int, typer.Option(help="TCP port (dcgm-exporter's default).")] = 9400,
+    port: Annotated[
+        int,
+        typer.Option(help="TCP port (dcgm-exporter's default); 0: any free one.",
+                     min=0, max=MAX_PORT),
+    ] = 9400,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     speed: Annotated[
-        float, typer.Option(help="sim only: simulated seconds per wall-clock second.")
+        float,
+        typer.Option(help="sim only: simulated seconds per wall-clock second "
+                     f"(0 < speed <= {MAX_SPEED:g}).",
+                     parser=finite(0, MAX_SPEED, low_open=True)),
     ] = 60.0,
     interval: Annotated[
-        float, typer.Option(help="sim only: wall seconds between simulation steps.")
+        float,
+        typer.Option(help="sim only: wall seconds between simulation steps "
+                     f"({MIN_INTERVAL_S:g}..{MAX_INTERVAL_S:g}).",
+                     parser=finite(MIN_INTERVAL_S, MAX_INTERVAL_S)),
     ] = 1.0,
-    seed: Annotated[int, typer.Option(help="sim only: random seed of the simulation.")] = 0,
+    seed: Annotated[
+        int, typer.Option(help="sim only: random seed of the simulation.", min=0, max=MAX_SEED)
+    ] = 0,
 ) -> None:
     """Serve /metrics with dcgm-exporter's names and labels (plus gpufleet_* for --source sim)."""
     stop = threading.Event()

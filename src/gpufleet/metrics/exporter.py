@@ -9,6 +9,7 @@ plus the fleet and cost metrics, so the dashboard can be tried on a laptop. Each
 from __future__ import annotations
 
 import errno
+import math
 import socket
 import threading
 from collections.abc import Callable
@@ -28,20 +29,31 @@ class SimulatorUnavailable(RuntimeError):
     """``--source sim`` was asked for but this build has no simulator."""
 
 
-def start_server(registry: CollectorRegistry, host: str, port: int) -> WSGIServer:
-    """Serve ``registry`` on http://host:port/metrics from a daemon thread."""
+def start_server(
+    registry: CollectorRegistry, host: str, port: int, *, option: str = "--port"
+) -> WSGIServer:
+    """Serve ``registry`` on http://host:port/metrics from a daemon thread.
+
+    Any failure to listen (port taken, privileged, bad host) is an InputError naming ``option``
+    and the address: callers bind before doing any work, so a bad port costs nothing.
+    """
+    field = option.lstrip("-")
     if not 0 <= port <= 65535:
-        raise InputError(f"expected a TCP port 0..65535, got {port}", field="port")
+        raise InputError(f"expected a TCP port 0..65535, got {port}", field=field)
     try:
         server, _thread = start_http_server(port, addr=host, registry=registry)
     except OSError as exc:
         if exc.errno == errno.EADDRINUSE:
             raise InputError(
-                f"{host}:{port} is already in use; pick another --port", field="port"
+                f"{host}:{port} is already in use; pick another {option}", field=field
             ) from None
         if isinstance(exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL:
             raise InputError(f"cannot listen on {host}: {exc}", field="host") from None
-        raise
+        raise InputError(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc}", field=field
+        ) from None
+    except (ValueError, UnicodeError) as exc:  # e.g. a host with a NUL byte or bad IDNA label
+        raise InputError(f"cannot listen on {host!r}: {exc}", field="host") from None
     return server
 
 
@@ -76,6 +88,26 @@ def load_default_simulation(seed: int) -> PacedSimulation:
     return Simulation(default_scenario(), seed=seed)
 
 
+MAX_SPEED = 1e7  # simulated seconds per wall second: ~4 months of simulated time per second
+MIN_INTERVAL_S = 0.01
+MAX_INTERVAL_S = 3600.0
+
+
+def check_pace(speed: float, interval_s: float) -> None:
+    """Finite, bounded pacing: nan compares false with every bound and used to slip through
+    (a nan speed exported frozen numbers; a nan or inf interval never stepped)."""
+    if not (math.isfinite(speed) and 0 < speed <= MAX_SPEED):
+        raise InputError(
+            f"expected a positive finite speed up to {MAX_SPEED:g}, got {speed}", field="speed"
+        )
+    if not (math.isfinite(interval_s) and MIN_INTERVAL_S <= interval_s <= MAX_INTERVAL_S):
+        raise InputError(
+            f"expected a positive interval in seconds, {MIN_INTERVAL_S:g} to "
+            f"{MAX_INTERVAL_S:g}, got {interval_s}",
+            field="interval",
+        )
+
+
 def serve_sim(
     host: str,
     port: int,
@@ -92,12 +124,7 @@ def serve_sim(
     When the simulated work is done the final state stays exported (a dashboard keeps showing
     the end of the run) until the process is stopped.
     """
-    if speed <= 0:
-        raise InputError(f"expected a positive speed, got {speed}", field="speed")
-    if interval_s <= 0:
-        raise InputError(
-            f"expected a positive interval in seconds, got {interval_s}", field="interval"
-        )
+    check_pace(speed, interval_s)
     registry = CollectorRegistry()
     metrics = FleetMetrics(registry)
     server = start_server(registry, host, port)  # a busy port fails before the sim is built

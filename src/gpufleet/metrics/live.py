@@ -8,6 +8,7 @@ simply catches up. Clock and sleep are injectable for tests.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -44,9 +45,9 @@ def run_paced(
     has data at once). Returns the number of snapshots delivered. ``stop`` ends the loop early;
     by default the wait is ``stop.wait`` so a stop request interrupts it at once.
     """
-    if speed <= 0:
+    if not (math.isfinite(speed) and speed > 0):  # nan passes a plain `<= 0` test
         raise ValueError(f"speed must be > 0 simulated seconds per wall second, got {speed}")
-    if interval_s <= 0:
+    if not (math.isfinite(interval_s) and interval_s > 0):
         raise ValueError(f"interval_s must be > 0 seconds, got {interval_s}")
     stop = stop if stop is not None else threading.Event()
     wait = sleep if sleep is not None else stop.wait

@@ -13,6 +13,8 @@ from rich.table import Table
 from gpufleet.cli import bench_app, friendly_errors
 from gpufleet.datapaths import data_dir
 from gpufleet.errors import InputError, MissingDataError
+from gpufleet.optiontypes import MAX_SEED
+from gpufleet.outputpaths import with_parent, writable_file
 from gpufleet.placement.registry import DEFAULT_POLICY, describe_policies, list_policies
 
 console = Console()
@@ -24,19 +26,40 @@ MAX_ARRIVALS = 2_000_000
 BASELINES = ["random", "dotprod", "gpuclustering", "gpupacking", "bestfit", "fgd"]
 
 
+MAX_SEEDS = 1000  # one seed is a full 1,213-node packing run: 1,000 is days of work already
+
+
 def parse_seeds(text: str) -> list[int]:
-    """``42-51`` or ``42,43,50``."""
+    """``42-51`` or ``42,43,50``: at most MAX_SEEDS seeds, each in 0..MAX_SEED.
+
+    The count is checked before any range is expanded: ``0-99999999999`` used to build a list of
+    10^11 integers (MemoryError) before anything said it was too many.
+    """
     out: list[int] = []
     try:
         for part in text.split(","):
             part = part.strip()
             if "-" in part:
-                lo, hi = part.split("-", 1)
-                if int(hi) < int(lo):
+                lo_text, hi_text = part.split("-", 1)
+                lo, hi = int(lo_text), int(hi_text)
+                if hi < lo:
                     raise ValueError
-                out.extend(range(int(lo), int(hi) + 1))
+                bounds = (lo, hi)
             elif part:
-                out.append(int(part))
+                bounds = (int(part), int(part))
+            else:
+                continue
+            if bounds[0] < 0 or bounds[1] > MAX_SEED:
+                raise InputError(
+                    f"seeds must be in 0..{MAX_SEED}, got {part!r}", field="--seeds"
+                )
+            if len(out) + bounds[1] - bounds[0] + 1 > MAX_SEEDS:
+                raise InputError(
+                    f"at most {MAX_SEEDS} seeds per run, got more in {text!r}", field="--seeds"
+                )
+            out.extend(range(bounds[0], bounds[1] + 1))
+    except InputError:
+        raise
     except ValueError:
         raise InputError(
             f"expected seeds like 42-51 or 42,43, got {text!r}", field="--seeds"
@@ -129,6 +152,10 @@ def packing(
     seed_list, load_list = parse_seeds(seeds), parse_loads(loads)
     if limit is not None and limit <= 0:
         raise InputError(f"--limit must be positive, got {limit}", field="--limit")
+    # Outputs before the work: an unwritable path must not cost a full benchmark run.
+    for path, option in ((json_out, "--json"), (plot, "--plot"), (html_out, "--html")):
+        if path is not None:
+            writable_file(path, option)
     node_path, pod_path = (
         nodes or _default("openb_node_list_gpu_node.csv"),
         pods or _default("openb_pod_list_default.csv"),
@@ -183,7 +210,7 @@ def packing(
                 )
     console.print(report.table(results, load_list))
     if json_out:
-        report.write_json(json_out, results, load_list)
+        report.write_json(with_parent(json_out), results, load_list)
         console.print(f"wrote {json_out}")
     if plot or html_out:
         base = data_dir(required=False)
@@ -194,8 +221,8 @@ def packing(
         )
         png = report.plot_png(results, curves)
         if plot:
-            plot.write_bytes(png)
+            with_parent(plot).write_bytes(png)
             console.print(f"wrote {plot}")
         if html_out:
-            report.write_html(html_out, results, load_list, png)
+            report.write_html(with_parent(html_out), results, load_list, png)
             console.print(f"wrote {html_out}")

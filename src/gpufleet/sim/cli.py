@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -12,6 +12,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from gpufleet.cli import app, friendly_errors
 from gpufleet.errors import InputError
+from gpufleet.metrics.exporter import MAX_SPEED
+from gpufleet.optiontypes import MAX_PORT, MAX_SEED, finite
+from gpufleet.outputpaths import writable_dir
 from gpufleet.sim.report import add_relative, rich_table, view_tables, write_outputs
 from gpufleet.sim.scenario import (
     Scenario,
@@ -21,6 +24,9 @@ from gpufleet.sim.scenario import (
     static_scenario,
 )
 from gpufleet.sim.summary import job_finishes
+
+if TYPE_CHECKING:
+    from gpufleet.metrics.fleet import FleetMetrics
 
 console = Console()
 
@@ -60,16 +66,26 @@ def _scenarios(path: Path | None, only: str | None = None) -> list[Scenario]:
     return scs
 
 
-def _serve(port: int, speed: float, seed: int, jobs: list, scenario: Scenario) -> None:
-    from prometheus_client import CollectorRegistry, start_http_server
+def _bind(port: int) -> FleetMetrics:
+    """Listen on 127.0.0.1:PORT now, before any loading or simulating: a busy port or one this
+    user may not bind is a one-line error naming --serve-metrics, not a traceback after work."""
+    from prometheus_client import CollectorRegistry
 
+    from gpufleet.metrics.exporter import start_server
     from gpufleet.metrics.fleet import FleetMetrics
-    from gpufleet.metrics.live import run_paced
-    from gpufleet.sim.runner import Simulation
 
     registry = CollectorRegistry()
     metrics = FleetMetrics(registry)
-    start_http_server(port, addr="127.0.0.1", registry=registry)
+    start_server(registry, "127.0.0.1", port, option="--serve-metrics")
+    return metrics
+
+
+def _serve(
+    metrics: FleetMetrics, port: int, speed: float, seed: int, jobs: list, scenario: Scenario
+) -> None:
+    from gpufleet.metrics.live import run_paced
+    from gpufleet.sim.runner import Simulation
+
     console.print(
         f"serving simulated fleet metrics on http://127.0.0.1:{port}/metrics at {speed:g}× "
         f"(scenario {scenario.name}); Ctrl-C stops"
@@ -97,13 +113,21 @@ def simulate(
         typer.Option(help="run only these scenarios (comma-separated names, built-in or from "
                      "--scenario; e.g. the single-lever ones: packing,spot); static is added"),
     ] = None,
-    seed: Annotated[int, typer.Option(help="seed for the workload and every random choice")] = 0,
+    seed: Annotated[
+        int,
+        typer.Option(help="seed for the workload and every random choice", min=0, max=MAX_SEED),
+    ] = 0,
     out: Annotated[Path, typer.Option(help="output folder")] = Path("out/simulate"),
     serve_metrics: Annotated[
         int | None,
-        typer.Option(help="serve the gpufleet scenario's metrics on 127.0.0.1:PORT, paced"),
+        typer.Option(help="serve the gpufleet scenario's metrics on 127.0.0.1:PORT, paced",
+                     min=1, max=MAX_PORT, metavar="PORT"),
     ] = None,
-    speed: Annotated[float, typer.Option(help="simulated seconds per wall second")] = 600.0,
+    speed: Annotated[
+        float,
+        typer.Option(help=f"simulated seconds per wall second (0 < speed <= {MAX_SPEED:g})",
+                     parser=finite(0, MAX_SPEED, low_open=True)),
+    ] = 600.0,
 ) -> None:
     """Replay a workload under the baseline and gpufleet scenarios; write summary + report."""
     from gpufleet.sim.feasibility import PHILLY_FIELDS, check_runnable
@@ -111,6 +135,10 @@ def simulate(
     from gpufleet.traces.jobs import load_jobs, sniff_format
     from gpufleet.traces.synthetic import generate
 
+    # Outputs first: a port or folder we cannot use must fail before minutes of simulation.
+    metrics = _bind(serve_metrics) if serve_metrics is not None else None
+    if metrics is None:
+        writable_dir(out, "--out")
     jobs = load_jobs(trace) if trace is not None else generate(seed=seed)
     if not jobs:
         raise InputError("the workload has no jobs", path=trace)
@@ -124,9 +152,9 @@ def simulate(
             raise InputError(f"scenario {sc.name!r}: {exc.detail}", path=trace,
                              field=exc.field) from None
         check_runnable(jobs, sc, types, trace, PHILLY_FIELDS if philly else None)
-    if serve_metrics is not None:
+    if serve_metrics is not None and metrics is not None:
         chosen = next((s for s in scenarios if s.name == "gpufleet"), scenarios[-1])
-        _serve(serve_metrics, speed, seed, jobs, chosen)
+        _serve(metrics, serve_metrics, speed, seed, jobs, chosen)
         return
     workload = str(trace) if trace else f"synthetic default (seed {seed})"
     console.print(f"workload: {workload}: {len(jobs):,} jobs; {len(scenarios)} scenarios")

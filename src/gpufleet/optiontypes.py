@@ -1,0 +1,52 @@
+"""Command-line value parsers with bounds: finite floats, plus the shared integer bounds.
+
+A plain ``float`` option takes ``nan`` and ``inf``, and a range check written as ``x <= 0`` lets
+``nan`` through (every comparison with nan is false): a nan poll interval then floods a metadata
+server, an infinite grace period never escalates, an infinite task never ends. Every float option
+of every command therefore parses through :func:`finite`, and every integer option takes
+``typer.Option(min=..., max=...)`` with the bounds below, so a bad value is refused by the parser:
+one line naming the option, exit status 2, before any work.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import typer
+
+MAX_SEED = 2**32 - 1  # numpy's legacy seeding and most RNGs take 32-bit seeds
+MAX_PORT = 65535
+
+
+def _range_text(low: float | None, high: float | None, low_open: bool) -> str:
+    parts = []
+    if low is not None:
+        parts.append(f"{low:g} {'<' if low_open else '<='} x")
+    if high is not None:
+        parts.append(f"x <= {high:g}")
+    return " and ".join(parts)
+
+
+def finite(
+    low: float | None = None, high: float | None = None, *, low_open: bool = False
+) -> Callable[[str | float], float]:
+    """A parser for ``typer.Option(parser=...)``: a finite float in ``[low, high]`` (``low``
+    excluded when ``low_open``); anything else is ``typer.BadParameter`` (exit 2)."""
+
+    def parse(text: str | float) -> float:
+        try:
+            value = float(text)
+        except (TypeError, ValueError):
+            raise typer.BadParameter(f"{text!r} is not a number") from None
+        if not math.isfinite(value):
+            raise typer.BadParameter(f"{text} is not a finite number")
+        below = low is not None and (value <= low if low_open else value < low)
+        if below or (high is not None and value > high):
+            raise typer.BadParameter(
+                f"{value:g} is out of range; expected {_range_text(low, high, low_open)}"
+            )
+        return value
+
+    parse.__name__ = "finite_float"
+    return parse
