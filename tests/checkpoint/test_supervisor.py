@@ -8,6 +8,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -187,11 +188,26 @@ def test_grace_is_capped_by_the_notice_deadline(metadata_server, tmp_path: Path)
         status_dir=tmp_path / "s",
     )
     sup = Supervisor(cfg, out=lines.append, handle_signals=False)
-    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 3))
-    metadata_server.aws_action = json.dumps({"action": "terminate", "time": when})
-    t0 = time.monotonic()
+    notice_at: list[float] = []
+
+    def notice_once_child_ignores_sigterm() -> None:
+        # the child writes its status only after installing SIG_IGN: a notice sent earlier
+        # would kill it with the forwarded SIGTERM on a loaded machine (exit 143, not 137)
+        end = time.monotonic() + 60
+        while time.monotonic() < end:
+            st = child_status(tmp_path / "s", 1)
+            if st is not None and st["phase"] == "running":
+                break
+            time.sleep(0.01)
+        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 3))
+        notice_at.append(time.monotonic())
+        metadata_server.aws_action = json.dumps({"action": "terminate", "time": when})
+
+    noticer = threading.Thread(target=notice_once_child_ignores_sigterm, daemon=True)
+    noticer.start()
     rc = sup.run()
-    assert time.monotonic() - t0 < 15  # 60 s grace, but the instance is gone in ~3 s
+    noticer.join(timeout=5)
+    assert time.monotonic() - notice_at[0] < 15  # 60 s grace, but the instance is gone in ~3 s
     assert rc == 128 + signal.SIGKILL
     assert "aws terminate notice" in lines[-1] and "grace expired" in lines[-1]
 
