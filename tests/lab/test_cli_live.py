@@ -1,4 +1,4 @@
-"""``gpufleet lab up`` / ``down`` as a user runs them: a second, small cluster of its own."""
+"""``gpufleet lab up`` / ``down`` as a user runs them: a second cluster of its own."""
 
 from __future__ import annotations
 
@@ -6,12 +6,18 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from gpufleet.lab.binaries import binary
-from gpufleet.lab.processes import read_pidfile
+from gpufleet.lab.cluster import controller_command_available
+from gpufleet.lab.fleet import DEFAULT_FLEET
+from gpufleet.lab.processes import Running, read_pidfile
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 
 
 def gpufleet(*args: str) -> subprocess.CompletedProcess[str]:
@@ -23,39 +29,65 @@ def gpufleet(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def kubectl(kubeconfig: Path, *args: str) -> str:
+    return subprocess.run(
+        [str(binary("kubectl")), f"--kubeconfig={kubeconfig}", *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+
+
+def wait_all_bound(kubeconfig: Path, expected: int, timeout_s: float = 90.0) -> dict[str, str]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        pods = json.loads(kubectl(kubeconfig, "get", "pods", "-o", "json"))["items"]
+        placed = {p["metadata"]["name"]: p["spec"].get("nodeName") for p in pods}
+        if len(placed) >= expected and all(placed.values()):
+            return placed
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not every example pod was bound: {placed}")
+        time.sleep(0.5)
+
+
 @pytest.mark.live
 def test_lab_up_prints_kubeconfig_last_and_down_stops_everything(
     lab_binaries: Path, tmp_path: Path
 ) -> None:
+    """The README's three commands: lab up (default fleet and, where the command exists, the
+    gpufleet controller), apply every example, see them placed; then lab down stops it all."""
     d = tmp_path / "lab"
-    up = gpufleet("lab", "up", "--dir", str(d), "--nodes", "2", "--no-controller")
+    controller_missing = controller_command_available()
+    base = {"kine", "kube-apiserver", "kube-controller-manager", "kwok"}
+    up = gpufleet("lab", "up", "--dir", str(d))
+    running: list[Running | None] = []
     try:
         assert up.returncode == 0, up.stderr
         kubeconfig = Path(up.stdout.strip().splitlines()[-1])
         assert kubeconfig == d.resolve() / "kubeconfig" and kubeconfig.is_file()
-        nodes = subprocess.run(
-            [str(binary("kubectl")), f"--kubeconfig={kubeconfig}", "get", "nodes", "-o", "name"],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=60,
-        )
-        assert nodes.stdout.split() == ["node/node-000", "node/node-001"]
-        pidfiles = sorted((d / "run").glob("*.pid"))
-        running = [read_pidfile(p, d / "logs") for p in pidfiles]
-        assert {r.name for r in running if r} == {
-            "kine",
-            "kube-apiserver",
-            "kube-controller-manager",
-            "kwok",
-        }
+        nodes = kubectl(kubeconfig, "get", "nodes", "-o", "name").split()
+        assert sorted(nodes) == sorted(f"node/{n[0]}" for n in DEFAULT_FLEET)
+        running = [read_pidfile(p, d / "logs") for p in sorted((d / "run").glob("*.pid"))]
+        names = {r.name for r in running if r}
         assert all(r is not None and r.alive() for r in running)
-        for name in ("kine", "kube-apiserver", "kube-controller-manager", "kwok"):
+        for name in base:
             assert (d / "logs" / f"{name}.log").stat().st_size > 0
+        if controller_missing is None:
+            assert names == base | {"gpufleet-controller"}
+            assert "gpufleet controller: started" in up.stdout
+            kubectl(kubeconfig, "apply", "-f", str(ROOT / "examples"))
+            # every example schedules on the default fleet (the gang job has two pods)
+            placed = wait_all_bound(kubeconfig, expected=len(EXAMPLES) + 1)
+            assert placed["mig-inference"] == "a100-mig-0"
+            assert placed["fractional-inference"] == "t4-0"
+        else:
+            assert names == base
+            assert f"gpufleet controller: unavailable: {controller_missing}" in up.stdout
 
         status = gpufleet("lab", "status", "--dir", str(d))
         assert status.returncode == 0
-        assert len(json.loads(status.stdout)["running"]) == 4
+        assert set(json.loads(status.stdout)["running"]) == names
 
         again = gpufleet("lab", "up", "--dir", str(d), "--nodes", "1", "--no-controller")
         assert again.returncode == 1
@@ -63,9 +95,9 @@ def test_lab_up_prints_kubeconfig_last_and_down_stops_everything(
     finally:
         down = gpufleet("lab", "down", "--dir", str(d))
     assert down.returncode == 0, down.stderr
+    assert running
     for r in running:
         assert r is not None and not r.alive()
-        assert not Path(f"/proc/{r.pid}").exists() or not r.alive()
     assert not list((d / "run").glob("*.pid"))
     second = gpufleet("lab", "down", "--dir", str(d))
     assert second.returncode == 0
