@@ -18,6 +18,16 @@ from gpufleet.lab.processes import Running, read_pidfile
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+STOCK_POD = """
+apiVersion: v1
+kind: Pod
+metadata: {name: stock-scheduled}
+spec:
+  containers:
+  - name: main
+    image: busybox
+    resources: {limits: {nvidia.com/gpu: 1}}
+"""
 
 
 def gpufleet(*args: str) -> subprocess.CompletedProcess[str]:
@@ -59,8 +69,8 @@ def test_lab_up_prints_kubeconfig_last_and_down_stops_everything(
     gpufleet controller), apply every example, see them placed; then lab down stops it all."""
     d = tmp_path / "lab"
     controller_missing = controller_command_available()
-    base = {"kine", "kube-apiserver", "kube-controller-manager", "kwok"}
-    up = gpufleet("lab", "up", "--dir", str(d))
+    base = {"kine", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"}
+    up = gpufleet("lab", "up", "--dir", str(d), "--kube-scheduler")
     running: list[Running | None] = []
     try:
         assert up.returncode == 0, up.stderr
@@ -73,17 +83,29 @@ def test_lab_up_prints_kubeconfig_last_and_down_stops_everything(
         assert all(r is not None and r.alive() for r in running)
         for name in base:
             assert (d / "logs" / f"{name}.log").stat().st_size > 0
+        # The stock kube-scheduler places a pod that asks for it (no schedulerName) on a GPU.
+        stock = subprocess.run(
+            [str(binary("kubectl")), f"--kubeconfig={kubeconfig}", "apply", "-f", "-"],
+            input=STOCK_POD,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        assert "stock-scheduled" in stock.stdout
         if controller_missing is None:
             assert names == base | {"gpufleet-controller"}
             assert "gpufleet controller: started" in up.stdout
             kubectl(kubeconfig, "apply", "-f", str(ROOT / "examples"))
             # every example schedules on the default fleet (the gang job has two pods)
-            placed = wait_all_bound(kubeconfig, expected=len(EXAMPLES) + 1)
+            placed = wait_all_bound(kubeconfig, expected=len(EXAMPLES) + 2)
             assert placed["mig-inference"] == "a100-mig-0"
             assert placed["fractional-inference"] == "t4-0"
         else:
             assert names == base
             assert f"gpufleet controller: unavailable: {controller_missing}" in up.stdout
+            placed = wait_all_bound(kubeconfig, expected=1)
+        assert placed["stock-scheduled"] in {n[0] for n in DEFAULT_FLEET}
 
         status = gpufleet("lab", "status", "--dir", str(d))
         assert status.returncode == 0
@@ -113,6 +135,12 @@ def test_lab_up_rejects_a_bad_nodes_file_with_one_line(tmp_path: Path) -> None:
     assert f"{bad}:2: field 'gpu'" in out.stderr
     assert "Traceback" not in out.stderr
     assert not (tmp_path / "lab").exists()  # rejected before anything started
+
+
+def test_lab_up_rejects_a_missing_config_file(tmp_path: Path) -> None:
+    out = gpufleet("lab", "up", "--dir", str(tmp_path / "lab"), "--config", "/nonexistent.yaml")
+    assert out.returncode == 2
+    assert "/nonexistent.yaml: field '--config': file not found" in out.stderr
 
 
 def test_missing_binaries_name_the_build_script(tmp_path: Path) -> None:
