@@ -1,0 +1,49 @@
+"""The live cluster fixture: one real lab (kine, kube-apiserver, kube-controller-manager, KWOK)
+per test session, shared with tests/lab, torn down at the end.
+
+``lab`` yields a :class:`gpufleet.lab.session.LabSession`: ``.kubeconfig``, ``.api`` (a
+``kubernetes.client.ApiClient``), ``.core`` / ``.batch``, ``.add_nodes(specs)`` /
+``.add_instance_nodes(type, n)``, ``.namespace()`` (fresh, ready for pods) and ``.kubectl(...)``.
+It starts the default mixed fleet and no gpufleet controller: tests run the controller they need.
+Tests share the cluster, so each works in its own namespace and on nodes it adds itself.
+
+Without the binaries the tests skip with the build command, except under CI (env ``CI`` set),
+where a live test may never skip: there it is a failure.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpufleet.lab.binaries import bin_dir, missing_reason
+from gpufleet.lab.session import LabSession, acquire_shared, release_shared
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if {"lab", "lab_binaries"} & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.live)
+
+
+@pytest.fixture(scope="session")
+def lab_binaries() -> Path:
+    """The directory of the built control-plane binaries (skip, or fail under CI, without)."""
+    reason = missing_reason()
+    if reason is not None:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI runs the live suite with no skips: {reason}")
+        pytest.skip(reason)
+    return bin_dir()
+
+
+@pytest.fixture(scope="session")
+def lab(lab_binaries: Path) -> Iterator[LabSession]:
+    session = acquire_shared()
+    try:
+        yield session
+    finally:
+        release_shared()
