@@ -110,7 +110,8 @@ def plan_cycle(
 ) -> CyclePlan:
     plan = CyclePlan()
     state = snap.state
-    units = sorted(_units(snap), key=lambda u: (*queue_key(u.priority, False, u.created_s, 0), u.uid))
+    units = sorted(_units(snap),
+                   key=lambda u: (*queue_key(u.priority, False, u.created_s, 0), u.uid))
     by_id = {u.uid: u for u in units}
     shape_of: dict[str, Hashable] = {}
     reasons: dict[Hashable, tuple[str, bool]] = {}

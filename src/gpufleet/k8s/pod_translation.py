@@ -180,7 +180,9 @@ def assignment_annotations(bind: Bind) -> dict[str, str | None]:
     return out
 
 
-def request_of(pod: Mapping[str, Any], cat: GpuCatalog) -> tuple[ResourceRequest | None, str | None]:
+def request_of(
+    pod: Mapping[str, Any], cat: GpuCatalog
+) -> tuple[ResourceRequest | None, str | None]:
     spec = pod.get("spec") or {}
     ann = (pod.get("metadata") or {}).get("annotations") or {}
     res = _resources(pod)
