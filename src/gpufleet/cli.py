@@ -54,6 +54,7 @@ def _register() -> None:
     """
     import gpufleet.checkpoint.cli
     import gpufleet.k8s.cli
+    import gpufleet.lab.cli
     import gpufleet.market.cli
     import gpufleet.metrics.cli
     import gpufleet.placement.cli

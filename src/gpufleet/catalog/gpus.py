@@ -91,6 +91,7 @@ class GpuCatalog:
 
     def __init__(self, models: dict[str, GpuModel], aliases: dict[str, str]) -> None:
         self.models = models
+        self.aliases = dict(aliases)  # as written (GFD product names keep their case)
         self._lookup: dict[str, str] = {n.lower(): n for n in models}
         for alias, target in aliases.items():
             if target not in models:

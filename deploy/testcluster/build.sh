@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Build the real Kubernetes control plane the live tests and `gpufleet lab` run against.
+#
+# Only this script and the wrapper go.mod/go.sum beside it are committed: the binaries come from
+# Go modules (k8s.io/kubernetes through the wrapper module, whose `replace` lines pin each staging
+# module to the matching v0.X.Y; kwok and kine by `go install pkg@version`) and are cached outside
+# the repository, keyed by version, in ${GPUFLEET_K8S_BIN}. Idempotent: when every binary is there
+# and the version stamp matches, it does nothing.
+set -euo pipefail
+
+K8S_VERSION=v1.36.3
+KWOK_VERSION=v0.7.0
+KINE_VERSION=v0.17.5
+STAMP_TEXT="kubernetes=${K8S_VERSION} kwok=${KWOK_VERSION} kine=${KINE_VERSION}"
+BIN="${GPUFLEET_K8S_BIN:-$HOME/.cache/gpufleet/k8s-${K8S_VERSION}/bin}"
+BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubectl kwok kine)
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+
+complete() {
+  [ -f "$BIN/.version" ] && [ "$(cat "$BIN/.version")" = "$STAMP_TEXT" ] || return 1
+  local b
+  for b in "${BINARIES[@]}"; do [ -x "$BIN/$b" ] || return 1; done
+}
+
+if complete; then
+  echo "Kubernetes ${K8S_VERSION} test binaries present in $BIN"
+  exit 0
+fi
+
+# Go is installed under /usr/local/go on the project's machines; a user's own PATH wins.
+if ! command -v go >/dev/null 2>&1; then
+  export PATH="$PATH:/usr/local/go/bin"
+fi
+if ! command -v go >/dev/null 2>&1; then
+  echo "error: go not found (need Go >= 1.26 on PATH or in /usr/local/go/bin)" >&2
+  exit 2
+fi
+
+echo "building Kubernetes ${K8S_VERSION} test binaries into $BIN (first time: tens of minutes)…"
+start=$(date +%s)
+mkdir -p "$BIN"
+rm -f "$BIN/.version"
+
+missing() { [ ! -x "$BIN/$1" ]; }
+
+if missing kube-apiserver || missing kube-controller-manager || missing kube-scheduler \
+  || missing kubectl; then
+  # The `tool (...)` block of the wrapper module names the four commands.
+  (cd "$HERE" && GOBIN="$BIN" CGO_ENABLED=0 go install -ldflags="-s -w" tool)
+fi
+if missing kwok; then
+  GOBIN="$BIN" CGO_ENABLED=0 go install -ldflags="-s -w" "sigs.k8s.io/kwok/cmd/kwok@${KWOK_VERSION}"
+fi
+if missing kine; then
+  # kine's SQLite driver has a cgo build (mattn/go-sqlite3) and a pure-Go one (modernc.org/sqlite);
+  # use cgo when a C compiler is there, the pure-Go driver otherwise.
+  cgo=0
+  command -v gcc >/dev/null 2>&1 && cgo=1
+  GOBIN="$BIN" CGO_ENABLED=$cgo go install -ldflags="-s -w" "github.com/k3s-io/kine@${KINE_VERSION}"
+fi
+
+for b in "${BINARIES[@]}"; do
+  [ -x "$BIN/$b" ] || { echo "error: $b was not built into $BIN" >&2; exit 1; }
+done
+echo "$STAMP_TEXT" >"$BIN/.version"
+echo "built Kubernetes ${K8S_VERSION} test binaries in $(($(date +%s) - start)) s"

@@ -1,0 +1,106 @@
+"""``gpufleet lab up|down|status``: the local Kubernetes lab (see :mod:`gpufleet.lab.cluster`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from gpufleet.cli import app, friendly_errors
+from gpufleet.errors import InputError
+from gpufleet.lab.cluster import LabOptions, down, load_info, running_components, up
+from gpufleet.lab.errors import LabError
+from gpufleet.lab.fleet import parse_nodes_option
+
+DEFAULT_DIR = Path(".gpufleet-lab")
+
+lab_app = typer.Typer(
+    help="A real local Kubernetes control plane with fake GPU nodes (KWOK).",
+    no_args_is_help=True,
+)
+app.add_typer(lab_app, name="lab")
+
+_err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+DirOption = Annotated[
+    Path,
+    typer.Option("--dir", help="State directory: certificates, kubeconfig, data, logs, pids."),
+]
+
+
+def _fail(exc: LabError) -> typer.Exit:
+    _err.print(f"[bold red]error:[/] {exc}")
+    return typer.Exit(code=1)
+
+
+@lab_app.command("up")
+@friendly_errors
+def lab_up(
+    directory: DirOption = DEFAULT_DIR,
+    nodes: Annotated[
+        str | None,
+        typer.Option(
+            "--nodes",
+            help="N nodes of the default type, or an openb-style node CSV "
+            "(default: a small mixed fleet of A100-MIG, V100 and T4 nodes).",
+        ),
+    ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", help="Controller configuration (simulator scenario keys)."),
+    ] = None,
+    no_controller: Annotated[
+        bool, typer.Option("--no-controller", help="Do not start the gpufleet controller.")
+    ] = False,
+    kube_scheduler: Annotated[
+        bool, typer.Option("--kube-scheduler", help="Also run the stock kube-scheduler.")
+    ] = False,
+) -> None:
+    """Start the lab; the kubeconfig path is the last line printed."""
+    if config is not None and not config.is_file():
+        raise InputError("file not found", path=config, field="--config")
+    specs = parse_nodes_option(nodes)
+    try:
+        info = up(
+            LabOptions(
+                directory=directory,
+                nodes=specs,
+                controller=not no_controller,
+                controller_config=config,
+                kube_scheduler=kube_scheduler,
+            ),
+            log=lambda m: _err.print(f"[dim]lab:[/] {m}"),
+        )
+    except LabError as exc:
+        raise _fail(exc) from None
+    typer.echo(f"API server: {info.server}")
+    typer.echo(f"nodes: {len(info.nodes)}; components: {', '.join(info.components)}")
+    typer.echo(f"gpufleet controller: {info.controller}")
+    typer.echo(f"logs: {info.directory / 'logs'}")
+    typer.echo(str(info.kubeconfig))
+
+
+@lab_app.command("down")
+@friendly_errors
+def lab_down(directory: DirOption = DEFAULT_DIR) -> None:
+    """Stop everything `lab up` started in DIR (safe to repeat)."""
+    try:
+        stopped = down(directory, log=lambda m: _err.print(f"[dim]lab:[/] {m}"))
+    except LabError as exc:
+        raise _fail(exc) from None
+    typer.echo(f"stopped: {', '.join(stopped) if stopped else 'nothing was running'}")
+
+
+@lab_app.command("status")
+@friendly_errors
+def lab_status(directory: DirOption = DEFAULT_DIR) -> None:
+    """Which lab components run in DIR, as JSON."""
+    info = load_info(directory)
+    live = [r.name for r in running_components(directory.resolve())]
+    out = {"running": live, **(info.to_json() if info else {})}
+    typer.echo(json.dumps(out, indent=2))
+    if not live:
+        raise typer.Exit(code=3)

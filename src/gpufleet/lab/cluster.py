@@ -1,0 +1,440 @@
+"""Bring the lab cluster up and down.
+
+Order matters and each step waits for the previous one to be ready: kine (storage) → kube-apiserver
+(``/readyz``) → kube-controller-manager (``/healthz``) → kube-scheduler (optional) → KWOK
+(``/healthz``) → the ``default`` ServiceAccount (the controller-manager is really working) → nodes
+(Ready through KWOK) → the gpufleet controller (when its command exists). A failure stops what was
+started and names the component and its log. All state is under one directory: ``pki/``, the
+kubeconfigs, ``kine/state.db``, ``logs/<component>.log``, ``run/<component>.pid``, ``lab.json``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import ssl
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpufleet.k8s.node_objects import KWOK_SELECTOR, GpuNodeSpec
+from gpufleet.lab import processes
+from gpufleet.lab.binaries import BUILD_SCRIPT, bin_dir, binary, missing_binaries
+from gpufleet.lab.errors import LabError
+from gpufleet.lab.fleet import create_nodes, default_fleet, wait_nodes_ready
+from gpufleet.lab.kubeconfig import write_kubeconfig
+from gpufleet.lab.pki import Pki, ensure_pki
+
+# Start order; ``down`` stops in reverse.
+COMPONENTS = (
+    "kine",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kwok",
+    "gpufleet-controller",
+)
+SERVICE_CIDR = "10.96.0.0/16"
+POD_CIDR = "10.64.0.1/10"  # KWOK's pod IP pool: room for the openb benchmark's pods
+FAKE_NODE_IP = "10.200.0.1"
+NODE_LEASE_S = 40
+CLIENT_QPS = 200
+CLIENT_BURST = 400
+STATE_FILE = "lab.json"
+
+
+@dataclass(frozen=True, slots=True)
+class LabOptions:
+    """What ``lab up`` starts; every field has the CLI's default."""
+
+    directory: Path
+    nodes: Sequence[GpuNodeSpec] | None = None  # None → the default mixed fleet
+    controller: bool = True
+    controller_config: Path | None = None
+    kube_scheduler: bool = False
+    # Extra KubeSchedulerConfiguration fields (e.g. ``profiles``) for the benchmark.
+    scheduler_config: dict[str, Any] = field(default_factory=dict)
+    ready_timeout_s: float = 90.0
+
+
+@dataclass(frozen=True, slots=True)
+class LabInfo:
+    """A running lab: where to reach it. Saved as ``lab.json`` in the state directory."""
+
+    directory: Path
+    kubeconfig: Path
+    server: str
+    nodes: tuple[str, ...]
+    components: tuple[str, ...]
+    controller: str  # "started" | "disabled" | "unavailable: <why>"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "directory": str(self.directory),
+            "kubeconfig": str(self.kubeconfig),
+            "server": self.server,
+            "nodes": list(self.nodes),
+            "components": list(self.components),
+            "controller": self.controller,
+        }
+
+
+def _https_ok(url: str, ctx: ssl.SSLContext) -> bool:
+    with urllib.request.urlopen(url, context=ctx, timeout=2) as resp:
+        return bool(resp.status == 200)
+
+
+def _http_ok(url: str) -> bool:
+    with urllib.request.urlopen(url, timeout=2) as resp:
+        return bool(resp.status == 200)
+
+
+def _admin_context(pki: Pki) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cafile=str(pki.ca.cert))
+    ctx.load_cert_chain(str(pki.admin.cert), str(pki.admin.key))
+    return ctx
+
+
+def _insecure_context() -> ssl.SSLContext:
+    # The controller-manager and scheduler serve /healthz on a self-signed cert they make up.
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
+def _stages_file(directory: Path) -> Path:
+    """Concatenate the packaged KWOK Stage documents into one ``--config`` file."""
+    pkg = resources.files("gpufleet.lab") / "stages"
+    docs = [
+        (pkg / name).read_text()
+        for name in sorted(p.name for p in pkg.iterdir() if p.name.endswith(".yaml"))
+    ]
+    path = directory / "kwok" / "stages.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n---\n".join(d.strip() for d in docs) + "\n")
+    return path
+
+
+def controller_command_available() -> str | None:
+    """None when ``gpufleet controller`` exists in this install, else why it does not."""
+    if importlib.util.find_spec("gpufleet.k8s.cli") is None:
+        return "the gpufleet controller command is not installed (gpufleet.k8s.cli missing)"
+    from gpufleet.cli import _register, app
+
+    _register()
+    names = {c.name or (c.callback.__name__ if c.callback else "") for c in app.registered_commands}
+    if "controller" not in names:
+        return "the gpufleet controller command is not registered"
+    return None
+
+
+def running_components(directory: Path) -> list[processes.Running]:
+    run_dir = directory / "run"
+    out = []
+    for name in COMPONENTS:
+        r = processes.read_pidfile(run_dir / f"{name}.pid", directory / "logs")
+        if r is not None and r.alive():
+            out.append(r)
+    return out
+
+
+def down(directory: Path, log: Callable[[str], None] = lambda _m: None) -> list[str]:
+    """Stop every component ``up`` started in ``directory`` (reverse order). Idempotent."""
+    directory = directory.resolve()
+    stopped = []
+    run_dir = directory / "run"
+    for name in reversed(COMPONENTS):
+        r = processes.read_pidfile(run_dir / f"{name}.pid", directory / "logs")
+        if r is None:
+            continue
+        if r.alive():
+            log(f"stopping {name} (pid {r.pid})")
+            stopped.append(name)
+        processes.stop(r)
+    (directory / STATE_FILE).unlink(missing_ok=True)
+    return stopped
+
+
+def load_info(directory: Path) -> LabInfo | None:
+    try:
+        data = json.loads((directory.resolve() / STATE_FILE).read_text())
+        return LabInfo(
+            Path(data["directory"]),
+            Path(data["kubeconfig"]),
+            data["server"],
+            tuple(data["nodes"]),
+            tuple(data["components"]),
+            data["controller"],
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def up(opts: LabOptions, log: Callable[[str], None] = lambda _m: None) -> LabInfo:
+    """Start the lab in ``opts.directory`` and return how to reach it."""
+    d = opts.directory.resolve()
+    live = running_components(d)
+    if live:
+        raise LabError(
+            f"a lab is already running in {d} ({', '.join(r.name for r in live)}); "
+            f"run `gpufleet lab down --dir {d}` first"
+        )
+    missing = missing_binaries()
+    if missing:
+        raise LabError(
+            f"missing Kubernetes test binaries in {bin_dir()}: {', '.join(missing)}; "
+            f"build them with `bash {BUILD_SCRIPT}` (or set GPUFLEET_K8S_BIN)"
+        )
+    d.mkdir(parents=True, exist_ok=True)
+    run_dir, log_dir = d / "run", d / "logs"
+    started: list[processes.Running] = []
+
+    def start(name: str, argv: list[str], **kw: Any) -> processes.Running:
+        log(f"starting {name}")
+        r = processes.start(name, argv, run_dir=run_dir, log_dir=log_dir, **kw)
+        started.append(r)
+        return r
+
+    t0 = time.monotonic()
+    try:
+        pki = ensure_pki(d / "pki")
+        ports = {name: processes.free_port() for name in COMPONENTS}
+        server = f"https://127.0.0.1:{ports['kube-apiserver']}"
+
+        (d / "kine").mkdir(exist_ok=True)
+        kine = start(
+            "kine",
+            [
+                str(binary("kine")),
+                f"--listen-address=127.0.0.1:{ports['kine']}",
+                "--endpoint=sqlite://"
+                + str(d / "kine" / "state.db")
+                + "?_journal_mode=WAL&_busy_timeout=30000&_synchronous=NORMAL&cache=shared",
+                "--metrics-bind-address=0",
+            ],
+            cwd=d / "kine",
+        )
+        processes.wait_until(
+            kine,
+            lambda: processes.port_open(ports["kine"]),
+            what="listening",
+            timeout_s=opts.ready_timeout_s,
+        )
+
+        apiserver = start(
+            "kube-apiserver",
+            [
+                str(binary("kube-apiserver")),
+                f"--etcd-servers=http://127.0.0.1:{ports['kine']}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={ports['kube-apiserver']}",
+                f"--cert-dir={d / 'pki'}",
+                f"--tls-cert-file={pki.apiserver.cert}",
+                f"--tls-private-key-file={pki.apiserver.key}",
+                f"--client-ca-file={pki.ca.cert}",
+                f"--service-account-key-file={pki.sa_pub}",
+                f"--service-account-signing-key-file={pki.sa_key}",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                "--authorization-mode=RBAC",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                "--endpoint-reconciler-type=none",
+                "--allow-privileged=true",
+                "--profiling=false",
+            ],
+        )
+        admin_ctx = _admin_context(pki)
+        processes.wait_until(
+            apiserver,
+            lambda: _https_ok(f"{server}/readyz", admin_ctx),
+            what="ready (/readyz)",
+            timeout_s=opts.ready_timeout_s,
+        )
+
+        kubeconfig = write_kubeconfig(
+            d / "kubeconfig", server, pki.ca.cert, pki.admin, "gpufleet-lab-admin"
+        )
+        kcm_kc = write_kubeconfig(
+            d / "kubeconfigs" / "controller-manager.kubeconfig",
+            server,
+            pki.ca.cert,
+            pki.controller_manager,
+            "system:kube-controller-manager",
+        )
+        kwok_kc = write_kubeconfig(
+            d / "kubeconfigs" / "kwok.kubeconfig", server, pki.ca.cert, pki.kwok, "kwok-controller"
+        )
+
+        kcm = start(
+            "kube-controller-manager",
+            [
+                str(binary("kube-controller-manager")),
+                f"--kubeconfig={kcm_kc}",
+                f"--authentication-kubeconfig={kcm_kc}",
+                f"--authorization-kubeconfig={kcm_kc}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={ports['kube-controller-manager']}",
+                f"--cert-dir={d / 'pki' / 'controller-manager-serving'}",
+                "--use-service-account-credentials=true",
+                f"--service-account-private-key-file={pki.sa_key}",
+                f"--root-ca-file={pki.ca.cert}",
+                f"--cluster-signing-cert-file={pki.ca.cert}",
+                f"--cluster-signing-key-file={pki.ca.key}",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                "--leader-elect=false",
+                f"--kube-api-qps={CLIENT_QPS}",
+                f"--kube-api-burst={CLIENT_BURST}",
+                "--profiling=false",
+            ],
+        )
+        insecure = _insecure_context()
+        processes.wait_until(
+            kcm,
+            lambda: _https_ok(
+                f"https://127.0.0.1:{ports['kube-controller-manager']}/healthz", insecure
+            ),
+            what="healthy (/healthz)",
+            timeout_s=opts.ready_timeout_s,
+        )
+
+        if opts.kube_scheduler:
+            sched_kc = write_kubeconfig(
+                d / "kubeconfigs" / "scheduler.kubeconfig",
+                server,
+                pki.ca.cert,
+                pki.scheduler,
+                "system:kube-scheduler",
+            )
+            sched_cfg = {
+                "apiVersion": "kubescheduler.config.k8s.io/v1",
+                "kind": "KubeSchedulerConfiguration",
+                "clientConnection": {
+                    "kubeconfig": str(sched_kc),
+                    "qps": CLIENT_QPS,
+                    "burst": CLIENT_BURST,
+                },
+                "leaderElection": {"leaderElect": False},
+                **opts.scheduler_config,
+            }
+            sched_cfg_path = d / "kube-scheduler.yaml"
+            sched_cfg_path.write_text(yaml.safe_dump(sched_cfg, sort_keys=False))
+            sched = start(
+                "kube-scheduler",
+                [
+                    str(binary("kube-scheduler")),
+                    f"--config={sched_cfg_path}",
+                    f"--authentication-kubeconfig={sched_kc}",
+                    f"--authorization-kubeconfig={sched_kc}",
+                    "--bind-address=127.0.0.1",
+                    f"--secure-port={ports['kube-scheduler']}",
+                    f"--cert-dir={d / 'pki' / 'scheduler-serving'}",
+                ],
+            )
+            processes.wait_until(
+                sched,
+                lambda: _https_ok(f"https://127.0.0.1:{ports['kube-scheduler']}/healthz", insecure),
+                what="healthy (/healthz)",
+                timeout_s=opts.ready_timeout_s,
+            )
+
+        kwok = start(
+            "kwok",
+            [
+                str(binary("kwok")),
+                f"--kubeconfig={kwok_kc}",
+                f"--config={_stages_file(d)}",
+                "--manage-all-nodes=false",
+                f"--manage-nodes-with-annotation-selector={KWOK_SELECTOR}",
+                f"--node-ip={FAKE_NODE_IP}",
+                f"--node-lease-duration-seconds={NODE_LEASE_S}",
+                f"--cidr={POD_CIDR}",
+                f"--server-address=127.0.0.1:{ports['kwok']}",
+            ],
+        )
+        processes.wait_until(
+            kwok,
+            lambda: _http_ok(f"http://127.0.0.1:{ports['kwok']}/healthz"),
+            what="healthy (/healthz)",
+            timeout_s=opts.ready_timeout_s,
+        )
+
+        api = api_client(kubeconfig)
+        processes.wait_until(
+            kcm,
+            lambda: _default_service_account(api),
+            what="serving (no default ServiceAccount)",
+            timeout_s=opts.ready_timeout_s,
+        )
+        specs = list(default_fleet() if opts.nodes is None else opts.nodes)
+        log(f"creating {len(specs)} node(s)")
+        names = create_nodes(api, specs)
+        wait_nodes_ready(api, names, timeout_s=max(opts.ready_timeout_s, len(names) * 0.1))
+
+        controller_state = "disabled"
+        if opts.controller:
+            why = controller_command_available()
+            if why is not None:
+                controller_state = f"unavailable: {why}"
+                log(f"not starting the gpufleet controller: {why}")
+            else:
+                port = ports["gpufleet-controller"]
+                argv = [
+                    sys.executable,
+                    "-m",
+                    "gpufleet",
+                    "controller",
+                    "--kubeconfig",
+                    str(kubeconfig),
+                    "--bind-address",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                ]
+                if opts.controller_config is not None:
+                    argv += ["--config", str(opts.controller_config.resolve())]
+                ctl = start("gpufleet-controller", argv)
+                processes.wait_until(
+                    ctl,
+                    lambda: _http_ok(f"http://127.0.0.1:{port}/healthz"),
+                    what="healthy (/healthz)",
+                    timeout_s=opts.ready_timeout_s,
+                )
+                controller_state = f"started (http://127.0.0.1:{port}/metrics)"
+    except BaseException:
+        for r in reversed(started):
+            processes.stop(r)
+        raise
+
+    info = LabInfo(
+        directory=d,
+        kubeconfig=kubeconfig,
+        server=server,
+        nodes=tuple(names),
+        components=tuple(r.name for r in started),
+        controller=controller_state,
+    )
+    (d / STATE_FILE).write_text(json.dumps(info.to_json(), indent=2))
+    log(f"lab up in {time.monotonic() - t0:.1f} s: {server}, {len(names)} node(s)")
+    return info
+
+
+def api_client(kubeconfig: Path) -> Any:
+    """A ``kubernetes.client.ApiClient`` for the lab (admin credentials)."""
+    from kubernetes import config
+
+    return config.new_client_from_config(config_file=str(kubeconfig))
+
+
+def _default_service_account(api: Any) -> bool:
+    from kubernetes import client
+
+    client.CoreV1Api(api).read_namespaced_service_account("default", "default")
+    return True

@@ -1,0 +1,108 @@
+"""Which fake GPU nodes the lab starts with, and creating them through the API.
+
+The default fleet is small and mixed so that every example under ``examples/`` schedules at
+once: an 8×A100 node in MIG mode (``all-balanced``: 1g.5gb, 2g.10gb and 3g.20gb devices), two
+V100 nodes (one spot) for whole-GPU and gang jobs, and a 4×T4 node for fractional inference.
+``--nodes N`` gives N nodes of one default type; ``--nodes FILE`` an openb-style node CSV.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from gpufleet.catalog.instances import InstanceCatalog, default_instance_catalog
+from gpufleet.errors import InputError
+from gpufleet.k8s.node_objects import GpuNodeSpec, node_object, spec_from_instance, spec_from_openb
+from gpufleet.lab.errors import LabError
+from gpufleet.traces.openb import load_nodes
+
+# (name, instance type, zone, capacity type, MIG config)
+DEFAULT_FLEET: tuple[tuple[str, str, str, str, str | None], ...] = (
+    ("a100-mig-0", "p4d.24xlarge", "us-east-1a", "on-demand", "all-balanced"),
+    ("v100-0", "p3.8xlarge", "us-east-1b", "spot", None),
+    ("v100-1", "p3.16xlarge", "us-east-1b", "on-demand", None),
+    ("t4-0", "g4dn.12xlarge", "us-east-1c", "on-demand", None),
+)
+DEFAULT_NODE_TYPE = "p3.8xlarge"
+MAX_COUNT = 5000
+
+
+def default_fleet(catalog: InstanceCatalog | None = None) -> list[GpuNodeSpec]:
+    catalog = catalog or default_instance_catalog()
+    return [
+        spec_from_instance(catalog[itype], name, zone=zone, capacity_type=ct, mig_config=mig)
+        for name, itype, zone, ct, mig in DEFAULT_FLEET
+    ]
+
+
+def uniform_fleet(
+    count: int, instance_type: str = DEFAULT_NODE_TYPE, catalog: InstanceCatalog | None = None
+) -> list[GpuNodeSpec]:
+    catalog = catalog or default_instance_catalog()
+    it = catalog[instance_type]
+    width = max(3, len(str(count - 1)))
+    return [spec_from_instance(it, f"node-{i:0{width}d}") for i in range(count)]
+
+
+def parse_nodes_option(value: str | None) -> list[GpuNodeSpec]:
+    """``--nodes``: empty → default fleet, an integer → that many nodes, else an openb CSV."""
+    if value is None or value == "":
+        return default_fleet()
+    if value.isdigit():
+        count = int(value)
+        if not 0 <= count <= MAX_COUNT:
+            raise InputError(f"expected a node count 0..{MAX_COUNT}, got {count}", field="--nodes")
+        return uniform_fleet(count)
+    path = Path(value)
+    if not path.exists():
+        raise InputError(
+            "not a node count and no such file (expected N or an openb-style node CSV "
+            "sn,cpu_milli,memory_mib,gpu,model)",
+            path=path,
+        )
+    return [spec_from_openb(n) for n in load_nodes(path)]
+
+
+def create_nodes(api_client: Any, specs: Iterable[GpuNodeSpec]) -> list[str]:
+    """Create the Node objects (KWOK then marks them Ready); returns their names."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    core = client.CoreV1Api(api_client)
+    names: list[str] = []
+    for spec in specs:
+        try:
+            core.create_node(body=node_object(spec))
+        except ApiException as exc:
+            if exc.status != 409:  # already there: a restarted lab keeps its nodes
+                raise LabError(f"creating node {spec.name}: {exc.status} {exc.reason}") from exc
+        names.append(spec.name)
+    return names
+
+
+def wait_nodes_ready(api_client: Any, names: Sequence[str], timeout_s: float = 120.0) -> None:
+    """Wait until KWOK has marked every named node Ready (bounded; names the laggards)."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(api_client)
+    want = set(names)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        ready = {
+            n.metadata.name
+            for n in core.list_node().items
+            if any(c.type == "Ready" and c.status == "True" for c in (n.status.conditions or []))
+        }
+        missing = want - ready
+        if not missing:
+            return
+        if time.monotonic() >= deadline:
+            shown = ", ".join(sorted(missing)[:5])
+            raise LabError(
+                f"kwok: {len(missing)} node(s) not Ready after {timeout_s:.0f} s ({shown}); "
+                "see logs/kwok.log"
+            )
+        time.sleep(0.25)

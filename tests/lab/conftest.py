@@ -1,0 +1,42 @@
+"""The live cluster fixture for the lab's own tests: the same shared cluster as tests/k8s (one
+per test session), torn down at the end.
+
+``lab`` yields a :class:`gpufleet.lab.session.LabSession`: ``.kubeconfig``, ``.api`` (a
+``kubernetes.client.ApiClient``), ``.core`` / ``.batch``, ``.add_nodes(specs)`` /
+``.add_instance_nodes(type, n)``, ``.namespace()`` (fresh, ready for pods) and ``.kubectl(...)``.
+It starts the default mixed fleet and no gpufleet controller: tests run the controller they need.
+Tests share the cluster, so each works in its own namespace and on nodes it adds itself.
+
+Without the binaries the tests skip with the build command, except under CI (env ``CI`` set),
+where a live test may never skip: there it is a failure.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from gpufleet.lab.binaries import missing_reason
+from gpufleet.lab.session import LabSession, acquire_shared, release_shared
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "lab" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.live)
+
+
+@pytest.fixture(scope="session")
+def lab() -> Iterator[LabSession]:
+    reason = missing_reason()
+    if reason is not None:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI runs the live suite with no skips: {reason}")
+        pytest.skip(reason)
+    session = acquire_shared()
+    try:
+        yield session
+    finally:
+        release_shared()
