@@ -107,3 +107,18 @@ def test_unreadable_request_is_refused_with_reason() -> None:
     _, p = plan([node("t4", 1)], [pod("x", {"nvidia.com/mig-1g.5gb": "2"})])
     (r,) = p.of(Refuse)
     assert "one MIG instance" in r.message and r.never
+
+
+def test_node_selector_masks_nodes_and_names_them_in_the_reason() -> None:
+    a, b = node("t4-a", 1), node("t4-b", 1)
+    a["metadata"]["labels"]["topology.kubernetes.io/zone"] = "za"
+    b["metadata"]["labels"]["topology.kubernetes.io/zone"] = "zb"
+    sel = {"topology.kubernetes.io/zone": "zb"}
+    snap, p = plan([a, b], [pod("p", {"nvidia.com/gpu": "1"}, nodeSelector=sel, t=1),
+                            pod("q", {"nvidia.com/gpu": "1"}, nodeSelector=sel, t=2)])
+    (bind,) = p.of(Bind)
+    assert (bind.job_id, bind.node) == ("ns/p", "t4-b")
+    (r,) = p.of(Refuse)
+    assert r.message == ("0/2 nodes are available: 1 node(s) didn't match Pod's node "
+                         "affinity/selector, 1 insufficient GPU")
+    assert snap.state.active[:2].all()  # the mask was undone

@@ -51,9 +51,18 @@ def test_refusals_are_reasons_not_exceptions() -> None:
     assert two.request is None and "one MIG instance" in two.refusal
     bad = pod_info(pod("f", ann={"gpu-fraction": "1.5"}))
     assert bad.request is None and "gpu-fraction" in bad.refusal
-    zone = pod_info(pod("z", {"nvidia.com/gpu": "1"},
-                        nodeSelector={"topology.kubernetes.io/zone": "a"}))
-    assert zone.request is None and "topology.kubernetes.io/zone" in zone.refusal
+    fields = pod_info(pod("z", {"nvidia.com/gpu": "1"}, affinity={"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n"]}]}]}}}))
+    assert fields.request is None and "matchFields" in fields.refusal
+
+
+def test_other_node_requirements_stay_as_a_selector() -> None:
+    p = pod_info(pod("z", {"nvidia.com/gpu": "1"},
+                     nodeSelector={"topology.kubernetes.io/zone": "a",
+                                   "nvidia.com/gpu.product": "Tesla-T4"}))
+    assert p.request.gpu_models == {"T4"}
+    assert p.selector == ((("topology.kubernetes.io/zone", "In", ("a",)),),)
 
 
 def test_gpu_model_and_cuda_from_node_affinity() -> None:

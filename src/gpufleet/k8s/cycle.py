@@ -18,19 +18,21 @@ the state is the driver's per-cycle scratch copy, rebuilt from the API next cycl
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from gpufleet.decisions import Bind, Preempt
+from gpufleet.k8s.node_selector import Selector, matches
 from gpufleet.k8s.pod_translation import PodInfo, tolerated
 from gpufleet.k8s.snapshot import Snapshot
 from gpufleet.placement import PlacementResult
 from gpufleet.queueing import BackfillPass, queue_key
 from gpufleet.queueing.gang import place_gang
 from gpufleet.queueing.preemption import Victim, plan_preemption
-from gpufleet.state import ResourceRequest
+from gpufleet.state import FleetState, ResourceRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +56,7 @@ class Unit:
     created_s: float
     bound_members: int = 0
     min_available: int = 1
+    selector: Selector = ()
 
     @property
     def is_gang(self) -> bool:
@@ -78,7 +81,8 @@ def _units(snap: Snapshot) -> list[Unit]:
         req = p.request
         if req is not None:
             req = replace(req, tolerations=tolerated(p.tolerations, snap.taints))
-        units.append(Unit(p.key, [p], req, p.refusal, p.priority, p.created_s))
+        units.append(Unit(p.key, [p], req, p.refusal, p.priority, p.created_s,
+                          selector=p.selector))
     bound: dict[str, int] = {}
     for a in snap.allocations.values():
         if a.pod.group is not None:
@@ -95,9 +99,46 @@ def _units(snap: Snapshot) -> list[Unit]:
         units.append(Unit(
             g, members, next(iter(reqs)) if len(reqs) == 1 else None, refusal,
             max(p.priority for p in members), min(p.created_s for p in members),
-            bound.get(g, 0), max(p.min_available for p in members),
+            bound.get(g, 0), max(p.min_available for p in members), members[0].selector,
         ))
     return units
+
+
+@contextmanager
+def only_selected(state: FleetState, selector: Selector,
+                  cache: dict[Selector, object]) -> Iterator[tuple[int, int]]:
+    """Hide the nodes ``selector`` excludes (inactive) for one placement; yields (live, kept).
+
+    Every filter and scorer starts from the active mask, so this is the whole of node
+    selection; the state is exactly restored afterwards.
+    """
+    n = state.n
+    live = int(state.active[:n].sum())
+    if not selector:
+        yield live, live
+        return
+    mask = cache.get(selector)
+    if mask is None or len(mask) != n:  # type: ignore[arg-type]
+        mask = np.array([matches(info.labels, selector) for info in state.nodes[:n]], dtype=bool)
+        cache[selector] = mask
+    saved = state.active[:n].copy()
+    state.active[:n] &= mask  # type: ignore[operator]
+    try:
+        yield live, int(state.active[:n].sum())
+    finally:
+        state.active[:n] = saved
+
+
+def with_selection(message: str, live: int, kept: int) -> str:
+    """Put the nodes the selector excluded back into the framework's "0/N nodes" reason."""
+    if live == kept:
+        return message
+    head = f"0/{kept} nodes are available: "
+    extra = f"{live - kept} node(s) didn't match Pod's node affinity/selector"
+    rest = message.partition(head)[2]
+    new = f"0/{live} nodes are available: {extra}" + (
+        f", {rest}" if rest and not rest.startswith("no nodes") else "")
+    return message.replace(head + rest, new) if head in message else message
 
 
 def plan_cycle(
@@ -114,9 +155,11 @@ def plan_cycle(
                    key=lambda u: (*queue_key(u.priority, False, u.created_s, 0), u.uid))
     by_id = {u.uid: u for u in units}
     shape_of: dict[str, Hashable] = {}
+    masks: dict[Selector, object] = {}
     reasons: dict[Hashable, tuple[str, bool]] = {}
     for u in units:
-        shape_of[u.uid] = (u.request, len(u.pods), u.min_available) if u.refusal is None else u.uid
+        shape_of[u.uid] = ((u.request, len(u.pods), u.min_available, u.selector)
+                           if u.refusal is None else u.uid)
 
     def refuse(u: Unit, msg: str, never: bool = False) -> None:
         plan.decisions.extend(Refuse(p.key, msg, never) for p in u.pods)
@@ -132,19 +175,20 @@ def plan_cycle(
             reasons[shape] = (f"pod group {uid}: waiting for {need} members, "
                               f"{len(u.pods)} pending", False)
             return False
-        if len(u.pods) == 1 and not u.is_gang:
-            res = policy.place(state, u.request, rng)  # type: ignore[attr-defined]
-            if not isinstance(res, PlacementResult):
-                reasons[shape] = (res.reason, res.never)
-                return False
-            placed = [res]
-        else:
-            got = place_gang(state, u.request, len(u.pods), policy, rng, uid)
-            if not isinstance(got, list):
-                reasons[shape] = (f"pod group {uid} ({len(u.pods)} pods, all or nothing): "
-                                  f"{got.reason}", got.never)
-                return False
-            placed = got
+        with only_selected(state, u.selector, masks) as (live, kept):
+            if len(u.pods) == 1 and not u.is_gang:
+                res = policy.place(state, u.request, rng)  # type: ignore[attr-defined]
+                if not isinstance(res, PlacementResult):
+                    reasons[shape] = (with_selection(res.reason, live, kept), res.never)
+                    return False
+                placed = [res]
+            else:
+                got = place_gang(state, u.request, len(u.pods), policy, rng, uid)
+                if not isinstance(got, list):
+                    reasons[shape] = (f"pod group {uid} ({len(u.pods)} pods, all or nothing): "
+                                      f"{with_selection(got.reason, live, kept)}", got.never)
+                    return False
+                placed = got
         for p, res in zip(u.pods, placed, strict=True):
             bind = res.to_bind(state, p.key)
             state.allocate(u.request, bind, res.mig_masks())
@@ -164,11 +208,12 @@ def plan_cycle(
         else:
             refuse(u, "not tried this cycle")
     if preemption:
-        _preempt(snap, left, policy, plan)
+        _preempt(snap, left, policy, plan, masks)
     return plan
 
 
-def _preempt(snap: Snapshot, left: list[Unit], policy: object, plan: CyclePlan) -> None:
+def _preempt(snap: Snapshot, left: list[Unit], policy: object, plan: CyclePlan,
+             masks: dict[Selector, object]) -> None:
     """One preemption per cycle, for the first pending pod (queue order) it can help."""
     if any(p.terminating and p.node_name for p in snap.pods.values()):
         return  # an eviction is still in progress: its room is not free yet
@@ -184,7 +229,8 @@ def _preempt(snap: Snapshot, left: list[Unit], policy: object, plan: CyclePlan) 
             continue
         if not any(v.priority < u.priority for v in victims):
             continue
-        got = plan_preemption(snap.state, u.request, u.priority, victims, policy, u.uid)
+        with only_selected(snap.state, u.selector, masks):
+            got = plan_preemption(snap.state, u.request, u.priority, victims, policy, u.uid)
         if got is not None:
             plan.decisions.extend(got.preempts)
             return

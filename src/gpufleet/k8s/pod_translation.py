@@ -5,9 +5,9 @@
   refused with a reason (placement gives a pod one MIG instance).
 * Fractional GPUs: KAI scheduler's annotation ``gpu-fraction: "0.25"`` (a share of one GPU, no
   ``nvidia.com/gpu`` request), optionally ``gpu-memory: "<MiB>"``.
-* GPU model and CUDA: ``nodeSelector`` or required node affinity on GFD's
-  ``nvidia.com/gpu.product`` (``In``) and on the CUDA labels (``In``/``Gt`` on the major version).
-  Other node-affinity keys are refused with a reason rather than silently ignored.
+* Node selection: ``nodeSelector`` and required node affinity (:mod:`.node_selector`); GFD's
+  ``nvidia.com/gpu.product`` (``In``) and CUDA major (``In``/``Gt``) become the request's model
+  and CUDA constraints, the rest a node mask the cycle applies.
 * Gangs: the coscheduling label ``scheduling.x-k8s.io/pod-group`` (or the legacy
   ``pod-group.scheduling.sigs.k8s.io``) and a ``…/min-available`` annotation or label.
 
@@ -25,6 +25,7 @@ from typing import Any
 from gpufleet.catalog.gpus import GpuCatalog, default_gpu_catalog
 from gpufleet.decisions import Bind, MigSlot
 from gpufleet.k8s import names
+from gpufleet.k8s.node_selector import Selector, lift_gpu_constraints, selector_of
 from gpufleet.k8s.quantity import count, cpu_milli, memory_mib, quantity
 from gpufleet.state import GPU_MILLI, ResourceRequest
 
@@ -54,6 +55,7 @@ class PodInfo:
     grace_s: int | None
     assignment: Bind | None  # from our annotations, when they name the bound node
     scheduled_condition: tuple[str, str] | None  # (reason, message) of PodScheduled=False
+    selector: Selector = ()  # node requirements placement's filters do not cover (() = any)
     annotations: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -93,48 +95,6 @@ def _resources(pod: Mapping[str, Any]) -> dict[str, Any]:
             if q is not None and q > total.get(k, 0):
                 total[k] = q
     return total
-
-
-def _requirements(spec: Mapping[str, Any]) -> tuple[list[tuple[str, str, list[str]]], str | None]:
-    """(key, operator, values) of nodeSelector and the single required affinity term."""
-    out = [(k, "In", [v]) for k, v in (spec.get("nodeSelector") or {}).items()]
-    aff = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-        "requiredDuringSchedulingIgnoredDuringExecution") or {}
-    terms = aff.get("nodeSelectorTerms") or []
-    if len(terms) > 1:
-        return out, "node affinity with more than one nodeSelectorTerm is not supported"
-    for term in terms:
-        if term.get("matchFields"):
-            return out, "node affinity matchFields is not supported"
-        for e in term.get("matchExpressions") or ():
-            out.append((e.get("key", ""), e.get("operator", ""), list(e.get("values") or ())))
-    return out, None
-
-
-def _constraints(
-    reqs: Iterable[tuple[str, str, list[str]]], cat: GpuCatalog
-) -> tuple[frozenset[str] | None, int, str | None]:
-    """GPU models, minimum CUDA and a refusal reason from the node requirements."""
-    models: frozenset[str] | None = None
-    min_cuda = 0
-    cuda_keys = names.CUDA_RUNTIME_MAJOR + names.CUDA_DRIVER_MAJOR
-    for key, op, values in reqs:
-        if key == names.GPU_PRODUCT and op == "In" and values:
-            got = frozenset(cat.resolve(v) or v for v in values)
-            models = got if models is None else models & got
-        elif key in cuda_keys and op in ("In", "Gt") and values and all(
-            v.isdigit() for v in values
-        ):
-            major = min(int(v) for v in values) + (1 if op == "Gt" else 0)
-            if key in names.CUDA_DRIVER_MAJOR and major >= 100:
-                return models, min_cuda, f"node affinity on driver version {key} is not supported"
-            min_cuda = max(min_cuda, major * 1000)
-        else:
-            return models, min_cuda, (
-                f"node requirement {key} {op} {values} is not supported by gpufleet "
-                f"(only {names.GPU_PRODUCT} In and CUDA major In/Gt)"
-            )
-    return models, min_cuda, None
 
 
 def _group(meta: Mapping[str, Any]) -> tuple[str | None, int]:
@@ -189,9 +149,8 @@ def request_of(
     gpus = count(res.get(names.GPU_RESOURCE, 0))
     migs = {k[len(names.MIG_RESOURCE_PREFIX):]: count(v) for k, v in res.items()
             if k.startswith(names.MIG_RESOURCE_PREFIX) and count(v) > 0}
-    reqs, refusal = _requirements(spec)
-    models, min_cuda, why = _constraints(reqs, cat)
-    refusal = refusal or why
+    selector, refusal = selector_of(spec)
+    models, min_cuda, _rest = lift_gpu_constraints(selector, cat)
     base = dict(cpu_milli=cpu_milli(res.get("cpu", 0)), memory_mib=memory_mib(res.get("memory", 0)),
                 gpu_models=models, min_cuda=min_cuda)
     frac_txt = ann.get(names.GPU_FRACTION)
@@ -241,6 +200,7 @@ def pod_info(pod: Mapping[str, Any], catalog: GpuCatalog | None = None) -> PodIn
         assignment=assignment_of(ann, node, key),
         scheduled_condition=(cond.get("reason", ""), cond.get("message", "")) if cond else None,
         annotations=ann,
+        selector=lift_gpu_constraints(selector_of(spec)[0], cat)[2],
     )
 
 
