@@ -122,3 +122,22 @@ def test_node_selector_masks_nodes_and_names_them_in_the_reason() -> None:
     assert r.message == ("0/2 nodes are available: 1 node(s) didn't match Pod's node "
                          "affinity/selector, 1 insufficient GPU")
     assert snap.state.active[:2].all()  # the mask was undone
+
+
+def test_parse_cache_reuses_unchanged_objects_and_sees_changes() -> None:
+    from gpufleet.k8s.snapshot import ParseCache
+
+    cache = ParseCache()
+    n = node("t4", 2)
+    n["metadata"]["resourceVersion"] = "1"
+    p = pod("a", {"nvidia.com/gpu": "1"})
+    p["metadata"]["resourceVersion"] = "5"
+    first = build_snapshot([n], [p], cache=cache)
+    again = build_snapshot([n], [p], cache=cache)
+    assert again.pending[0] is first.pending[0]  # same parsed object: not re-parsed
+    p2 = {**p, "metadata": {**p["metadata"], "resourceVersion": "6"},
+          "spec": {**p["spec"], "nodeName": "t4"}}
+    later = build_snapshot([n], [p2], cache=cache)
+    assert not later.pending and "ns/a" in later.allocations
+    build_snapshot([n], [], cache=cache)
+    assert not cache.pods  # deleted pods leave the cache

@@ -22,6 +22,7 @@ import logging
 import time
 import uuid
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -32,6 +33,7 @@ from kubernetes.client.exceptions import ApiException
 from gpufleet.decisions import Bind, Preempt
 from gpufleet.k8s.cycle import Refuse
 from gpufleet.k8s.pod_translation import assignment_annotations, parse_time
+from gpufleet.k8s.ratelimit import TokenBucket
 from gpufleet.k8s.telemetry import ControllerMetrics
 
 log = logging.getLogger(__name__)
@@ -56,16 +58,23 @@ class Applier:
     """Applies one cycle's decisions; ``pods`` is the informer's view the cycle was planned on."""
 
     def __init__(self, core: Any, metrics: ControllerMetrics, component: str = "gpufleet",
-                 instance: str = "") -> None:
+                 instance: str = "", limiter: TokenBucket | None = None,
+                 workers: int = 8) -> None:
         self.core = core
+        self.workers = workers
+        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="gpufleet-apply")
+        self.limiter = limiter or TokenBucket(0, 1)
         self.metrics = metrics
         self.component = component
         self.instance = instance or uuid.uuid4().hex[:8]
         self._written: dict[str, str] = {}  # pod key → refusal message we last wrote
 
     def apply(self, decisions: list, pods: Mapping[str, Mapping[str, Any]]) -> Outcome:
+        """Apply every decision; different pods' calls run in parallel (``workers`` threads),
+        as kube-scheduler binds asynchronously — one pod's own calls stay in order."""
         out = Outcome()
-        for d in decisions:
+
+        def one(d: object) -> None:
             match d:
                 case Bind():
                     self._bind(d, pods.get(d.job_id), out)
@@ -75,7 +84,16 @@ class Applier:
                     self._refuse(d, pods.get(d.job_id), out)
                 case _:
                     raise TypeError(f"the Kubernetes driver cannot apply {d!r}")
+
+        if self.workers <= 1 or len(decisions) <= 1:
+            for d in decisions:
+                one(d)
+        else:
+            list(self._pool.map(one, decisions))
         return out
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
 
     # -- Bind ---------------------------------------------------------------------------------
     def _bind(self, d: Bind, pod: Mapping[str, Any] | None, out: Outcome) -> None:
@@ -89,7 +107,9 @@ class Applier:
                 "metadata": {"name": name, "namespace": ns, "uid": meta.get("uid")},
                 "target": {"apiVersion": "v1", "kind": "Node", "name": d.node}}
         try:
+            self.limiter.take()
             self.core.patch_namespaced_pod(name, ns, patch, _preload_content=False)
+            self.limiter.take()
             self.core.create_namespaced_binding(ns, body, _preload_content=False)
         except ApiException as exc:
             if exc.status == 409:
@@ -125,6 +145,7 @@ class Applier:
         if grace is not None:
             body["deleteOptions"] = {"gracePeriodSeconds": int(grace)}
         try:
+            self.limiter.take()
             self.core.create_namespaced_pod_eviction(meta["name"], meta["namespace"], body,
                                                      _preload_content=False)
         except ApiException as exc:
@@ -155,6 +176,7 @@ class Applier:
         cond = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
                 "message": d.message, "lastTransitionTime": _now()}
         try:
+            self.limiter.take()
             self.core.patch_namespaced_pod_status(
                 meta["name"], meta["namespace"], {"status": {"conditions": [cond]}},
                 _preload_content=False)
@@ -185,6 +207,7 @@ class Applier:
             "reportingComponent": self.component, "reportingInstance": self.instance,
         }
         try:
+            self.limiter.take()
             self.core.create_namespaced_event(meta["namespace"], body, _preload_content=False)
         except ApiErrors as exc:  # an event is best effort: the condition already says it
             log.warning("event for %s/%s: %s", meta["namespace"], meta["name"], exc)

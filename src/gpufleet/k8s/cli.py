@@ -15,7 +15,7 @@ from kubernetes import client, config
 from kubernetes.config.config_exception import ConfigException
 from rich.console import Console
 
-from gpufleet.cli import app, friendly_errors
+from gpufleet.cli import app, bench_app, friendly_errors
 from gpufleet.errors import InputError
 from gpufleet.k8s.controller import Controller
 from gpufleet.k8s.settings import load_config
@@ -103,3 +103,57 @@ def controller(
                   f"http://{bind_address}:{bound}/metrics", highlight=False, soft_wrap=True)
     stop.wait()
     ctl.stop()
+
+
+@bench_app.command("k8s-packing")
+@friendly_errors
+def bench_k8s_packing(
+    scheduler: Annotated[list[str] | None, typer.Option(
+        "--scheduler", help="gpufleet and/or kube-scheduler (default: both).")] = None,
+    nodes: Annotated[Path | None, typer.Option(
+        help="openb node CSV (default: shared data, GPU nodes).")] = None,
+    pods: Annotated[Path | None, typer.Option(
+        help="openb pod CSV (default: shared data, default pods).")] = None,
+    limit: Annotated[int | None, typer.Option(help="Submit at most this many pods.")] = None,
+    seed: Annotated[int, typer.Option(help="Arrival-order seed (packing protocol).")] = 42,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
+) -> None:
+    """gpufleet vs kube-scheduler binding openb pods on the real lab cluster (KWOK nodes)."""
+    import json
+
+    from rich.table import Table
+
+    from gpufleet.k8s.bench_packing import SCHEDULERS, run_bench
+    from gpufleet.lab.binaries import missing_reason
+    from gpufleet.lab.errors import LabError
+    from gpufleet.placement.cli import _default
+    from gpufleet.traces.openb import load_nodes, load_pods
+
+    chosen = scheduler or list(SCHEDULERS)
+    bad = [s for s in chosen if s not in SCHEDULERS]
+    if bad:
+        raise InputError(f"unknown scheduler {bad[0]!r}; valid: {', '.join(SCHEDULERS)}",
+                         field="--scheduler")
+    if limit is not None and limit < 1:
+        raise InputError("expected a positive number", field="--limit")
+    node_rows = load_nodes(nodes or _default("openb_node_list_gpu_node.csv"))
+    pod_reqs = [p.request for p in load_pods(pods or _default("openb_pod_list_default.csv"))]
+    reason = missing_reason()
+    if reason is not None:
+        raise InputError(reason, field="lab binaries")
+    try:
+        out = run_bench(chosen, node_rows, pod_reqs, limit=limit, seed=seed,
+                        log=lambda m: console.print(m, highlight=False))
+    except LabError as exc:
+        raise InputError(str(exc), field="lab") from None
+    table = Table("scheduler", "submitted", "bound", "unallocated %", "pods/s", "p50 s", "p99 s")
+    for r in out["results"]:
+        table.add_row(r["scheduler"], str(r["pods_submitted"]), str(r["pods_bound"]),
+                      f"{r['unallocated_pct']:.2f}", f"{r['pods_per_s']:.1f}",
+                      f"{r['latency_p50_s']:.3f}", f"{r['latency_p99_s']:.3f}")
+    Console().print(table)
+    Console().print(f"{out['nodes']} nodes, {out['gpus']} GPUs, arrived GPU load "
+                    f"{out['arrived_gpu_pct']} %, client qps/burst {out['client_qps']}/"
+                    f"{out['client_burst']} for both")
+    if json_out is not None:
+        json_out.write_text(json.dumps(out, indent=2))

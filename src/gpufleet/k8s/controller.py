@@ -28,8 +28,9 @@ from gpufleet.k8s.cycle import Refuse, plan_cycle
 from gpufleet.k8s.informer import Informer
 from gpufleet.k8s.leader import LeaderElector
 from gpufleet.k8s.pod_translation import assignment_annotations
+from gpufleet.k8s.ratelimit import TokenBucket
 from gpufleet.k8s.settings import apply_levers, backfill_for, policy_for
-from gpufleet.k8s.snapshot import build_snapshot
+from gpufleet.k8s.snapshot import ParseCache, build_snapshot
 from gpufleet.k8s.telemetry import ControllerMetrics, pending_reason, serve
 from gpufleet.sim.scenario import Scenario
 
@@ -58,6 +59,8 @@ class Controller:
         assume_ttl_s: float = 30.0,
         preemption: bool = True,
         seed: int = 0,
+        qps: float = 0.0,
+        burst: int = 1,
     ) -> None:
         self.core = client.CoreV1Api(api)
         self.scenario = scenario
@@ -72,13 +75,15 @@ class Controller:
         self.elector = LeaderElector(client.CoordinationV1Api(api), lease_namespace, lease_name,
                                      self.identity, lease_s, renew_deadline_s, retry_s) \
             if leader_elect else None
-        self.applier = Applier(self.core, self.metrics, instance=self.identity)
+        self.applier = Applier(self.core, self.metrics, instance=self.identity,
+                               limiter=TokenBucket(qps, burst))
         self.policy = policy_for(scenario, seed)
         self.backfill = backfill_for(scenario)
         self.rng = np.random.default_rng(seed)
         self.resync_s = resync_s
         self.assume_ttl_s = assume_ttl_s
         self.preemption = preemption
+        self._cache = ParseCache()
         self._assumed: dict[str, tuple[Bind, str, float]] = {}
         self._evicting: dict[str, float] = {}
         self._threads: list[threading.Thread] = []
@@ -127,6 +132,7 @@ class Controller:
         self.changed.set()
         for t in self._threads:
             t.join(timeout=5)
+        self.applier.close()
         if release and self.elector is not None:
             self.elector.release()
         if self._server is not None:
@@ -181,7 +187,7 @@ class Controller:
         t0 = time.monotonic()
         now = time.time()
         raw = self._overlay(self.pods.objects(), t0)
-        snap = build_snapshot(self.nodes.objects(), raw)
+        snap = build_snapshot(self.nodes.objects(), raw, cache=self._cache)
         if not snap.pending:
             self.metrics.set_pending({})
             return None

@@ -156,6 +156,8 @@ class Informer:
                 log.info("%s: watch expired (%s); re-listing", self.name, exc)
                 need_list = True
             except (ApiException, urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
+                if stop.is_set():
+                    return  # the connection was cut because we are stopping
                 log.warning("%s: list/watch failed (%s); retrying in %.0f s", self.name, exc, delay)
                 need_list = True
                 stop.wait(delay)

@@ -16,7 +16,7 @@ import numpy as np
 
 from gpufleet.catalog.gpus import GpuCatalog, default_gpu_catalog
 from gpufleet.decisions import Bind, MigSlot
-from gpufleet.k8s.node_translation import node_spec
+from gpufleet.k8s.node_translation import NodeSpec, node_spec
 from gpufleet.k8s.pod_translation import PodInfo, pod_info
 from gpufleet.placement.gpu_select import best_fit_gpu
 from gpufleet.placement.mig import choose_mig
@@ -84,19 +84,62 @@ def _reserve(state: FleetState, req: ResourceRequest, node: str, key: str,
     return Bind(job_id=key, node=node, gpus=gpus, milli_per_gpu=milli), ()
 
 
+class ParseCache:
+    """Parsed Nodes and Pods by (name, resourceVersion): a busy cluster changes few objects
+    between two cycles, so each cycle re-parses only those (the state is still rebuilt)."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, tuple[str, NodeSpec]] = {}
+        self.pods: dict[str, tuple[str, PodInfo]] = {}
+
+    def node(self, obj: Mapping[str, Any], cat: GpuCatalog) -> NodeSpec:
+        meta = obj["metadata"]
+        rv = meta.get("resourceVersion")
+        hit = self.nodes.get(meta["name"])
+        if hit is not None and rv and hit[0] == rv:
+            return hit[1]
+        spec = node_spec(obj, cat)
+        if rv:
+            self.nodes[meta["name"]] = (rv, spec)
+        return spec
+
+    def pod(self, obj: Mapping[str, Any], cat: GpuCatalog) -> PodInfo:
+        meta = obj["metadata"]
+        rv = meta.get("resourceVersion")
+        key = f"{meta.get('namespace')}/{meta.get('name')}"
+        hit = self.pods.get(key)
+        if hit is not None and rv and hit[0] == rv:
+            return hit[1]
+        info = pod_info(obj, cat)
+        if rv:
+            self.pods[key] = (rv, info)
+        return info
+
+    def prune(self, node_names: set[str], pod_keys: set[str]) -> None:
+        for k in [k for k in self.nodes if k not in node_names]:
+            del self.nodes[k]
+        for k in [k for k in self.pods if k not in pod_keys]:
+            del self.pods[k]
+
+
 def build_snapshot(
     nodes: Iterable[Mapping[str, Any]],
     pods: Iterable[Mapping[str, Any]],
     catalog: GpuCatalog | None = None,
+    cache: ParseCache | None = None,
 ) -> Snapshot:
     cat = catalog or default_gpu_catalog()
     state = FleetState()
     taints: set[str] = set()
-    for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
-        spec = node_spec(node, cat)
+    node_list = sorted(nodes, key=lambda n: n["metadata"]["name"])
+    pod_list = list(pods)
+    for node in node_list:
+        spec = cache.node(node, cat) if cache is not None else node_spec(node, cat)
         spec.add_to(state)
         taints |= spec.info.taints
-    infos = [pod_info(p, cat) for p in pods]
+    infos = [cache.pod(p, cat) if cache is not None else pod_info(p, cat) for p in pod_list]
+    if cache is not None:
+        cache.prune({n["metadata"]["name"] for n in node_list}, {i.key for i in infos})
     snap = Snapshot(state=state, pods={}, allocations={}, pending=[], taints=frozenset(taints))
     later: list[PodInfo] = []
     for info in infos:
