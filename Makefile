@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test bench lint fmt clean system-deps
+.PHONY: run test bench lint fmt clean system-deps k8s-binaries lab lab-down
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -22,10 +22,24 @@ system-deps:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null) \
 	  || echo "note: could not install prometheus; the tests that need it will skip"; }
 
+# The real Kubernetes control plane for the live tests and `gpufleet lab` (kube-apiserver,
+# kube-controller-manager, kube-scheduler, kubectl from Go modules; kine; KWOK). Cached outside the
+# repo by version (~/.cache/gpufleet/k8s-<version>/bin): a no-op once built, tens of minutes on a
+# fresh machine. Needs Go (PATH or /usr/local/go/bin).
+k8s-binaries:
+	bash deploy/testcluster/build.sh
+
+# A local lab cluster with the default GPU fleet; prints the kubeconfig path last.
+lab: $(STAMP) k8s-binaries
+	$(BIN)/gpufleet lab up
+
+lab-down: $(STAMP)
+	$(BIN)/gpufleet lab down
+
 run: $(STAMP)
 	$(BIN)/gpufleet simulate
 
-test: $(STAMP) system-deps
+test: $(STAMP) system-deps k8s-binaries
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/pytest
 
@@ -39,4 +53,5 @@ fmt: $(STAMP)
 	$(BIN)/ruff format src tests benchmarks
 
 clean:
-	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache out
+	-[ -x $(BIN)/gpufleet ] && $(BIN)/gpufleet lab down
+	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache out .gpufleet-lab

@@ -15,26 +15,33 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from gpufleet.lab.binaries import missing_reason
+from gpufleet.lab.binaries import bin_dir, missing_reason
 from gpufleet.lab.session import LabSession, acquire_shared, release_shared
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if "lab" in getattr(item, "fixturenames", ()):
+        if {"lab", "lab_binaries"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.live)
 
 
 @pytest.fixture(scope="session")
-def lab() -> Iterator[LabSession]:
+def lab_binaries() -> Path:
+    """The directory of the built control-plane binaries (skip, or fail under CI, without)."""
     reason = missing_reason()
     if reason is not None:
         if os.environ.get("CI"):
             pytest.fail(f"CI runs the live suite with no skips: {reason}")
         pytest.skip(reason)
+    return bin_dir()
+
+
+@pytest.fixture(scope="session")
+def lab(lab_binaries: Path) -> Iterator[LabSession]:
     session = acquire_shared()
     try:
         yield session

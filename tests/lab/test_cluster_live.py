@@ -59,9 +59,7 @@ def gpu_job(name: str, annotations: dict[str, str], **spec: Any) -> client.V1Job
                         client.V1Container(
                             name="main",
                             image="busybox",
-                            resources=client.V1ResourceRequirements(
-                                limits={"nvidia.com/gpu": "1"}
-                            ),
+                            resources=client.V1ResourceRequirements(limits={"nvidia.com/gpu": "1"}),
                         )
                     ],
                 ),

@@ -124,15 +124,13 @@ def _stages_file(directory: Path) -> Path:
 
 
 def controller_command_available() -> str | None:
-    """None when ``gpufleet controller`` exists in this install, else why it does not."""
+    """None when ``gpufleet controller`` exists in this install, else why it does not.
+
+    The command lives in ``gpufleet.k8s.cli``; looking the module up (not importing the CLI
+    table) keeps the lab free of the command-line layer.
+    """
     if importlib.util.find_spec("gpufleet.k8s.cli") is None:
         return "the gpufleet controller command is not installed (gpufleet.k8s.cli missing)"
-    from gpufleet.cli import _register, app
-
-    _register()
-    names = {c.name or (c.callback.__name__ if c.callback else "") for c in app.registered_commands}
-    if "controller" not in names:
-        return "the gpufleet controller command is not registered"
     return None
 
 
