@@ -53,6 +53,7 @@ def _register() -> None:
     cheap and free of import cycles.
     """
     import gpufleet.checkpoint.cli
+    import gpufleet.k8s.cli
     import gpufleet.lab.cli
     import gpufleet.market.cli
     import gpufleet.metrics.cli

@@ -1,0 +1,220 @@
+"""Decisions → API calls: the only module that writes to the cluster.
+
+* ``Bind``: the GPU assignment goes on the pod as annotations first (a merge patch carrying the
+  pod's ``resourceVersion``, so a replica with a stale view gets 409 instead of overwriting
+  another's record), then ``pods/binding`` with the pod's UID as precondition. A 409 on either
+  means someone else changed or bound the pod: not an error — the next cycle re-reads the
+  world. A 404 means the pod is gone.
+* ``Preempt``: the Eviction API with the pod's own ``terminationGracePeriodSeconds``; the API
+  server adds the ``DisruptionTarget`` condition that a Job's ``podFailurePolicy`` can ignore.
+  A 429 (a PodDisruptionBudget says not now) is retried by a later cycle.
+* ``Refuse``: ``PodScheduled=False``, reason ``Unschedulable``, with the framework's message, and
+  a ``FailedScheduling`` Warning Event — only when the message differs from the one already on
+  the pod, so a pod that stays pending for an hour gets one event, not one per cycle.
+
+Kubernetes' client deserialises the ``Binding`` create's response into a model that rejects it
+(a known quirk), so every write here asks for the raw response (``_preload_content=False``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import urllib3
+from kubernetes.client.exceptions import ApiException
+
+from gpufleet.decisions import Bind, Preempt
+from gpufleet.k8s.cycle import Refuse
+from gpufleet.k8s.pod_translation import assignment_annotations, parse_time
+from gpufleet.k8s.ratelimit import TokenBucket
+from gpufleet.k8s.telemetry import ControllerMetrics
+
+log = logging.getLogger(__name__)
+
+ApiErrors = (ApiException, urllib3.exceptions.HTTPError, OSError)
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(slots=True)
+class Outcome:
+    bound: list[Bind] = field(default_factory=list)
+    conflicts: list[str] = field(default_factory=list)
+    evicted: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+class Applier:
+    """Applies one cycle's decisions; ``pods`` is the informer's view the cycle was planned on."""
+
+    def __init__(self, core: Any, metrics: ControllerMetrics, component: str = "gpufleet",
+                 instance: str = "", limiter: TokenBucket | None = None,
+                 workers: int = 8) -> None:
+        self.core = core
+        self.workers = workers
+        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="gpufleet-apply")
+        self.limiter = limiter or TokenBucket(0, 1)
+        self.metrics = metrics
+        self.component = component
+        self.instance = instance or uuid.uuid4().hex[:8]
+        self._written: dict[str, str] = {}  # pod key → refusal message we last wrote
+
+    def apply(self, decisions: list, pods: Mapping[str, Mapping[str, Any]]) -> Outcome:
+        """Apply every decision; different pods' calls run in parallel (``workers`` threads),
+        as kube-scheduler binds asynchronously — one pod's own calls stay in order."""
+        out = Outcome()
+
+        def one(d: object) -> None:
+            match d:
+                case Bind():
+                    self._bind(d, pods.get(d.job_id), out)
+                case Preempt():
+                    self._evict(d, pods.get(d.job_id), out)
+                case Refuse():
+                    self._refuse(d, pods.get(d.job_id), out)
+                case _:
+                    raise TypeError(f"the Kubernetes driver cannot apply {d!r}")
+
+        if self.workers <= 1 or len(decisions) <= 1:
+            for d in decisions:
+                one(d)
+        else:
+            list(self._pool.map(one, decisions))
+        return out
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+
+    # -- Bind ---------------------------------------------------------------------------------
+    def _bind(self, d: Bind, pod: Mapping[str, Any] | None, out: Outcome) -> None:
+        if pod is None:
+            return
+        meta = pod["metadata"]
+        ns, name = meta["namespace"], meta["name"]
+        patch = {"metadata": {"annotations": assignment_annotations(d),
+                              "resourceVersion": meta.get("resourceVersion")}}
+        body = {"apiVersion": "v1", "kind": "Binding",
+                "metadata": {"name": name, "namespace": ns, "uid": meta.get("uid")},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": d.node}}
+        try:
+            self.limiter.take()
+            self.core.patch_namespaced_pod(name, ns, patch, _preload_content=False)
+            self.limiter.take()
+            self.core.create_namespaced_binding(ns, body, _preload_content=False)
+        except ApiException as exc:
+            if exc.status == 409:
+                out.conflicts.append(d.job_id)
+                self.metrics.conflicts.inc()
+                self.metrics.attempts.labels(result="conflict").inc()
+                log.info("bind %s → %s: 409 (already bound or changed); re-reading", d.job_id,
+                         d.node)
+                return
+            if exc.status == 404:
+                return
+            self._error(out, f"bind {d.job_id} → {d.node}: {exc.status} {exc.reason}")
+            return
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            self._error(out, f"bind {d.job_id} → {d.node}: {exc}")
+            return
+        out.bound.append(d)
+        self._written.pop(d.job_id, None)
+        self.metrics.binds.inc()
+        self.metrics.attempts.labels(result="scheduled").inc()
+        created = parse_time(meta.get("creationTimestamp"))
+        if created:
+            self.metrics.latency.observe(max(0.0, time.time() - created))
+
+    # -- Preempt ------------------------------------------------------------------------------
+    def _evict(self, d: Preempt, pod: Mapping[str, Any] | None, out: Outcome) -> None:
+        if pod is None:
+            return
+        meta = pod["metadata"]
+        grace = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
+        body: dict[str, Any] = {"apiVersion": "policy/v1", "kind": "Eviction",
+                                "metadata": {"name": meta["name"], "namespace": meta["namespace"]}}
+        if grace is not None:
+            body["deleteOptions"] = {"gracePeriodSeconds": int(grace)}
+        try:
+            self.limiter.take()
+            self.core.create_namespaced_pod_eviction(meta["name"], meta["namespace"], body,
+                                                     _preload_content=False)
+        except ApiException as exc:
+            if exc.status in (404, 429):  # gone already / a disruption budget says not now
+                log.info("evict %s: %s %s", d.job_id, exc.status, exc.reason)
+                return
+            self._error(out, f"evict {d.job_id}: {exc.status} {exc.reason}")
+            return
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            self._error(out, f"evict {d.job_id}: {exc}")
+            return
+        out.evicted.append(d.job_id)
+        self.metrics.evictions.inc()
+        self._event(pod, "Preempted", d.reason, "Normal")
+
+    # -- Refuse -------------------------------------------------------------------------------
+    def _refuse(self, d: Refuse, pod: Mapping[str, Any] | None, out: Outcome) -> None:
+        if pod is None:
+            return
+        self.metrics.attempts.labels(result="unschedulable").inc()
+        current = next((c for c in (pod.get("status") or {}).get("conditions") or ()
+                        if c.get("type") == "PodScheduled"), None)
+        same = current is not None and current.get("status") == "False" and current.get(
+            "reason") == "Unschedulable" and current.get("message") == d.message
+        if same or self._written.get(d.job_id) == d.message:
+            return
+        meta = pod["metadata"]
+        cond = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                "message": d.message, "lastTransitionTime": _now()}
+        try:
+            self.limiter.take()
+            self.core.patch_namespaced_pod_status(
+                meta["name"], meta["namespace"], {"status": {"conditions": [cond]}},
+                _preload_content=False)
+        except ApiException as exc:
+            if exc.status != 404:
+                self._error(out, f"status of {d.job_id}: {exc.status} {exc.reason}")
+            return
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            self._error(out, f"status of {d.job_id}: {exc}")
+            return
+        self._written[d.job_id] = d.message
+        out.refused.append(d.job_id)
+        self._event(pod, "FailedScheduling", d.message, "Warning")
+
+    def _event(self, pod: Mapping[str, Any], reason: str, message: str, kind: str) -> None:
+        meta = pod["metadata"]
+        now = _now()
+        body = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": f"{meta['name']}.{uuid.uuid4().hex[:16]}",
+                         "namespace": meta["namespace"]},
+            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"],
+                               "namespace": meta["namespace"], "uid": meta.get("uid"),
+                               "resourceVersion": meta.get("resourceVersion")},
+            "reason": reason, "message": message, "type": kind, "count": 1,
+            "firstTimestamp": now, "lastTimestamp": now,
+            "source": {"component": self.component},
+            "reportingComponent": self.component, "reportingInstance": self.instance,
+        }
+        try:
+            self.limiter.take()
+            self.core.create_namespaced_event(meta["namespace"], body, _preload_content=False)
+        except ApiErrors as exc:  # an event is best effort: the condition already says it
+            log.warning("event for %s/%s: %s", meta["namespace"], meta["name"], exc)
+
+    def _error(self, out: Outcome, msg: str) -> None:
+        out.errors.append(msg)
+        self.metrics.attempts.labels(result="error").inc()
+        log.warning("%s", msg)
+
+

@@ -1,0 +1,247 @@
+"""``gpufleet bench k8s-packing``: gpufleet vs kube-scheduler placing openb pods on a real cluster.
+
+For each scheduler a fresh lab (kine, kube-apiserver, kube-controller-manager, KWOK; plus
+kube-scheduler for its run) gets the openb GPU nodes as KWOK Nodes; the openb default pods are
+submitted in the packing protocol's order (``placement.bench.protocol.arrival_sequence``, seed
+42) until the arrived GPU requests reach 100 % of capacity (or ``--limit`` pods), eight
+creating threads at a time. The run ends when every pod is bound or marked Unschedulable and
+no bind happened for ``settle_s``.
+
+* kube-scheduler runs its ``NodeResourcesFit`` ``MostAllocated`` profile (cpu, memory and
+  ``nvidia.com/gpu`` weight 1, ``percentageOfNodesToScore: 100``); it cannot share a GPU, so a
+  fractional pod asks for one whole ``nvidia.com/gpu``.
+* gpufleet runs its default policy with fractions (KAI's ``gpu-fraction`` annotation).
+* Both get the lab's client limit (``gpufleet.lab.cluster.CLIENT_QPS``/``CLIENT_BURST``): kube-
+  scheduler through its ``clientConnection``, gpufleet through the same token bucket on every
+  write it makes (two per bind: the annotations and the binding).
+
+Measured per scheduler: pods submitted and bound; unallocated GPU % = 100 − (GPU milli the
+*bound pods asked for in the trace*) / capacity — a fraction rounded up to a whole GPU wastes the
+rest, as in the packing benchmark; bind throughput = pods bound / (last bind − first create);
+p50/p99 of create → bound (client-side clocks: create returned → watch saw ``nodeName``).
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gpufleet.state import GPU_MILLI, ResourceRequest
+from gpufleet.traces.openb import OpenbNode
+
+SCHEDULERS = ("gpufleet", "kube-scheduler")
+MOST_ALLOCATED = {
+    "percentageOfNodesToScore": 100,
+    "profiles": [{
+        "schedulerName": "default-scheduler",
+        "pluginConfig": [{"name": "NodeResourcesFit", "args": {"scoringStrategy": {
+            "type": "MostAllocated",
+            "resources": [{"name": "cpu", "weight": 1}, {"name": "memory", "weight": 1},
+                          {"name": "nvidia.com/gpu", "weight": 1}]}}}],
+    }],
+}
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    scheduler: str
+    pods_submitted: int
+    pods_bound: int
+    unallocated_pct: float
+    pods_per_s: float
+    latency_p50_s: float
+    latency_p99_s: float
+    wall_s: float
+
+
+def pod_manifest(name: str, req: ResourceRequest, scheduler: str) -> dict[str, Any]:
+    from gpufleet.k8s.node_objects import gfd_product
+
+    limits: dict[str, str] = {"cpu": f"{max(req.cpu_milli, 1)}m",
+                              "memory": f"{max(req.memory_mib, 1)}Mi"}
+    ann: dict[str, str] = {}
+    if req.num_gpu:
+        if req.is_shared and scheduler == "gpufleet":
+            ann["gpu-fraction"] = f"{req.gpu_milli / GPU_MILLI:.3f}"
+        else:
+            limits["nvidia.com/gpu"] = str(req.num_gpu)
+    spec: dict[str, Any] = {
+        "schedulerName": "gpufleet" if scheduler == "gpufleet" else "default-scheduler",
+        "terminationGracePeriodSeconds": 0,
+        "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
+                        "resources": {"requests": limits, "limits": limits}}],
+    }
+    if req.gpu_models and req.num_gpu:
+        spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [{
+                "key": "nvidia.com/gpu.product", "operator": "In",
+                "values": sorted(gfd_product(m) for m in req.gpu_models)}]}]}}}
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "annotations": ann}, "spec": spec}
+
+
+class PodWatch:
+    """Client-side clock of when each pod was first seen bound or refused."""
+
+    def __init__(self, core: Any, namespace: str) -> None:
+        self.core, self.ns = core, namespace
+        self.bound_at: dict[str, float] = {}
+        self.refused: set[str] = set()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        from kubernetes.watch.watch import iter_resp_lines
+
+        rv = json.loads(self.core.list_namespaced_pod(
+            self.ns, _preload_content=False).data)["metadata"]["resourceVersion"]
+        while not self.stop.is_set():
+            resp = self.core.list_namespaced_pod(
+                self.ns, watch=True, resource_version=rv, timeout_seconds=5,
+                allow_watch_bookmarks=True, _preload_content=False)
+            for line in iter_resp_lines(resp):
+                if not line:
+                    continue
+                ev = json.loads(line)
+                obj = ev["object"]
+                rv = obj.get("metadata", {}).get("resourceVersion", rv)
+                if ev["type"] not in ("ADDED", "MODIFIED"):
+                    continue
+                name = obj["metadata"]["name"]
+                if obj["spec"].get("nodeName"):
+                    self.bound_at.setdefault(name, time.monotonic())
+                elif any(c.get("type") == "PodScheduled" and c.get("status") == "False"
+                         for c in obj.get("status", {}).get("conditions") or ()):
+                    self.refused.add(name)
+            resp.close()
+
+
+def run_one(
+    scheduler: str,
+    nodes: Sequence[OpenbNode],
+    seq: Sequence[ResourceRequest],
+    capacity_milli: int,
+    *,
+    settle_s: float = 5.0,
+    timeout_s: float = 900.0,
+    log: Callable[[str], None] = lambda _m: None,
+) -> BenchResult:
+    from kubernetes import client
+
+    from gpufleet.k8s.controller import Controller
+    from gpufleet.k8s.node_objects import spec_from_openb
+    from gpufleet.lab.cluster import CLIENT_BURST, CLIENT_QPS, LabOptions, api_client, down, up
+    from gpufleet.sim.scenario import default_scenario
+
+    kube = scheduler == "kube-scheduler"
+    with tempfile.TemporaryDirectory(prefix="gpufleet-bench-") as tmp:
+        d = Path(tmp)
+        log(f"{scheduler}: starting the lab with {len(nodes)} nodes")
+        info = up(LabOptions(directory=d, nodes=[spec_from_openb(n) for n in nodes],
+                             controller=False, kube_scheduler=kube,
+                             scheduler_config=MOST_ALLOCATED if kube else {},
+                             ready_timeout_s=300.0))
+        ctl = None
+        try:
+            api = api_client(info.kubeconfig)
+            core = client.CoreV1Api(api)
+            ns = "bench"
+            core.create_namespace({"metadata": {"name": ns}})
+            wait_sa(core, ns)
+            if not kube:
+                ctl = Controller(api, default_scenario(), leader_elect=False, resync_s=1.0,
+                                 qps=CLIENT_QPS, burst=CLIENT_BURST)
+                ctl.start()
+                while not ctl.ready():
+                    time.sleep(0.1)
+            watch = PodWatch(core, ns)
+            watch.thread.start()
+            time.sleep(0.5)
+            created_at: dict[str, float] = {}
+            names = [f"p{i:05d}" for i in range(len(seq))]
+            log(f"{scheduler}: submitting {len(seq)} pods")
+            t0 = time.monotonic()
+
+            def create(i: int) -> None:
+                core.create_namespaced_pod(ns, pod_manifest(names[i], seq[i], scheduler),
+                                           _preload_content=False)
+                created_at[names[i]] = time.monotonic()
+
+            with ThreadPoolExecutor(8) as pool:
+                list(pool.map(create, range(len(seq))))
+            last_change, seen = time.monotonic(), -1
+            while time.monotonic() - t0 < timeout_s:
+                done = len(watch.bound_at) + len(watch.refused - watch.bound_at.keys())
+                if len(watch.bound_at) != seen:
+                    seen, last_change = len(watch.bound_at), time.monotonic()
+                if done >= len(seq) and time.monotonic() - last_change >= settle_s:
+                    break
+                time.sleep(0.2)
+            watch.stop.set()
+            wall = time.monotonic() - t0
+        finally:
+            if ctl is not None:
+                ctl.stop()
+            down(d)
+    bound = [names.index(n) for n in watch.bound_at]
+    lat = np.array([watch.bound_at[n] - created_at[n] for n in watch.bound_at
+                    if n in created_at])
+    alloc = sum(seq[i].total_gpu_milli for i in bound)
+    span = (max(watch.bound_at.values()) - t0) if watch.bound_at else 0.0
+    return BenchResult(
+        scheduler=scheduler, pods_submitted=len(seq), pods_bound=len(bound),
+        unallocated_pct=round(100.0 * (1 - alloc / capacity_milli), 3),
+        pods_per_s=round(len(bound) / span, 2) if span > 0 else 0.0,
+        latency_p50_s=round(float(np.percentile(lat, 50)), 4) if len(lat) else float("nan"),
+        latency_p99_s=round(float(np.percentile(lat, 99)), 4) if len(lat) else float("nan"),
+        wall_s=round(wall, 2),
+    )
+
+
+def wait_sa(core: Any, ns: str, timeout_s: float = 30.0) -> None:
+    """Pods can be created once the namespace's default ServiceAccount exists."""
+    from kubernetes.client.exceptions import ApiException
+
+    end = time.monotonic() + timeout_s
+    while True:
+        try:
+            core.read_namespaced_service_account("default", ns)
+            return
+        except ApiException:
+            if time.monotonic() > end:
+                raise
+            time.sleep(0.1)
+
+
+def run_bench(
+    schedulers: Sequence[str],
+    nodes: Sequence[OpenbNode],
+    pods: Sequence[ResourceRequest],
+    *,
+    limit: int | None = None,
+    seed: int = 42,
+    log: Callable[[str], None] = lambda _m: None,
+) -> dict[str, Any]:
+    from gpufleet.lab.cluster import CLIENT_BURST, CLIENT_QPS
+    from gpufleet.placement.bench.protocol import arrival_sequence
+
+    capacity = sum(n.num_gpu for n in nodes) * GPU_MILLI
+    seq = arrival_sequence(pods, capacity, seed, 100)
+    if limit is not None:
+        seq = seq[:limit]
+    results = [run_one(s, nodes, seq, capacity, log=log) for s in schedulers]
+    return {
+        "results": [asdict(r) for r in results],
+        "nodes": len(nodes), "gpus": capacity // GPU_MILLI, "seed": seed, "limit": limit,
+        "arrived_gpu_pct": round(100.0 * sum(p.total_gpu_milli for p in seq) / capacity, 2),
+        "client_qps": CLIENT_QPS, "client_burst": CLIENT_BURST,
+    }

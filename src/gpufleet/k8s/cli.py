@@ -1,0 +1,159 @@
+"""``gpufleet controller``: run the scheduler/controller against a cluster."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from pathlib import Path
+from types import FrameType
+from typing import Annotated
+
+import typer
+from kubernetes import client, config
+from kubernetes.config.config_exception import ConfigException
+from rich.console import Console
+
+from gpufleet.cli import app, bench_app, friendly_errors
+from gpufleet.errors import InputError
+from gpufleet.k8s.controller import Controller
+from gpufleet.k8s.settings import load_config
+
+console = Console(stderr=True)
+SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+def api_client(kubeconfig: Path | None) -> client.ApiClient:
+    """From ``--kubeconfig``, else in-cluster (service account), else $KUBECONFIG / ~/.kube."""
+    try:
+        if kubeconfig is not None:
+            if not kubeconfig.is_file():
+                raise InputError("kubeconfig file not found", path=kubeconfig)
+            return config.new_client_from_config(config_file=str(kubeconfig))
+        if os.environ.get("KUBERNETES_SERVICE_HOST"):
+            cfg = client.Configuration()
+            config.load_incluster_config(client_configuration=cfg)
+            return client.ApiClient(cfg)
+        return config.new_client_from_config()
+    except ConfigException as exc:
+        raise InputError(f"cannot use this kubeconfig: {exc}", path=kubeconfig) from None
+
+
+def default_lease_namespace() -> str:
+    if os.environ.get("POD_NAMESPACE"):
+        return os.environ["POD_NAMESPACE"]
+    try:
+        return SA_NAMESPACE.read_text().strip() or "kube-system"
+    except OSError:
+        return "kube-system"
+
+
+@app.command("controller")
+@friendly_errors
+def controller(
+    kubeconfig: Annotated[Path | None, typer.Option(
+        help="Kubeconfig file (default: in-cluster service account, else $KUBECONFIG).")] = None,
+    config_file: Annotated[Path | None, typer.Option(
+        "--config", help="A simulator scenario file (same keys as `gpufleet simulate`).")] = None,
+    port: Annotated[int, typer.Option(
+        help="Port for /metrics, /healthz, /readyz (0: any free port).")] = 10260,
+    bind_address: Annotated[str, typer.Option(help="Address the HTTP endpoints listen on.")] = (
+        "127.0.0.1"),
+    leader_elect: Annotated[bool, typer.Option(
+        help="Act only while holding the Lease (run two replicas for failover).")] = True,
+    lease_namespace: Annotated[str | None, typer.Option(
+        help="Namespace of the Lease (default: the pod's, else kube-system).")] = None,
+    lease_name: Annotated[str, typer.Option(help="Name of the Lease.")] = "gpufleet-scheduler",
+    lease_duration: Annotated[float, typer.Option(help="Lease duration, seconds.")] = 15.0,
+    renew_deadline: Annotated[float, typer.Option(
+        help="Stop acting when no renewal succeeded for this long, seconds.")] = 10.0,
+    retry_period: Annotated[float, typer.Option(help="Renew/acquire period, seconds.")] = 2.0,
+    identity: Annotated[str | None, typer.Option(
+        help="Holder identity in the Lease (default: host_pid).")] = None,
+    log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING.")] = "INFO",
+) -> None:
+    """Schedule pods with `spec.schedulerName: gpufleet` using gpufleet's policies."""
+    logging.basicConfig(level=log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    scenario = load_config(config_file)
+    if not retry_period < renew_deadline < lease_duration:
+        raise InputError("expected retry-period < renew-deadline < lease-duration",
+                         field="lease-duration")
+    ctl = Controller(
+        api_client(kubeconfig), scenario, identity=identity,
+        lease_namespace=lease_namespace or default_lease_namespace(), lease_name=lease_name,
+        leader_elect=leader_elect, lease_s=lease_duration, renew_deadline_s=renew_deadline,
+        retry_s=retry_period,
+    )
+    stop = threading.Event()
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+    try:
+        bound = ctl.serve_http(bind_address, port)
+    except OSError as exc:
+        raise InputError(f"cannot listen on {bind_address}:{port}: {exc.strerror}",
+                         field="port") from None
+    ctl.start()
+    console.print(f"gpufleet controller {ctl.identity}: policy {ctl.policy.name}, "
+                  f"http://{bind_address}:{bound}/metrics", highlight=False, soft_wrap=True)
+    stop.wait()
+    ctl.stop()
+
+
+@bench_app.command("k8s-packing")
+@friendly_errors
+def bench_k8s_packing(
+    scheduler: Annotated[list[str] | None, typer.Option(
+        "--scheduler", help="gpufleet and/or kube-scheduler (default: both).")] = None,
+    nodes: Annotated[Path | None, typer.Option(
+        help="openb node CSV (default: shared data, GPU nodes).")] = None,
+    pods: Annotated[Path | None, typer.Option(
+        help="openb pod CSV (default: shared data, default pods).")] = None,
+    limit: Annotated[int | None, typer.Option(help="Submit at most this many pods.")] = None,
+    seed: Annotated[int, typer.Option(help="Arrival-order seed (packing protocol).")] = 42,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
+) -> None:
+    """gpufleet vs kube-scheduler binding openb pods on the real lab cluster (KWOK nodes)."""
+    import json
+
+    from rich.table import Table
+
+    from gpufleet.k8s.bench_packing import SCHEDULERS, run_bench
+    from gpufleet.lab.binaries import missing_reason
+    from gpufleet.lab.errors import LabError
+    from gpufleet.placement.cli import _default
+    from gpufleet.traces.openb import load_nodes, load_pods
+
+    chosen = scheduler or list(SCHEDULERS)
+    bad = [s for s in chosen if s not in SCHEDULERS]
+    if bad:
+        raise InputError(f"unknown scheduler {bad[0]!r}; valid: {', '.join(SCHEDULERS)}",
+                         field="--scheduler")
+    if limit is not None and limit < 1:
+        raise InputError("expected a positive number", field="--limit")
+    node_rows = load_nodes(nodes or _default("openb_node_list_gpu_node.csv"))
+    pod_reqs = [p.request for p in load_pods(pods or _default("openb_pod_list_default.csv"))]
+    reason = missing_reason()
+    if reason is not None:
+        raise InputError(reason, field="lab binaries")
+    try:
+        out = run_bench(chosen, node_rows, pod_reqs, limit=limit, seed=seed,
+                        log=lambda m: console.print(m, highlight=False))
+    except LabError as exc:
+        raise InputError(str(exc), field="lab") from None
+    table = Table("scheduler", "submitted", "bound", "unallocated %", "pods/s", "p50 s", "p99 s")
+    for r in out["results"]:
+        table.add_row(r["scheduler"], str(r["pods_submitted"]), str(r["pods_bound"]),
+                      f"{r['unallocated_pct']:.2f}", f"{r['pods_per_s']:.1f}",
+                      f"{r['latency_p50_s']:.3f}", f"{r['latency_p99_s']:.3f}")
+    Console().print(table)
+    Console().print(f"{out['nodes']} nodes, {out['gpus']} GPUs, arrived GPU load "
+                    f"{out['arrived_gpu_pct']} %, client qps/burst {out['client_qps']}/"
+                    f"{out['client_burst']} for both")
+    if json_out is not None:
+        json_out.write_text(json.dumps(out, indent=2))

@@ -1,0 +1,49 @@
+"""Every label, annotation and extended-resource name the driver reads or writes, in one place.
+
+Reads follow the conventions other components already publish: NVIDIA's device plugin
+(``nvidia.com/gpu``, ``nvidia.com/mig-<profile>`` in the "mixed" strategy), GPU Feature Discovery
+(``nvidia.com/gpu.product`` …), Karpenter's capacity type, the coscheduling plugin's pod-group
+label, and KAI scheduler's ``gpu-fraction`` annotation for fractional GPUs. Writes live under
+``gpufleet.io/`` so nothing we publish can be mistaken for another component's.
+"""
+
+from __future__ import annotations
+
+SCHEDULER_NAME = "gpufleet"
+
+# extended resources (device plugin)
+GPU_RESOURCE = "nvidia.com/gpu"
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+
+# GPU Feature Discovery node labels
+GPU_PRODUCT = "nvidia.com/gpu.product"
+GPU_COUNT = "nvidia.com/gpu.count"
+GPU_MEMORY = "nvidia.com/gpu.memory"  # MiB per GPU
+MIG_STRATEGY = "nvidia.com/mig.strategy"
+MIG_CONFIG = "nvidia.com/mig.config"
+# CUDA the driver supports: GFD >= 0.15 publishes cuda.runtime-version.*, older cuda.runtime.*;
+# cuda.driver(-version).* is the *driver* version (535, 550 …), mapped to CUDA by NVIDIA's table.
+CUDA_RUNTIME_MAJOR = ("nvidia.com/cuda.runtime-version.major", "nvidia.com/cuda.runtime.major")
+CUDA_RUNTIME_MINOR = ("nvidia.com/cuda.runtime-version.minor", "nvidia.com/cuda.runtime.minor")
+CUDA_DRIVER_MAJOR = ("nvidia.com/cuda.driver-version.major", "nvidia.com/cuda.driver.major")
+
+ZONE = "topology.kubernetes.io/zone"
+INSTANCE_TYPE = "node.kubernetes.io/instance-type"
+CAPACITY_TYPE = "karpenter.sh/capacity-type"
+UNSCHEDULABLE_TAINT_KEY = "node.kubernetes.io/unschedulable"
+
+# fractional GPUs: KAI scheduler's convention (a share of one GPU, "0.5"; optional GPU memory MiB)
+GPU_FRACTION = "gpu-fraction"
+GPU_MEMORY_REQUEST = "gpu-memory"
+
+# gangs: the coscheduling plugin's pod-group label (new and legacy spelling) and min-available
+POD_GROUP_LABELS = ("scheduling.x-k8s.io/pod-group", "pod-group.scheduling.sigs.k8s.io",
+                    "pod-group.scheduling.sigs.k8s.io/name")
+MIN_AVAILABLE_KEYS = ("scheduling.x-k8s.io/min-available",
+                      "pod-group.scheduling.sigs.k8s.io/min-available")
+
+# what gpufleet writes on a pod before binding it (docs/kubernetes.md)
+ANN_NODE = "gpufleet.io/node"  # the node the GPU assignment below belongs to
+ANN_GPUS = "gpufleet.io/gpus"  # GPU indices on that node, "0,1"
+ANN_GPU_MILLI = "gpufleet.io/gpu-milli"  # milli-GPU taken on each of them (1000 = whole)
+ANN_MIG = "gpufleet.io/mig"  # MIG instance: "<gpu>:<profile>@<start slice>"

@@ -1,0 +1,224 @@
+"""Pod objects → the request model placement consumes, and bound pods → their GPU assignment.
+
+* Whole GPUs: ``nvidia.com/gpu: N`` (limits, as the device plugin requires; requests accepted).
+* MIG: one ``nvidia.com/mig-<profile>: 1`` ("mixed" strategy); more than one instance per pod is
+  refused with a reason (placement gives a pod one MIG instance).
+* Fractional GPUs: KAI scheduler's annotation ``gpu-fraction: "0.25"`` (a share of one GPU, no
+  ``nvidia.com/gpu`` request), optionally ``gpu-memory: "<MiB>"``.
+* Node selection: ``nodeSelector`` and required node affinity (:mod:`.node_selector`); GFD's
+  ``nvidia.com/gpu.product`` (``In``) and CUDA major (``In``/``Gt``) become the request's model
+  and CUDA constraints, the rest a node mask the cycle applies.
+* Gangs: the coscheduling label ``scheduling.x-k8s.io/pod-group`` (or the legacy
+  ``pod-group.scheduling.sigs.k8s.io``) and a ``…/min-available`` annotation or label.
+
+Tolerations are kept raw and matched against the fleet's taints once the fleet is known
+(:func:`tolerated`), with Kubernetes' rules (``Exists``, ``Equal``, empty key, empty effect).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from gpufleet.catalog.gpus import GpuCatalog, default_gpu_catalog
+from gpufleet.decisions import Bind, MigSlot
+from gpufleet.k8s import names
+from gpufleet.k8s.node_selector import Selector, lift_gpu_constraints, selector_of
+from gpufleet.k8s.quantity import count, cpu_milli, memory_mib, quantity
+from gpufleet.state import GPU_MILLI, ResourceRequest
+
+TERMINAL_PHASES = ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True, slots=True)
+class PodInfo:
+    """One pod as the controller needs it; ``request`` is None when ``refusal`` says why."""
+
+    key: str  # "namespace/name": the job id decisions carry
+    namespace: str
+    name: str
+    uid: str
+    request: ResourceRequest | None
+    refusal: str | None
+    tolerations: tuple[Mapping[str, Any], ...]
+    priority: int
+    preempt_never: bool
+    created_s: float
+    node_name: str
+    scheduler: str
+    group: str | None
+    min_available: int
+    terminating: bool
+    terminal: bool
+    grace_s: int | None
+    assignment: Bind | None  # from our annotations, when they name the bound node
+    scheduled_condition: tuple[str, str] | None  # (reason, message) of PodScheduled=False
+    selector: Selector = ()  # node requirements placement's filters do not cover (() = any)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def pending(self) -> bool:
+        return not self.node_name and not self.terminal and not self.terminating
+
+    @property
+    def ours(self) -> bool:
+        return self.scheduler == names.SCHEDULER_NAME
+
+
+def parse_time(text: str | None) -> float:
+    if not text:
+        return 0.0
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def _resources(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """Effective requests: max(sum of containers, any init container), kube's rule."""
+    spec = pod.get("spec") or {}
+    total: dict[str, Any] = {}
+
+    def reqs(c: Mapping[str, Any]) -> dict[str, Any]:
+        res = c.get("resources") or {}
+        out = dict(res.get("limits") or {})
+        out.update(res.get("requests") or {})
+        return out
+
+    for c in spec.get("containers") or ():
+        for k, v in reqs(c).items():
+            q = quantity(v)
+            if q is not None:
+                total[k] = total.get(k, 0) + q
+    for c in spec.get("initContainers") or ():
+        for k, v in reqs(c).items():
+            q = quantity(v)
+            if q is not None and q > total.get(k, 0):
+                total[k] = q
+    return total
+
+
+def _group(meta: Mapping[str, Any]) -> tuple[str | None, int]:
+    labels = meta.get("labels") or {}
+    ann = meta.get("annotations") or {}
+    group = next((labels[k] for k in names.POD_GROUP_LABELS if labels.get(k)), None)
+    raw = next((src[k] for k in names.MIN_AVAILABLE_KEYS for src in (ann, labels) if k in src),
+               None)
+    n = int(raw) if raw is not None and str(raw).isdigit() else 1
+    return group, max(n, 1)
+
+
+def assignment_of(ann: Mapping[str, str], node: str, key: str) -> Bind | None:
+    """The Bind our annotations record, if they belong to ``node`` and parse."""
+    if not node or ann.get(names.ANN_NODE) != node:
+        return None
+    try:
+        if names.ANN_MIG in ann:
+            gpu, _, rest = ann[names.ANN_MIG].partition(":")
+            profile, _, start = rest.partition("@")
+            slot = MigSlot(int(gpu), profile, int(start))
+            return Bind(job_id=key, node=node, gpus=(), milli_per_gpu=0, mig=(slot,))
+        gpus_txt = ann.get(names.ANN_GPUS, "")
+        gpus = tuple(int(g) for g in gpus_txt.split(",") if g.strip())
+        milli = int(ann.get(names.ANN_GPU_MILLI, GPU_MILLI))
+        return Bind(job_id=key, node=node, gpus=gpus, milli_per_gpu=milli)
+    except ValueError:
+        return None
+
+
+def assignment_annotations(bind: Bind) -> dict[str, str | None]:
+    """What we write on a pod before binding it (None deletes a stale key)."""
+    out: dict[str, str | None] = {names.ANN_NODE: bind.node}
+    if bind.mig:
+        m = bind.mig[0]
+        out[names.ANN_MIG] = f"{m.gpu}:{m.profile}@{m.start}"
+        out[names.ANN_GPUS] = str(m.gpu)
+        out[names.ANN_GPU_MILLI] = None
+    else:
+        out[names.ANN_MIG] = None
+        out[names.ANN_GPUS] = ",".join(str(g) for g in bind.gpus)
+        out[names.ANN_GPU_MILLI] = str(bind.milli_per_gpu)
+    return out
+
+
+def request_of(
+    pod: Mapping[str, Any], cat: GpuCatalog
+) -> tuple[ResourceRequest | None, str | None]:
+    spec = pod.get("spec") or {}
+    ann = (pod.get("metadata") or {}).get("annotations") or {}
+    res = _resources(pod)
+    gpus = count(res.get(names.GPU_RESOURCE, 0))
+    migs = {k[len(names.MIG_RESOURCE_PREFIX):]: count(v) for k, v in res.items()
+            if k.startswith(names.MIG_RESOURCE_PREFIX) and count(v) > 0}
+    selector, refusal = selector_of(spec)
+    models, min_cuda, _rest = lift_gpu_constraints(selector, cat)
+    base = dict(cpu_milli=cpu_milli(res.get("cpu", 0)), memory_mib=memory_mib(res.get("memory", 0)),
+                gpu_models=models, min_cuda=min_cuda)
+    frac_txt = ann.get(names.GPU_FRACTION)
+    if refusal:
+        return None, refusal
+    if migs:
+        if gpus or len(migs) > 1 or sum(migs.values()) > 1 or frac_txt:
+            return None, "a pod may ask for one MIG instance and nothing else GPU-wise"
+        (profile,) = migs
+        return ResourceRequest(num_gpu=1, mig_profile=profile, **base), None
+    if frac_txt is not None:
+        frac = quantity(frac_txt)
+        if gpus or frac is None or not 0 < frac <= 1:
+            return None, (f"annotation {names.GPU_FRACTION}={frac_txt!r}: expected a share of one "
+                          f"GPU in (0, 1] and no {names.GPU_RESOURCE} request")
+        milli = max(1, int(frac * GPU_MILLI))
+        mem = count(ann.get(names.GPU_MEMORY_REQUEST, 0))
+        return ResourceRequest(num_gpu=1, gpu_milli=milli, gpu_memory_mib=mem, **base), None
+    return ResourceRequest(num_gpu=gpus, **base), None
+
+
+def pod_info(pod: Mapping[str, Any], catalog: GpuCatalog | None = None) -> PodInfo:
+    cat = catalog or default_gpu_catalog()
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    ns, name = meta.get("namespace", "default"), meta.get("name", "")
+    key = f"{ns}/{name}"
+    ann = dict(meta.get("annotations") or {})
+    request, refusal = request_of(pod, cat)
+    group, min_av = _group(meta)
+    node = spec.get("nodeName") or ""
+    cond = next((c for c in status.get("conditions") or () if c.get("type") == "PodScheduled"
+                 and c.get("status") == "False"), None)
+    return PodInfo(
+        key=key, namespace=ns, name=name, uid=meta.get("uid", ""),
+        request=request, refusal=refusal,
+        tolerations=tuple(spec.get("tolerations") or ()),
+        priority=int(spec.get("priority") or 0),
+        preempt_never=spec.get("preemptionPolicy") == "Never",
+        created_s=parse_time(meta.get("creationTimestamp")),
+        node_name=node, scheduler=spec.get("schedulerName") or "default-scheduler",
+        group=f"{ns}/{group}" if group else None, min_available=min_av,
+        terminating=bool(meta.get("deletionTimestamp")),
+        terminal=status.get("phase") in TERMINAL_PHASES,
+        grace_s=spec.get("terminationGracePeriodSeconds"),
+        assignment=assignment_of(ann, node, key),
+        scheduled_condition=(cond.get("reason", ""), cond.get("message", "")) if cond else None,
+        annotations=ann,
+        selector=lift_gpu_constraints(selector_of(spec)[0], cat)[2],
+    )
+
+
+def tolerates(tol: Mapping[str, Any], taint: str) -> bool:
+    """Kubernetes' toleration match against a ``key=value:Effect`` taint string."""
+    kv, _, effect = taint.rpartition(":")
+    key, _, value = kv.partition("=")
+    if tol.get("effect") and tol["effect"] != effect:
+        return False
+    op = tol.get("operator") or "Equal"
+    tkey = tol.get("key") or ""
+    if not tkey:
+        return op == "Exists"
+    if tkey != key:
+        return False
+    return op == "Exists" or (tol.get("value") or "") == value
+
+
+def tolerated(tolerations: Iterable[Mapping[str, Any]], taints: Iterable[str]) -> frozenset[str]:
+    tols = list(tolerations)
+    return frozenset(t for t in taints if any(tolerates(x, t) for x in tols))

@@ -1,0 +1,50 @@
+"""The controller's ``--config``: a simulator scenario file, unchanged.
+
+A configuration tuned in ``gpufleet simulate`` deploys as is: the file is validated by the same
+pydantic model (:class:`gpufleet.sim.scenario.Scenario`, unknown keys rejected with file, line
+and field). Keys the scheduler acts on today: ``placement`` (policy name; default the packing
+policy, or ``spread`` with ``packing: false``), ``sharing`` (false: fractional pods take whole
+GPUs, the exclusive baseline) and ``starvation_s`` (backfill limit). The provisioning, spot and
+recovery keys are validated and carried for the capacity controller.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from gpufleet.errors import InputError
+from gpufleet.k8s.snapshot import Snapshot
+from gpufleet.placement import DEFAULT_POLICY, get_policy
+from gpufleet.placement.policy import Policy
+from gpufleet.queueing import BackfillPass
+from gpufleet.sim.scenario import Scenario, default_scenario, load_scenarios
+from gpufleet.state import GPU_MILLI
+
+
+def load_config(path: Path | str | None) -> Scenario:
+    if path is None:
+        return default_scenario()
+    found = load_scenarios(path)
+    if len(found) != 1:
+        raise InputError(f"expected one scenario, found {len(found)}", path=path,
+                         field="scenarios")
+    return found[0]
+
+
+def policy_for(sc: Scenario, seed: int = 0) -> Policy:
+    name = sc.placement or (DEFAULT_POLICY if sc.packing else "spread")
+    return get_policy(name, tie_seed=seed)
+
+
+def backfill_for(sc: Scenario) -> BackfillPass:
+    return BackfillPass(sc.starvation_s)
+
+
+def apply_levers(snap: Snapshot, sc: Scenario) -> None:
+    """Without sharing a fractional pod is given a whole GPU, as the simulator's baseline does."""
+    if sc.sharing:
+        return
+    for i, p in enumerate(snap.pending):
+        if p.request is not None and p.request.is_shared:
+            snap.pending[i] = replace(p, request=replace(p.request, gpu_milli=GPU_MILLI))

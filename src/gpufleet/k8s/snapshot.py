@@ -1,0 +1,189 @@
+"""Nodes + pods from the API → a FleetState with every running pod's GPUs already taken.
+
+Level-triggered by construction: the snapshot is rebuilt from the API objects alone, so after a
+restart (or a failover) GPU assignments come back from the annotations gpufleet wrote on each pod
+before binding it. A bound pod without our annotations (another scheduler's, or bound before its
+annotations landed) gets GPUs picked the way placement's Reserve step would, on its node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from gpufleet.catalog.gpus import GpuCatalog, default_gpu_catalog
+from gpufleet.decisions import Bind, MigSlot
+from gpufleet.k8s.node_translation import NodeSpec, node_spec
+from gpufleet.k8s.pod_translation import PodInfo, pod_info
+from gpufleet.placement.gpu_select import best_fit_gpu
+from gpufleet.placement.mig import choose_mig
+from gpufleet.placement.view import pod_view
+from gpufleet.state import FleetState, ResourceRequest
+
+MigMasks = tuple[tuple[int, int, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """A running pod's share of its node, as applied to the snapshot's state."""
+
+    pod: PodInfo
+    request: ResourceRequest
+    bind: Bind
+    masks: MigMasks
+
+
+@dataclass(slots=True)
+class Snapshot:
+    state: FleetState
+    pods: dict[str, PodInfo]
+    allocations: dict[str, Allocation]
+    pending: list[PodInfo]  # ours, not bound, not terminating
+    taints: frozenset[str]
+    unaccounted: dict[str, str] = field(default_factory=dict)  # bound pod → why not counted
+
+
+def mig_masks(state: FleetState, bind: Bind, catalog: GpuCatalog) -> MigMasks | None:
+    """(gpu, slice mask, compute) per MIG slot of ``bind`` on its node's model; None if unknown."""
+    if not bind.mig:
+        return ()
+    row = state.index[bind.node]
+    model = state.model_names[state.model_id[row]] if state.model_id[row] >= 0 else ""
+    if model not in catalog or catalog[model].mig is None:
+        return None
+    out = []
+    for slot in bind.mig:
+        prof = catalog.mig_profile(model, slot.profile)
+        if prof is None or slot.start not in prof.starts or slot.gpu >= state.num_gpus[row]:
+            return None
+        out.append((slot.gpu, prof.slice_mask(slot.start), prof.compute))
+    return tuple(out)
+
+
+def _reserve(state: FleetState, req: ResourceRequest, node: str, key: str,
+             catalog: GpuCatalog) -> tuple[Bind, MigMasks] | None:
+    """GPUs for an unannotated bound pod: placement's own Reserve step on its node."""
+    row = state.index[node]
+    view = pod_view(state, req, catalog)
+    if req.mig_profile is not None:
+        slot = choose_mig(view, row)
+        if slot is None:
+            return None
+        bind = Bind(job_id=key, node=node, gpus=(), milli_per_gpu=0,
+                    mig=(MigSlot(slot.gpu, slot.profile, slot.start),))
+        return bind, ((slot.gpu, slot.mask, slot.compute),)
+    if req.num_gpu == 0:
+        return Bind(job_id=key, node=node, gpus=(), milli_per_gpu=0), ()
+    if int(view.gpu_ok[row].sum()) < req.num_gpu:
+        return None
+    gpus = best_fit_gpu(view, row, np.random.default_rng(0))
+    milli = req.gpu_milli if req.is_shared else 1000
+    return Bind(job_id=key, node=node, gpus=gpus, milli_per_gpu=milli), ()
+
+
+class ParseCache:
+    """Parsed Nodes and Pods by (name, resourceVersion): a busy cluster changes few objects
+    between two cycles, so each cycle re-parses only those (the state is still rebuilt)."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, tuple[str, NodeSpec]] = {}
+        self.pods: dict[str, tuple[str, PodInfo]] = {}
+
+    def node(self, obj: Mapping[str, Any], cat: GpuCatalog) -> NodeSpec:
+        meta = obj["metadata"]
+        rv = meta.get("resourceVersion")
+        hit = self.nodes.get(meta["name"])
+        if hit is not None and rv and hit[0] == rv:
+            return hit[1]
+        spec = node_spec(obj, cat)
+        if rv:
+            self.nodes[meta["name"]] = (rv, spec)
+        return spec
+
+    def pod(self, obj: Mapping[str, Any], cat: GpuCatalog) -> PodInfo:
+        meta = obj["metadata"]
+        rv = meta.get("resourceVersion")
+        key = f"{meta.get('namespace')}/{meta.get('name')}"
+        hit = self.pods.get(key)
+        if hit is not None and rv and hit[0] == rv:
+            return hit[1]
+        info = pod_info(obj, cat)
+        if rv:
+            self.pods[key] = (rv, info)
+        return info
+
+    def prune(self, node_names: set[str], pod_keys: set[str]) -> None:
+        for k in [k for k in self.nodes if k not in node_names]:
+            del self.nodes[k]
+        for k in [k for k in self.pods if k not in pod_keys]:
+            del self.pods[k]
+
+
+def build_snapshot(
+    nodes: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+    catalog: GpuCatalog | None = None,
+    cache: ParseCache | None = None,
+) -> Snapshot:
+    cat = catalog or default_gpu_catalog()
+    state = FleetState()
+    taints: set[str] = set()
+    node_list = sorted(nodes, key=lambda n: n["metadata"]["name"])
+    pod_list = list(pods)
+    for node in node_list:
+        spec = cache.node(node, cat) if cache is not None else node_spec(node, cat)
+        spec.add_to(state)
+        taints |= spec.info.taints
+    infos = [cache.pod(p, cat) if cache is not None else pod_info(p, cat) for p in pod_list]
+    if cache is not None:
+        cache.prune({n["metadata"]["name"] for n in node_list}, {i.key for i in infos})
+    snap = Snapshot(state=state, pods={}, allocations={}, pending=[], taints=frozenset(taints))
+    later: list[PodInfo] = []
+    for info in infos:
+        if info.terminal:
+            continue
+        snap.pods[info.key] = info
+        if info.pending:
+            if info.ours:
+                snap.pending.append(info)
+            continue
+        if not info.node_name:
+            continue  # terminating before it was ever bound: holds nothing
+        if info.assignment is not None:
+            _account(snap, info, info.assignment, cat)
+        else:
+            later.append(info)
+    for info in later:  # pods without our annotations fill what the annotated ones left
+        _account(snap, info, None, cat)
+    return snap
+
+
+def _account(snap: Snapshot, info: PodInfo, bind: Bind | None, cat: GpuCatalog) -> None:
+    state = snap.state
+    req = info.request
+    if req is None:
+        req = ResourceRequest()  # unreadable request (e.g. two MIG kinds): count nothing
+    if info.node_name not in state.index:
+        snap.unaccounted[info.key] = f"node {info.node_name} is not in the fleet"
+        return
+    if bind is None:
+        got = _reserve(state, req, info.node_name, info.key, cat)
+        if got is None:
+            snap.unaccounted[info.key] = f"no free GPUs left for it on {info.node_name}"
+            return
+        bind, masks = got
+    else:
+        found = mig_masks(state, bind, cat)
+        if found is None:
+            snap.unaccounted[info.key] = f"MIG slot {bind.mig} does not exist on {info.node_name}"
+            return
+        masks = found
+    try:
+        state.allocate(req, bind, masks)
+    except ValueError as exc:
+        snap.unaccounted[info.key] = str(exc)
+        return
+    snap.allocations[info.key] = Allocation(info, req, bind, masks)

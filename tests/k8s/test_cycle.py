@@ -1,0 +1,143 @@
+"""Snapshot restore and one scheduling cycle, on hand-written Node/Pod JSON (no API server)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpufleet.decisions import Bind, Preempt
+from gpufleet.k8s.cycle import Refuse, plan_cycle
+from gpufleet.k8s.snapshot import build_snapshot
+from gpufleet.placement import get_policy
+
+
+def node(name: str, gpus: int, product: str = "Tesla-T4", mig: int = 0) -> dict:
+    alloc = {"cpu": "32", "memory": "128Gi", "nvidia.com/gpu": str(gpus - mig)}
+    if mig:
+        alloc["nvidia.com/mig-1g.5gb"] = str(7 * mig)
+    return {"metadata": {"name": name, "labels": {"nvidia.com/gpu.product": product,
+                                                  "nvidia.com/gpu.count": str(gpus)}},
+            "spec": {}, "status": {"allocatable": alloc}}
+
+
+def pod(name: str, limits: dict | None = None, ann: dict | None = None, node_name: str = "",
+        labels: dict | None = None, t: int = 0, **spec: object) -> dict:
+    return {"metadata": {"name": name, "namespace": "ns", "annotations": ann or {},
+                         "labels": labels or {},
+                         "creationTimestamp": f"2026-01-01T00:00:{t:02d}Z"},
+            "spec": {"schedulerName": "gpufleet", "nodeName": node_name,
+                     "containers": [{"name": "c", "resources": {"limits": limits or {}}}],
+                     **spec},
+            "status": {"phase": "Running" if node_name else "Pending"}}
+
+
+POLICY = get_policy("fgd-strand", tie_seed=0)
+
+
+def plan(nodes: list, pods: list, **kw: object):
+    snap = build_snapshot(nodes, pods)
+    return snap, plan_cycle(snap, POLICY, np.random.default_rng(0), **kw)
+
+
+def test_restored_annotations_hold_their_gpus() -> None:
+    running = pod("r", {"nvidia.com/gpu": "1"}, node_name="t4",
+                  ann={"gpufleet.io/node": "t4", "gpufleet.io/gpus": "1",
+                       "gpufleet.io/gpu-milli": "1000"})
+    snap, p = plan([node("t4", 2)], [running, pod("new", {"nvidia.com/gpu": "1"})])
+    assert snap.allocations["ns/r"].bind.gpus == (1,)
+    (b,) = p.of(Bind)
+    assert (b.job_id, b.node, b.gpus) == ("ns/new", "t4", (0,))
+
+
+def test_unannotated_bound_pod_and_terminal_pods() -> None:
+    foreign = pod("f", {"nvidia.com/gpu": "2"}, node_name="t4", schedulerName="default-scheduler")
+    done = pod("d", {"nvidia.com/gpu": "2"}, node_name="t4")
+    done["status"]["phase"] = "Succeeded"
+    snap, p = plan([node("t4", 2)], [foreign, done, pod("new", {"nvidia.com/gpu": "1"})])
+    assert snap.allocations["ns/f"].bind.gpus == (0, 1) and "ns/d" not in snap.allocations
+    (r,) = p.of(Refuse)
+    assert r.job_id == "ns/new" and r.message.startswith("0/1 nodes are available: 1 insufficient")
+
+
+def test_mig_and_fraction_binds() -> None:
+    _snap, p = plan([node("a100", 2, "NVIDIA-A100-SXM4-40GB", mig=1)], [
+        pod("m", {"nvidia.com/mig-1g.5gb": "1"}, t=1),
+        pod("f1", ann={"gpu-fraction": "0.5"}, t=2),
+        pod("f2", ann={"gpu-fraction": "0.5"}, t=3)])
+    binds = {b.job_id: b for b in p.of(Bind)}
+    assert binds["ns/m"].mig[0].gpu == 1 and binds["ns/m"].mig[0].profile == "1g.5gb"
+    assert binds["ns/f1"].gpus == binds["ns/f2"].gpus == (0,)
+    assert binds["ns/f1"].milli_per_gpu == 500
+
+
+def test_gang_all_or_nothing_and_waiting_for_members() -> None:
+    g = {"scheduling.x-k8s.io/pod-group": "g"}
+    big = [pod(f"w{i}", {"nvidia.com/gpu": "1"}, labels=g,
+               ann={"scheduling.x-k8s.io/min-available": "3"}) for i in range(3)]
+    _, p = plan([node("t4", 2)], big)
+    assert not p.of(Bind) and len(p.of(Refuse)) == 3
+    assert "pod group ns/g (3 pods, all or nothing)" in p.of(Refuse)[0].message
+    _, p = plan([node("t4", 4)], big[:2])
+    assert not p.of(Bind) and "waiting for 3 members, 2 pending" in p.of(Refuse)[0].message
+    _, p = plan([node("t4", 4)], big)
+    assert sorted(b.job_id for b in p.of(Bind)) == ["ns/w0", "ns/w1", "ns/w2"]
+
+
+def test_queue_order_priority_first() -> None:
+    _, p = plan([node("t4", 1)], [pod("old", {"nvidia.com/gpu": "1"}, t=1),
+                                  pod("vip", {"nvidia.com/gpu": "1"}, t=5, priority=100)])
+    assert [b.job_id for b in p.of(Bind)] == ["ns/vip"]
+
+
+def test_preemption_evicts_the_lower_priority_pod_only() -> None:
+    low = pod("low", {"nvidia.com/gpu": "1"}, node_name="t4", priority=0,
+              ann={"gpufleet.io/node": "t4", "gpufleet.io/gpus": "0"})
+    mid = pod("mid", {"nvidia.com/gpu": "1"}, node_name="t4", priority=50,
+              ann={"gpufleet.io/node": "t4", "gpufleet.io/gpus": "1"})
+    vip = pod("vip", {"nvidia.com/gpu": "1"}, priority=10)
+    _, p = plan([node("t4", 2)], [low, mid, vip])
+    assert p.of(Preempt) == [Preempt("ns/low", "preempted by ns/vip (priority 10)")]
+    low["metadata"]["deletionTimestamp"] = "2026-01-01T00:01:00Z"
+    _, p = plan([node("t4", 2)], [low, mid, vip])  # eviction in flight: no second victim
+    assert not p.of(Preempt)
+    _, p = plan([node("t4", 2)], [low, mid, vip], preemption=False)
+    assert not p.of(Preempt)
+
+
+def test_unreadable_request_is_refused_with_reason() -> None:
+    _, p = plan([node("t4", 1)], [pod("x", {"nvidia.com/mig-1g.5gb": "2"})])
+    (r,) = p.of(Refuse)
+    assert "one MIG instance" in r.message and r.never
+
+
+def test_node_selector_masks_nodes_and_names_them_in_the_reason() -> None:
+    a, b = node("t4-a", 1), node("t4-b", 1)
+    a["metadata"]["labels"]["topology.kubernetes.io/zone"] = "za"
+    b["metadata"]["labels"]["topology.kubernetes.io/zone"] = "zb"
+    sel = {"topology.kubernetes.io/zone": "zb"}
+    snap, p = plan([a, b], [pod("p", {"nvidia.com/gpu": "1"}, nodeSelector=sel, t=1),
+                            pod("q", {"nvidia.com/gpu": "1"}, nodeSelector=sel, t=2)])
+    (bind,) = p.of(Bind)
+    assert (bind.job_id, bind.node) == ("ns/p", "t4-b")
+    (r,) = p.of(Refuse)
+    assert r.message == ("0/2 nodes are available: 1 node(s) didn't match Pod's node "
+                         "affinity/selector, 1 insufficient GPU")
+    assert snap.state.active[:2].all()  # the mask was undone
+
+
+def test_parse_cache_reuses_unchanged_objects_and_sees_changes() -> None:
+    from gpufleet.k8s.snapshot import ParseCache
+
+    cache = ParseCache()
+    n = node("t4", 2)
+    n["metadata"]["resourceVersion"] = "1"
+    p = pod("a", {"nvidia.com/gpu": "1"})
+    p["metadata"]["resourceVersion"] = "5"
+    first = build_snapshot([n], [p], cache=cache)
+    again = build_snapshot([n], [p], cache=cache)
+    assert again.pending[0] is first.pending[0]  # same parsed object: not re-parsed
+    p2 = {**p, "metadata": {**p["metadata"], "resourceVersion": "6"},
+          "spec": {**p["spec"], "nodeName": "t4"}}
+    later = build_snapshot([n], [p2], cache=cache)
+    assert not later.pending and "ns/a" in later.allocations
+    build_snapshot([n], [], cache=cache)
+    assert not cache.pods  # deleted pods leave the cache
