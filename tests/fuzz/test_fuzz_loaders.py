@@ -208,7 +208,12 @@ def test_scenario_values(items: list[dict[str, Any]]) -> None:
 @FUZZ
 @given(any_bytes(GPUS_SAMPLE))
 def test_gpu_catalog_bytes(data: bytes) -> None:
-    attempt(load_gpu_catalog, data, ".yaml")
+    def load(path: Path) -> Any:
+        aliases = path.with_name("aliases.yaml")  # no aliases: the fuzzed file is the subject
+        aliases.write_text("{}\n")
+        return load_gpu_catalog(path, aliases)
+
+    attempt(load, data, ".yaml")
 
 
 @FUZZ
