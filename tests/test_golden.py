@@ -113,7 +113,7 @@ def measure_packing(base: Path) -> dict[str, Any]:
 
 
 def measure_spot_deadline() -> dict[str, Any]:
-    from gpufleet.market.deadline_bench import (
+    from gpufleet.market.deadline.bench.protocol import (
         MAIN_SETTING,
         OPTIMAL,
         default_traces,
