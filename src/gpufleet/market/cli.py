@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from gpufleet.cli import bench_app, friendly_errors
+from gpufleet.cli_app import bench_app, friendly_errors
 from gpufleet.errors import InputError
 from gpufleet.market.deadline import DEFAULT_DEADLINE_POLICY
 from gpufleet.market.deadline.bench.protocol import (
