@@ -16,7 +16,7 @@ from gpufleet.checkpoint.notices import (
     make_watcher,
 )
 from gpufleet.checkpoint.supervisor import MAX_GRACE_S, RunConfig, Supervisor
-from gpufleet.cli import app, friendly_errors
+from gpufleet.cli_app import app, friendly_errors
 from gpufleet.outputpaths import writable_dir
 
 _console = Console(stderr=True, highlight=False, soft_wrap=True)

@@ -15,7 +15,7 @@ from kubernetes import client, config
 from kubernetes.config.config_exception import ConfigException
 from rich.console import Console
 
-from gpufleet.cli import app, bench_app, friendly_errors
+from gpufleet.cli_app import app, bench_app, friendly_errors
 from gpufleet.errors import InputError
 from gpufleet.k8s.controller import Controller
 from gpufleet.k8s.settings import load_config

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from gpufleet.cli import app, friendly_errors
+from gpufleet.cli_app import app, friendly_errors
 from gpufleet.errors import InputError
 from gpufleet.lab.cluster import LabOptions, down, load_info, running_components, up
 from gpufleet.lab.errors import LabError

@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from gpufleet.cli import app, friendly_errors
+from gpufleet.cli_app import app, friendly_errors
 from gpufleet.errors import InputError
 from gpufleet.metrics.exporter import MAX_SPEED
 from gpufleet.optiontypes import MAX_PORT, MAX_SEED, finite
