@@ -13,6 +13,8 @@ answers the question is checked against it or built from its parts:
 The rules, in the filters' order (the reasons are the filters' own, so an Unschedulable reads the
 same whichever copy answered):
 
+0. zone: a request pinned to a zone (a gang's replicas share one) fits only nodes of that zone
+   ("" = nodes without a zone);
 1. taints: every taint on the node is tolerated (NoSchedule semantics);
 2. GPU model: a request that uses GPUs (whole, shared or a MIG slice) names the node's model or
    an alias of it, case-insensitively (``"v100"`` matches ``V100-SXM2-16GB``), or names none;
@@ -42,6 +44,7 @@ from gpufleet.catalog.gpus import GpuCatalog, default_gpu_catalog, parse_version
 from gpufleet.placement.mig import legal_starts
 from gpufleet.state import GPU_MILLI, FleetState, ResourceRequest
 
+IN_ANOTHER_ZONE = "in another zone"
 UNTOLERATED_TAINT = "untolerated taint"
 MODEL_NOT_REQUESTED = "GPU model not requested"
 CUDA_UNSUPPORTED = "CUDA version unsupported"
@@ -71,6 +74,7 @@ class NodeRoom:
     mig_used: tuple[int, ...] = ()
     mig_compute_used: tuple[int, ...] = ()
     mig_compute_total: tuple[int, ...] = ()
+    zone: str = ""  # "" = no zone
 
     @property
     def gpus(self) -> int:
@@ -131,6 +135,7 @@ class NodeRoom:
             mig_compute_total=(
                 tuple(int(x) for x in state.mig_compute_total[row, :g]) if any(mig) else ()
             ),
+            zone=state.zone_names[zid] if (zid := int(state.zone_id[row])) >= 0 else "",
         )
 
 
@@ -196,6 +201,8 @@ def fits(
     """Why ``node`` cannot take ``req`` now, in the filters' order; [] = it fits."""
     cat = catalog or default_gpu_catalog()
     out: list[str] = []
+    if req.zone is not None and node.zone != req.zone:
+        out.append(IN_ANOTHER_ZONE)
     if not tolerates(node.taints, req.tolerations):
         out.append(UNTOLERATED_TAINT)
     if uses_gpu(req) and not model_allowed(req.gpu_models, node.gpu_model, cat):

@@ -20,7 +20,7 @@ never promises a layout that placement (or the driver) would refuse: two 3g.20gb
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache, lru_cache
 
 from gpufleet.catalog.gpus import MigSpec, default_gpu_catalog
@@ -184,8 +184,11 @@ def fits_shape(req: ResourceRequest, shape: NodeShape) -> bool:
 
 @lru_cache(maxsize=1 << 16)
 def shape_misfits(req: ResourceRequest, shape: NodeShape) -> tuple[str, ...]:
-    """Why an empty node of ``shape`` cannot take ``req`` (placement's reasons); () = it can."""
-    return tuple(fits(req, shape.empty_room()))
+    """Why an empty node of ``shape`` cannot take ``req`` (placement's reasons); () = it can.
+
+    A shape has no zone yet (the launch picks it), so a zone pin is not a reason here."""
+    return tuple(fits(replace(req, zone=None) if req.zone is not None else req,
+                      shape.empty_room()))
 
 
 def size_key(req: ResourceRequest) -> tuple[int, int, int]:
