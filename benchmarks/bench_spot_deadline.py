@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gpufleet.errors import MissingDataError
-from gpufleet.market.deadline_bench import (
+from gpufleet.market.deadline.bench.protocol import (
     ALL_SETTINGS,
     MAIN_SETTING,
     OPTIMAL,

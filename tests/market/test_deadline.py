@@ -21,8 +21,8 @@ from gpufleet.market.deadline import (
     list_deadline_policies,
     safety_net,
 )
-from gpufleet.market.deadline_optimal import optimal_costs
-from gpufleet.market.deadline_sim import run_batch, run_controller
+from gpufleet.market.deadline.bench.optimal import optimal_costs
+from gpufleet.market.deadline.bench.ticksim import run_batch, run_controller
 
 JOB = DeadlineJob(task_s=1000, deadline_s=2000, overhead_s=200, gap_s=100)
 SP = JOB.tick_cost(Choice.SPOT)

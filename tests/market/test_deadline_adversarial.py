@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from gpufleet.market.deadline import Choice, DeadlineController, DeadlineJob, get_deadline_policy
-from gpufleet.market.deadline_sim import run_controller
+from gpufleet.market.deadline.bench.ticksim import run_controller
 
 Adversary = Callable[[Choice, np.random.Generator, int], int]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpufleet.market.deadline_bench import (
+from gpufleet.market.deadline.bench.protocol import (
     ALL_SETTINGS,
     MAIN_SETTING,
     load_traces,

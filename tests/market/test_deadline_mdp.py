@@ -11,14 +11,14 @@ import math
 import numpy as np
 import pytest
 
-from gpufleet.market import deadline_mdp as mdp
 from gpufleet.market.deadline import (
     DEFAULT_DEADLINE_POLICY,
     Choice,
     DeadlineJob,
     get_deadline_policy,
+    mdp,
 )
-from gpufleet.market.deadline_sim import run_batch
+from gpufleet.market.deadline.bench.ticksim import run_batch
 
 JOB = DeadlineJob(task_s=1000, deadline_s=2000, overhead_s=200, gap_s=100)
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from gpufleet.market.deadline import DeadlineJob, get_deadline_policy
-from gpufleet.market.deadline_sim import run_batch, run_controller, start_indices, windows
+from gpufleet.market.deadline.bench.ticksim import run_batch, run_controller, start_indices, windows
 from gpufleet.traces.spot_availability import load_availability
 
 TRACES = "spot-traces/availability/1-node/aws-02-15-2023"

@@ -10,7 +10,7 @@ from rich.console import Console
 
 from gpufleet.checkpoint.notices import DEFAULT_POLL_S, PROVIDERS, make_watcher
 from gpufleet.checkpoint.supervisor import RunConfig, Supervisor
-from gpufleet.cli import app, friendly_errors
+from gpufleet.cli_app import app, friendly_errors
 from gpufleet.errors import InputError
 
 _console = Console(stderr=True, highlight=False, soft_wrap=True)

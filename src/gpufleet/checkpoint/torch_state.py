@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import io
 import random
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
-from gpufleet.checkpoint.codec import Sink
+if TYPE_CHECKING:  # annotation only: codec imports this module lazily for its torch codec
+    from gpufleet.checkpoint.codec import Sink
 
 
 class TorchCodec:

@@ -19,7 +19,7 @@ from decimal import Decimal
 from typing import Protocol
 
 from gpufleet.decisions import CapacityType, Launch
-from gpufleet.errors import InputError
+from gpufleet.registry import Registry
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,31 +48,19 @@ class SpotStrategy(Protocol):
         ...
 
 
-_REGISTRY: dict[str, Callable[..., SpotStrategy]] = {}
 DEFAULT_SPOT_STRATEGY = "capacity-aware"
-
-
-def register(name: str) -> Callable[[Callable[..., SpotStrategy]], Callable[..., SpotStrategy]]:
-    def deco(factory: Callable[..., SpotStrategy]) -> Callable[..., SpotStrategy]:
-        _REGISTRY[name] = factory
-        return factory
-
-    return deco
+STRATEGIES: Registry[Callable[..., SpotStrategy]] = Registry(
+    "spot strategy", field="spot_strategy", default=DEFAULT_SPOT_STRATEGY
+)
+register = STRATEGIES.register
 
 
 def get_spot_strategy(name: str = DEFAULT_SPOT_STRATEGY, **kwargs: object) -> SpotStrategy:
-    try:
-        factory = _REGISTRY[name]
-    except KeyError:
-        raise InputError(
-            f"unknown spot strategy {name!r}; valid: {', '.join(sorted(_REGISTRY))}",
-            field="spot_strategy",
-        ) from None
-    return factory(**kwargs)
+    return STRATEGIES.get(name)(**kwargs)
 
 
 def list_spot_strategies() -> list[str]:
-    return sorted(_REGISTRY)
+    return STRATEGIES.names()
 
 
 def _launch(it: str, zone: str, n: int, max_price: Decimal, why: str) -> Launch:

@@ -9,10 +9,10 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from gpufleet.cli import bench_app, friendly_errors
+from gpufleet.cli_app import bench_app, friendly_errors
 from gpufleet.errors import InputError
 from gpufleet.market.deadline import DEFAULT_DEADLINE_POLICY
-from gpufleet.market.deadline_bench import (
+from gpufleet.market.deadline.bench.protocol import (
     ALL_SETTINGS,
     Setting,
     check_policies,

@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from gpufleet.cli import app, err_console, friendly_errors
+from gpufleet.cli_app import app, err_console, friendly_errors
 from gpufleet.metrics.exporter import SimulatorUnavailable, serve_nvml, serve_sim
 from gpufleet.metrics.nvml import NvmlUnavailable
 

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from gpufleet.cli import bench_app, friendly_errors
+from gpufleet.cli_app import bench_app, friendly_errors
 from gpufleet.datapaths import data_dir
 from gpufleet.errors import InputError, MissingDataError
 from gpufleet.placement.registry import DEFAULT_POLICY, describe_policies, list_policies

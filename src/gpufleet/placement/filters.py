@@ -1,8 +1,10 @@
 """Filter plugins: which nodes could host the pod *now*. Each is one vectorised mask.
 
 Like kube-scheduler's Filter extension point, every plugin is small and independent and a node
-must pass all of them. A filter never scores and never mutates; the policy counts how many nodes
-each filter rejected so an Unschedulable carries kube's "0/N nodes are available: …" reason.
+must pass all of them. Each is the vectorised form of one rule of ``placement.fit.fits`` (the
+scalar reference they are tested against) and reports that rule's reason. A filter never
+scores and never mutates; the policy counts how many nodes each filter rejected so an
+Unschedulable carries kube's "0/N nodes are available: …" reason.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Protocol
 import numpy as np
 
 from gpufleet.catalog.gpus import parse_version
+from gpufleet.placement import fit
 from gpufleet.placement.mig import mig_ok
 from gpufleet.placement.view import PodView
 
@@ -25,7 +28,7 @@ class Filter(Protocol):
 
 class CpuFit:
     name = "cpu"
-    reason = "insufficient CPU"
+    reason = fit.INSUFFICIENT_CPU
 
     def __call__(self, view: PodView) -> np.ndarray:
         return view.cpu_free >= view.req.cpu_milli
@@ -33,7 +36,7 @@ class CpuFit:
 
 class MemoryFit:
     name = "memory"
-    reason = "insufficient memory"
+    reason = fit.INSUFFICIENT_MEMORY
 
     def __call__(self, view: PodView) -> np.ndarray:
         return view.mem_free >= view.req.memory_mib
@@ -43,7 +46,7 @@ class GpuModelFit:
     """``gpu_models`` (openb's ``gpu_spec``) is a hard constraint for pods that use GPUs."""
 
     name = "gpu-model"
-    reason = "GPU model not requested"
+    reason = fit.MODEL_NOT_REQUESTED
 
     def __call__(self, view: PodView) -> np.ndarray:
         if view.req.num_gpu == 0 and view.req.mig_profile is None:
@@ -55,7 +58,7 @@ class GpuMemoryFit:
     """Enough GPUs with the requested free GPU memory each."""
 
     name = "gpu-memory"
-    reason = "insufficient GPU memory"
+    reason = fit.INSUFFICIENT_GPU_MEMORY
 
     def __call__(self, view: PodView) -> np.ndarray:
         req = view.req
@@ -68,7 +71,7 @@ class GpuCountFit:
     """Shared pods need one GPU with ``gpu_milli`` left; whole-GPU pods need fully idle GPUs."""
 
     name = "gpu"
-    reason = "insufficient GPU"
+    reason = fit.INSUFFICIENT_GPU
 
     def __call__(self, view: PodView) -> np.ndarray:
         req = view.req
@@ -85,7 +88,7 @@ class CudaFit:
     """
 
     name = "cuda"
-    reason = "CUDA version unsupported"
+    reason = fit.CUDA_UNSUPPORTED
 
     def __call__(self, view: PodView) -> np.ndarray:
         need = view.req.min_cuda
@@ -106,7 +109,7 @@ class TaintToleration:
     """Every taint on the node must be tolerated (NoSchedule semantics)."""
 
     name = "taints"
-    reason = "untolerated taint"
+    reason = fit.UNTOLERATED_TAINT
 
     def __call__(self, view: PodView) -> np.ndarray:
         tol = view.state.toleration_mask(view.req.tolerations)
@@ -128,7 +131,7 @@ class ZoneFit:
 
 class MigFit:
     name = "mig"
-    reason = "no MIG slice of that profile"
+    reason = fit.NO_MIG_SLOT
 
     def __call__(self, view: PodView) -> np.ndarray:
         if view.req.mig_profile is None:

@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 
-from gpufleet.errors import InputError
 from gpufleet.placement.gpu_select import GpuPicker, nvlink_gpu, random_gpu, worst_fit_gpu
 from gpufleet.placement.policy import Policy
 from gpufleet.placement.scorers.fgd import FgdScore
@@ -29,6 +28,7 @@ from gpufleet.placement.scorers.stranding import StrandingScore
 from gpufleet.placement.scorers.topology import NvlinkTopologyScore
 from gpufleet.placement.typical import DEFAULT_TYPICAL_TASKS, TypicalTasks
 from gpufleet.placement.view import PodView
+from gpufleet.registry import Registry
 from gpufleet.state import ResourceRequest
 
 Factory = Callable[..., Policy]
@@ -41,24 +41,27 @@ class _Entry:
     published: bool
 
 
-_REGISTRY: dict[str, _Entry] = {}
+DEFAULT_POLICY = "fgd-strand"
+POLICIES: Registry[_Entry] = Registry(
+    "placement policy", field="policy", default=DEFAULT_POLICY, sort=False
+)
 
 
 def register(name: str, summary: str, *, published: bool = False) -> Callable[[Factory], Factory]:
     def deco(factory: Factory) -> Factory:
-        _REGISTRY[name] = _Entry(factory, summary, published)
+        POLICIES.add(name, _Entry(factory, summary, published))
         return factory
 
     return deco
 
 
 def list_policies() -> list[str]:
-    return list(_REGISTRY)
+    return POLICIES.names()
 
 
 def describe_policies() -> list[tuple[str, str, bool]]:
     """(name, one-line summary, is a published FGD-paper baseline)."""
-    return [(n, e.summary, e.published) for n, e in _REGISTRY.items()]
+    return [(n, e.summary, e.published) for n, e in POLICIES.items()]
 
 
 def get_policy(
@@ -70,11 +73,7 @@ def get_policy(
 ) -> Policy:
     """The named policy. ``tie_seed`` breaks score ties by a fixed seeded node order instead of
     a fresh random draw per pod."""
-    entry = _REGISTRY.get(name)
-    if entry is None:
-        raise InputError(
-            f"unknown placement policy {name!r}; valid: {', '.join(_REGISTRY)}", field="policy"
-        )
+    entry = POLICIES.get(name)
     tasks: TypicalTasks = list(typical_tasks) if typical_tasks else DEFAULT_TYPICAL_TASKS
     policy = entry.factory(tasks)
     return policy if tie_seed is None else dataclasses.replace(policy, tie_seed=tie_seed)
@@ -189,5 +188,3 @@ def _fgd_strand(tasks: TypicalTasks) -> Policy:
         tie_seed=0,
     )
 
-
-DEFAULT_POLICY = "fgd-strand"

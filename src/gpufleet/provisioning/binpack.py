@@ -2,9 +2,12 @@
 
 Used by scale-up ("how many nodes of this type does the pending set need?"), by the in-flight
 accounting ("which pending pods will the nodes already booting absorb?") and by consolidation
-("do this node's pods fit in the others' free space?"). It mirrors the placement rules at the
-granularity a provisioner needs: a multi-GPU pod takes whole idle GPUs; a shared pod takes
-``gpu_milli`` on one GPU (best fit); CPU and memory must fit too.
+("do this node's pods fit in the others' free space?"). It applies placement's fit rule
+(``gpufleet.placement.fit``) at the granularity a provisioner needs: whether a node can take a pod
+at all (model through the aliases, driver and per-model CUDA limit, taints, MIG mode, sizes) is
+``fits`` asked of an empty node of the shape, and the room left as pods are packed is tracked per
+GPU in milli-GPU *and* GPU memory: a multi-GPU pod takes whole idle GPUs; a shared pod takes
+``gpu_milli`` and its ``gpu_memory_mib`` on one GPU (best fit); CPU and memory must fit too.
 
 MIG: a node shape with ``mig_compute > 0`` is a node whose GPUs are all in MIG mode (it offers
 slices, never milli-GPU). A MIG pod takes one instance of its profile on such a node, on the
@@ -18,9 +21,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, lru_cache
 
 from gpufleet.catalog.gpus import MigSpec, default_gpu_catalog
+from gpufleet.placement.fit import NodeRoom, fits, gpu_takes
 from gpufleet.placement.mig import best_mig_slot  # the placement rule itself, not a copy
 from gpufleet.state import GPU_MILLI, ResourceRequest
 
@@ -42,10 +46,17 @@ class NodeShape:
     gpu_memory_mib: int = 0
     cuda_driver: int = 0
     mig_compute: int = 0  # > 0: every GPU is in MIG mode with this many compute slices
+    taints: frozenset[str] = frozenset()  # NoSchedule taints every node of the shape carries
 
     @property
     def mig(self) -> bool:
         return self.mig_compute > 0
+
+    def empty_room(self) -> NodeRoom:
+        """A node of this shape with nothing bound, as the fit rule reads it."""
+        return NodeRoom.empty(self.gpu_model, self.gpus, self.cpu_milli, self.memory_mib,
+                              self.gpu_memory_mib, self.cuda_driver, self.taints,
+                              self.mig_compute)
 
 
 def mig_spec(gpu_model: str) -> MigSpec | None:
@@ -74,7 +85,8 @@ def gpu_milli_of(req: ResourceRequest) -> int:
 
 @dataclass(slots=True)
 class Bin:
-    """A node being filled: free milli per GPU, CPU, memory (MIG: used slices per GPU)."""
+    """A node being filled: free milli and GPU memory per GPU, CPU, memory (MIG: used slices
+    per GPU). ``gpu_mem`` left empty means every GPU's memory is free (the shape's)."""
 
     shape: NodeShape
     free: list[int]
@@ -84,6 +96,11 @@ class Bin:
     items: list[int] = field(default_factory=list)
     mig_used: list[int] = field(default_factory=list)  # memory-slice bitmask per GPU
     mig_compute_used: list[int] = field(default_factory=list)
+    gpu_mem: list[int] = field(default_factory=list)  # free GPU memory (MiB) per GPU
+
+    def __post_init__(self) -> None:
+        if not self.gpu_mem:
+            self.gpu_mem = [self.shape.gpu_memory_mib] * self.shape.gpus
 
     @classmethod
     def empty(cls, shape: NodeShape, tag: str = "") -> Bin:
@@ -106,7 +123,7 @@ class Bin:
 
     def take(self, req: ResourceRequest) -> bool:
         """Claim room for ``req`` if it fits; False leaves the bin unchanged."""
-        if req.cpu_milli > self.cpu or req.memory_mib > self.mem:
+        if req.cpu_milli > self.cpu or req.memory_mib > self.mem or not fits_shape(req, self.shape):
             return False
         if req.num_gpu == 0 and req.mig_profile is None:
             self.cpu -= req.cpu_milli
@@ -118,17 +135,19 @@ class Bin:
         elif req.num_gpu == 1 and req.gpu_milli < GPU_MILLI:
             best = -1
             for g, f in enumerate(self.free):
-                if f >= req.gpu_milli and (best < 0 or f < self.free[best]):
+                if gpu_takes(req, f, self.gpu_mem[g], False) and (best < 0 or f < self.free[best]):
                     best = g
             if best < 0:
                 return False
             self.free[best] -= req.gpu_milli
+            self.gpu_mem[best] -= req.gpu_memory_mib
         else:
-            idle = [g for g, f in enumerate(self.free) if f == GPU_MILLI]
+            idle = [g for g, f in enumerate(self.free) if gpu_takes(req, f, self.gpu_mem[g], False)]
             if len(idle) < req.num_gpu:
                 return False
             for g in idle[: req.num_gpu]:
                 self.free[g] = 0
+                self.gpu_mem[g] -= req.gpu_memory_mib
         self.cpu -= req.cpu_milli
         self.mem -= req.memory_mib
         return True
@@ -157,25 +176,16 @@ class Bin:
 
 
 def fits_shape(req: ResourceRequest, shape: NodeShape) -> bool:
-    """Could ``req`` run on an empty node of ``shape`` at all (model, MIG mode, CUDA, sizes)?"""
-    if req.mig_profile is not None:
-        if not shape.mig:
-            return False
-        spec = mig_spec(shape.gpu_model)
-        if spec is None or req.mig_profile not in spec.profiles:
-            return False
-    elif req.num_gpu > 0 and shape.mig:
-        return False  # MIG GPUs offer no whole or fractional GPUs
-    if req.num_gpu > 0:
-        if req.gpu_models is not None and shape.gpu_model not in req.gpu_models:
-            return False
-        if req.num_gpu > shape.gpus:
-            return False
-        if req.gpu_memory_mib and req.gpu_memory_mib > shape.gpu_memory_mib:
-            return False
-    if req.min_cuda and shape.cuda_driver and req.min_cuda > shape.cuda_driver:
-        return False
-    return req.cpu_milli <= shape.cpu_milli and req.memory_mib <= shape.memory_mib
+    """Could ``req`` run on an empty node of ``shape`` at all (model, MIG mode, CUDA, taints,
+    sizes)? Placement's fit rule asked of an empty node; cached, as the same few requests and
+    shapes are asked again on every scan."""
+    return not shape_misfits(req, shape)
+
+
+@lru_cache(maxsize=1 << 16)
+def shape_misfits(req: ResourceRequest, shape: NodeShape) -> tuple[str, ...]:
+    """Why an empty node of ``shape`` cannot take ``req`` (placement's reasons); () = it can."""
+    return tuple(fits(req, shape.empty_room()))
 
 
 def size_key(req: ResourceRequest) -> tuple[int, int, int]:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from gpufleet.decisions import Requeue
-from gpufleet.errors import InputError
+from gpufleet.registry import Registry
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,33 +55,20 @@ class RecoveryStrategy(Protocol):
     def on_notice(self, view: NoticeView) -> RecoveryPlan: ...
 
 
-_REGISTRY: dict[str, Callable[[], RecoveryStrategy]] = {}
 DEFAULT_RECOVERY = "checkpoint-requeue"
-
-
 Factory = Callable[[], RecoveryStrategy]
-
-
-def register(name: str) -> Callable[[Factory], Factory]:
-    def deco(factory: Factory) -> Factory:
-        _REGISTRY[name] = factory
-        return factory
-
-    return deco
+STRATEGIES: Registry[Factory] = Registry(
+    "recovery strategy", field="recovery", default=DEFAULT_RECOVERY
+)
+register = STRATEGIES.register
 
 
 def get_recovery_strategy(name: str = DEFAULT_RECOVERY) -> RecoveryStrategy:
-    try:
-        return _REGISTRY[name]()
-    except KeyError:
-        raise InputError(
-            f"unknown recovery strategy {name!r}; valid: {', '.join(sorted(_REGISTRY))}",
-            field="recovery",
-        ) from None
+    return STRATEGIES.get(name)()
 
 
 def list_recovery_strategies() -> list[str]:
-    return sorted(_REGISTRY)
+    return STRATEGIES.names()
 
 
 def _resume_point(v: NoticeView) -> tuple[float, bool]:

@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from gpufleet.cli import app, friendly_errors
+from gpufleet.cli_app import app, friendly_errors
 from gpufleet.errors import InputError
 from gpufleet.sim.report import add_relative, rich_table, view_tables, write_outputs
 from gpufleet.sim.scenario import (

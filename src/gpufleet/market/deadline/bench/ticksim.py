@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpufleet.market.deadline import (
+from gpufleet.market.deadline.controller import (
     DONE_EPS_S,
     BatchRule,
     Choice,

@@ -21,7 +21,7 @@ import math
 import numpy as np
 
 from gpufleet.errors import InputError
-from gpufleet.market.deadline import Choice, DeadlineJob
+from gpufleet.market.deadline.controller import Choice, DeadlineJob
 
 
 def lattice_unit(job: DeadlineJob) -> int:

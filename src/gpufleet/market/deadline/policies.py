@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpufleet.market.deadline import BatchRule, Choice, DeadlineJob, register, safety_net
+from gpufleet.market.deadline.controller import BatchRule, Choice, DeadlineJob, safety_net
+from gpufleet.market.deadline.registry import register
 
 IDLE, SPOT, OD = np.int8(Choice.IDLE), np.int8(Choice.SPOT), np.int8(Choice.ON_DEMAND)
 

@@ -1,7 +1,7 @@
 """The spot-deadline benchmark (``shared/benchmarks/spot-deadline-protocol.md``), as a library.
 
 Per trace: L = ceil(80 h / gap) + 2 ticks per run, 300 evenly spaced starts, every policy run on
-all starts at once (:func:`~gpufleet.market.deadline_sim.run_batch`), the optimum by the exact DP.
+all starts at once (:func:`~gpufleet.market.ticksim.run_batch`), the optimum by the exact DP.
 The CLI (``gpufleet bench spot-deadline``) and ``benchmarks/bench_spot_deadline.py`` both call
 :func:`run_setting` and :func:`render`.
 """
@@ -18,9 +18,10 @@ from rich.table import Table
 
 from gpufleet.datapaths import data_file
 from gpufleet.errors import InputError
-from gpufleet.market.deadline import DeadlineJob, get_deadline_policy, list_deadline_policies
-from gpufleet.market.deadline_optimal import optimal_costs
-from gpufleet.market.deadline_sim import run_batch, windows
+from gpufleet.market.deadline.bench.optimal import optimal_costs
+from gpufleet.market.deadline.bench.ticksim import run_batch, windows
+from gpufleet.market.deadline.controller import DeadlineJob
+from gpufleet.market.deadline.registry import get_deadline_policy, list_deadline_policies
 from gpufleet.traces.spot_availability import AvailabilityTrace, load_availability
 
 OPTIMAL = "optimal"

@@ -45,8 +45,9 @@ from collections import OrderedDict
 
 import numpy as np
 
-from gpufleet.market.deadline import BatchRule, Choice, DeadlineJob, register, safety_net
-from gpufleet.market.deadline_ours import ReserveRule
+from gpufleet.market.deadline.controller import BatchRule, Choice, DeadlineJob, safety_net
+from gpufleet.market.deadline.ours import ReserveRule
+from gpufleet.market.deadline.registry import register
 
 IDLE, SPOT, OD = np.int8(Choice.IDLE), np.int8(Choice.SPOT), np.int8(Choice.ON_DEMAND)
 
@@ -248,6 +249,5 @@ def _smdp(job: DeadlineJob, n: int) -> BatchRule:
     return SmdpRule(job, n)
 
 
-register("smdp", "markov's reserve for waiting; return to spot by a learned semi-Markov DP")(
-    _smdp
-)
+register("smdp", "markov's reserve for waiting; return to spot by a learned semi-Markov DP",
+         aliases=("ours",))(_smdp)

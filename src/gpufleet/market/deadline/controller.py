@@ -1,20 +1,11 @@
-"""Spot, on-demand or wait: the per-tick capacity choice of a checkpointed job with a deadline.
+"""The deadline controller's contract: the job, the per-tick choice, the safety net, batch rules.
 
-This is the NSDI'24 "Can't Be Late" setting (see ``docs/spot-deadline.md``). Every tick of the
-zone's availability process the job's controller picks :class:`Choice` ``IDLE``, ``SPOT`` or
-``ON_DEMAND``. A controller reads only what the job has seen — time, work done, what it holds,
-overhead still to pay, spot availability now and before — never the future and never a clock,
-so the same controller drives the benchmark and the fleet simulator's deadline lever.
-
-Policies are looked up by name (``get_deadline_policy``); an unknown name fails listing the valid
-ones. Each decision ends with the shared :func:`safety_net`, which is what makes a deadline miss
-impossible whatever the policy's heuristic proposed.
-
-Example (main setting, gap 195 s, C 48 h, D 60 h, d 0.2 h): an idle job at t = 50 h with
-rem = 9.5 h of work left has R = floor(10 h / 195 s)·195 s = 9.967 h and
-T2 = ceil((9.5 h + 0.4 h)/195 s)·195 s = 9.913 h < R: an idle job may still wait. One idle
-tick later R = 9.913 h = T2 and the net moves it to on-demand, with T1 = 9.75 h still < R:
-the room for one more switch is what lets it return to spot if the policy asks.
+A controller reads only what the job has seen (time, work done, capacity held, overhead still to
+pay, spot availability now and before) and returns a :class:`Choice`; every policy ends its
+decision with :func:`safety_net`. Policies are written once as a :class:`BatchRule` over n jobs
+and run one job at a time through :class:`RuleController` (the fleet simulator) or many starts at
+once (the benchmark), so the two paths cannot disagree. The package docstring
+(``gpufleet.market.deadline``) walks through the setting and an example.
 """
 
 from __future__ import annotations
@@ -214,45 +205,3 @@ class RulePolicy:
 
     def batch(self, job: DeadlineJob, n: int) -> BatchRule:
         return self.factory(job, n)
-
-
-_REGISTRY: dict[str, RulePolicy] = {}
-_ALIASES: dict[str, str] = {}
-
-
-def register(name: str, summary: str) -> Callable[[RuleFactory], RuleFactory]:
-    """Register a BatchRule factory under ``name`` (decorator, SkyPilot-style)."""
-
-    def deco(factory: RuleFactory) -> RuleFactory:
-        if name in _REGISTRY:
-            raise ValueError(f"deadline policy {name!r} registered twice")
-        _REGISTRY[name] = RulePolicy(name=name, factory=factory, summary=summary)
-        return factory
-
-    return deco
-
-
-def _ensure_loaded() -> None:
-    # The policies live in their own modules; importing them fills the registry.
-    from gpufleet.market import deadline_mdp, deadline_ours, deadline_policies  # noqa: F401
-
-    _ALIASES.setdefault("ours", DEFAULT_DEADLINE_POLICY)
-
-
-def list_deadline_policies() -> list[str]:
-    """Registered online policy names (the benchmark adds the offline ``optimal``)."""
-    _ensure_loaded()
-    return sorted(_REGISTRY)
-
-
-def get_deadline_policy(name: str) -> RulePolicy:
-    """The policy called ``name`` (``ours`` is the default); unknown names list the valid ones."""
-    _ensure_loaded()
-    key = _ALIASES.get(name, name)
-    if key not in _REGISTRY:
-        valid = ", ".join([*sorted(_REGISTRY), *sorted(_ALIASES)])
-        raise InputError(f"unknown deadline policy {name!r}; valid: {valid}", field="policy")
-    return _REGISTRY[key]
-
-
-DEFAULT_DEADLINE_POLICY = "smdp"

@@ -1,0 +1,46 @@
+"""The typer apps every feature command registers on, and the InputError wrapper they share.
+
+A leaf module: feature CLIs (``gpufleet.<feature>.cli``) import it to register their commands,
+and ``gpufleet.cli`` (the entry point) imports the feature CLIs, so the dependency arrow points
+one way: ``cli`` → ``<feature>.cli`` → ``cli_app``. Every command turns :class:`InputError` into
+one red line and exit status 2: bad input never ends in a traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import typer
+from rich.console import Console
+
+from gpufleet.errors import InputError
+
+app = typer.Typer(
+    name="gpufleet",
+    help="Make rented GPU compute cheap and busy: placement, autoscaling, spot, recovery, cost.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+bench_app = typer.Typer(
+    help="Reproducible benchmarks against published results.", no_args_is_help=True
+)
+app.add_typer(bench_app, name="bench")
+
+err_console = Console(stderr=True)
+
+
+def friendly_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap a command so InputError prints one line naming file/line/field and exits 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except InputError as exc:
+            err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+            raise typer.Exit(code=2) from None
+
+    return wrapper
