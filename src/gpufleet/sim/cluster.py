@@ -18,7 +18,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from decimal import Decimal
 
 import numpy as np
@@ -26,6 +26,12 @@ import numpy as np
 from gpufleet.catalog.commitments import on_demand_rate
 from gpufleet.catalog.gpus import default_gpu_catalog
 from gpufleet.catalog.instances import InstanceType
+from gpufleet.control.admission import (
+    SPOT_TAINT,
+    effective_request,
+    request_now,
+    tolerates_spot,
+)
 from gpufleet.decisions import Bind, CapacityType, Launch, Preempt, Terminate
 from gpufleet.errors import InputError
 from gpufleet.market.bidding import get_spot_strategy
@@ -57,8 +63,6 @@ from gpufleet.sim.sizing import demand_quantile_milli
 from gpufleet.sim.spot import SpotMarket
 from gpufleet.state import GPU_MILLI, FleetState, NodeInfo, ResourceRequest
 from gpufleet.traces.jobs import JobSpec
-
-SPOT_TAINT = "karpenter.sh/capacity-type=spot"
 
 # event kinds (dispatch table index) and priorities at equal times
 ARRIVAL, FINISH, READY, NOTICE, GONE, SCAN, PASS, SAMPLE, CKPT_DONE, DEADLINE, FAIL = range(11)
@@ -114,13 +118,6 @@ def peak_demand_milli(jobs: list[JobSpec], sharing: bool) -> int:
     wa = np.array(w + [-x for x in w], dtype=np.int64)
     order = np.lexsort((wa, t))  # ends before starts at equal times
     return int(np.cumsum(wa[order]).max())
-
-
-def mig_models(req: ResourceRequest) -> frozenset[str]:
-    """GPU models (of the request's constraint, if any) that offer its MIG profile."""
-    cat = default_gpu_catalog()
-    names = req.gpu_models or frozenset(cat.models)
-    return frozenset(m for m in names if m in cat and cat.mig_profile(m, req.mig_profile or ""))
 
 
 class ClusterSim:
@@ -220,28 +217,8 @@ class ClusterSim:
         self.typical = TypicalLearner()
         return get_policy(name)
 
-    def _effective(self, spec: JobSpec) -> ResourceRequest:
-        r = spec.request
-        if r.mig_profile is not None:
-            models = mig_models(r)
-            if not models:
-                raise InputError(
-                    f"job {spec.job_id}: no catalogued GPU offers MIG profile {r.mig_profile!r}",
-                    field="mig_profile",
-                )
-            if self.sc.sharing:
-                r = replace(r, num_gpu=1, gpu_models=models)
-            else:  # the exclusive baseline: one whole GPU of a model that offers the profile
-                r = replace(r, mig_profile=None, num_gpu=1, gpu_milli=GPU_MILLI,
-                            gpu_models=models)
-        if not self.sc.sharing and r.gpu_milli < GPU_MILLI:
-            r = replace(r, gpu_milli=GPU_MILLI)
-        if self.sc.spot and spec.interruptible:
-            r = replace(r, tolerations=r.tolerations | {SPOT_TAINT})
-        return r
-
     def _job(self, i: int, spec: JobSpec) -> JobRun:
-        req = self._effective(spec)
+        req = effective_request(spec, self.sc.sharing, self.sc.spot)
         key = (req, spec.replicas)
         shape = self._shapes.setdefault(key, len(self._shapes))
         return JobRun(i, spec, req, shape)
@@ -436,7 +413,7 @@ class ClusterSim:
             if tasks is not None:
                 self.policy.set_typical_tasks(tasks)  # type: ignore[attr-defined]
         if self._deadline_ctl is not None and j.spec.deadline_s is not None and (
-            SPOT_TAINT in j.req.tolerations
+            tolerates_spot(j.req)
         ):
             self._deadline_live.add(idx)
             # the guards need an autoscaler: on a fixed spot fleet on-demand capacity is only
@@ -526,7 +503,7 @@ class ClusterSim:
 
     def _try_start(self, idx: int) -> bool:
         j = self.jobs[idx]
-        req = self._request_now(j)
+        req = request_now(j.req, j.on_demand_only)
         state = self.state
         if j.spec.replicas == 1:
             res = self.policy.place(state, req, self.rng)  # type: ignore[attr-defined]
@@ -541,11 +518,6 @@ class ClusterSim:
         self._dequeue(j)
         self._start(j, req, placed)
         return True
-
-    def _request_now(self, j: JobRun) -> ResourceRequest:
-        if j.on_demand_only and SPOT_TAINT in j.req.tolerations:
-            return replace(j.req, tolerations=j.req.tolerations - {SPOT_TAINT})
-        return j.req
 
     def _start(self, j: JobRun, req: ResourceRequest, placed: list[PlacementResult]) -> None:
         now = self.now
@@ -1037,8 +1009,8 @@ class ClusterSim:
         pods = []
         for _, i in self.pending[: self.scale_up.max_pods]:
             j = self.jobs[i]
-            req = self._request_now(j)
-            spot_ok = SPOT_TAINT in req.tolerations
+            req = request_now(j.req, j.on_demand_only)
+            spot_ok = tolerates_spot(req)
             urgent = self._urgent(j, now)
             for _r in range(j.spec.replicas):
                 pods.append(PendingPod(j.spec.job_id, req, spot_ok, now - j.enqueued_s, urgent,
@@ -1150,7 +1122,7 @@ class ClusterSim:
             PodView(self.jobs[i].spec.job_id, self.jobs[i].req,
                     self.jobs[i].spec.checkpointable and self.jobs[i].spec.replicas == 1
                     and self.sc.checkpointing and self._move_fits(self.jobs[i]),
-                    SPOT_TAINT in self._request_now(self.jobs[i]).tolerations)
+                    tolerates_spot(request_now(self.jobs[i].req, self.jobs[i].on_demand_only)))
             for i in n.jobs
         )
         return NodeView(
