@@ -15,7 +15,6 @@ pending work or a node may become removable.
 
 from __future__ import annotations
 
-import bisect
 import math
 from collections import Counter
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ from gpufleet.control.admission import (
     request_now,
     tolerates_spot,
 )
+from gpufleet.control.queue import PendingQueue, effective_shape
 from gpufleet.decisions import Bind, CapacityType, Launch, Preempt, Terminate
 from gpufleet.errors import InputError
 from gpufleet.market.bidding import get_spot_strategy
@@ -51,7 +51,7 @@ from gpufleet.provisioning import (
     gpu_milli_of,
     on_demand_zone,
 )
-from gpufleet.queueing import BackfillPass, queue_key
+from gpufleet.queueing import BackfillPass
 from gpufleet.queueing.gang import place_gang
 from gpufleet.recovery import IntervalPolicy, NoticeView, get_recovery_strategy
 from gpufleet.sim.cloud import MICRO, SimCloud, SimNode
@@ -158,12 +158,10 @@ class ClusterSim:
         self._shapes: dict[tuple, int] = {}
         self.jobs = [self._job(i, s) for i, s in enumerate(jobs)]
         self._mig_jobs = any(j.req.mig_profile is not None for j in self.jobs)
-        self.pending: list[tuple[tuple, int]] = []
-        self.pending_shapes: Counter = Counter()
+        self.pending = PendingQueue()
         self.running = 0
         self.done = 0
         self.arrived = 0
-        self._seq = 0
         self._new: list[int] = []
         self._freed = True
         self._blocked: set[int] = set()
@@ -353,57 +351,28 @@ class ClusterSim:
 
     # -- arrivals and the scheduling pass -----------------------------------------------------
     def _enqueue(self, j: JobRun) -> None:
-        self._seq += 1
         j.state = PENDING
-        j.enqueued_s = self.now
-        j.key = self._queue_key(j, self._seq)
-        bisect.insort(self.pending, (j.key, j.idx))
-        self.pending_shapes[self._eshape(j)] += 1
+        self.pending.push(j, self.now)
         self._new.append(j.idx)
         self._demand_changed = True
         self._want_pass()
         if self.sc.autoscaling:
             self._ensure_scan(self.now)
 
-    def _dequeue(self, j: JobRun) -> None:
-        i = bisect.bisect_left(self.pending, (j.key, j.idx))
-        del self.pending[i]
-        shape = self._eshape(j)
-        c = self.pending_shapes[shape] - 1
-        if c:
-            self.pending_shapes[shape] = c
-        else:
-            del self.pending_shapes[shape]
-
-    @staticmethod
-    def _eshape(j: JobRun) -> int:
-        """Shape for the blocked-shape memo: on-demand-only jobs are a different request."""
-        return j.shape * 2 + (1 if j.on_demand_only else 0)
-
-    def _queue_key(self, j: JobRun, seq: int) -> tuple:
-        """A deadline job pinned to on-demand has run out of slack: it goes ahead of older
-        work, so the on-demand node launched for it is not taken by another job first."""
-        urgent = j.on_demand_only and j.spec.deadline_s is not None
-        return queue_key(j.spec.priority, j.requeued, j.enqueued_s, seq, urgent)
-
     def _set_on_demand_only(self, j: JobRun, flag: bool) -> None:
         if j.on_demand_only == flag:
             return
-        if j.state == PENDING:
-            self._dequeue(j)
+        if j.state != PENDING:
             j.on_demand_only = flag
-            j.key = self._queue_key(j, j.key[-1])
-            bisect.insort(self.pending, (j.key, j.idx))
-            self.pending_shapes[self._eshape(j)] += 1
-            self._freed = True
-            self._want_pass()
-            # a different request now: scale-up must look again (the pinned pod's spot node,
-            # if one is booting, no longer absorbs it)
-            self._demand_changed = True
-            if self.sc.autoscaling:
-                self._ensure_scan(self.now)
-        else:
-            j.on_demand_only = flag
+            return
+        self.pending.pin(j, flag)
+        self._freed = True
+        self._want_pass()
+        # a different request now: scale-up must look again (the pinned pod's spot node, if one
+        # is booting, no longer absorbs it)
+        self._demand_changed = True
+        if self.sc.autoscaling:
+            self._ensure_scan(self.now)
 
     def _on_arrival(self, idx: int) -> None:
         self.arrived += 1
@@ -487,17 +456,17 @@ class ClusterSim:
         if self._freed:
             self._freed = False
             self._blocked = set()
-            cand = [(i, self._eshape(jobs[i]), jobs[i].enqueued_s) for _, i in self.pending]
+            cand = [(i, effective_shape(jobs[i]), jobs[i].enqueued_s) for _, i in self.pending]
         else:
             new = sorted(
                 (jobs[i] for i in self._new if jobs[i].state == PENDING), key=lambda j: j.key
             )
-            cand = [(j.idx, self._eshape(j), j.enqueued_s) for j in new]
+            cand = [(j.idx, effective_shape(j), j.enqueued_s) for j in new]
         self._new.clear()
         if not cand:
             return
         res = self.backfill.run(
-            cand, self.now, self._try_start, len(self.pending_shapes), self._blocked
+            cand, self.now, self._try_start, len(self.pending.shapes), self._blocked
         )
         self._blocked = res.blocked
 
@@ -515,7 +484,7 @@ class ClusterSim:
             if not isinstance(got, list):
                 return False
             placed = got
-        self._dequeue(j)
+        self.pending.remove(j)
         self._start(j, req, placed)
         return True
 
