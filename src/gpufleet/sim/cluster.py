@@ -53,7 +53,13 @@ from gpufleet.provisioning import (
 )
 from gpufleet.queueing import BackfillPass
 from gpufleet.queueing.gang import place_gang
-from gpufleet.recovery import IntervalPolicy, NoticeView, get_recovery_strategy
+from gpufleet.recovery import (
+    IntervalPolicy,
+    NoticeView,
+    SpotExposure,
+    checkpoint_interval,
+    get_recovery_strategy,
+)
 from gpufleet.sim.cloud import MICRO, SimCloud, SimNode
 from gpufleet.sim.deadline_guard import cannot_wait, fresh_node_fits, move_fits, rerun_fits
 from gpufleet.sim.engine import Engine
@@ -170,7 +176,7 @@ class ClusterSim:
         self._last_consolidation = -INF
         self._last_due_n = 0
         self._changed = True
-        self._spot_exposure_s = 0.0
+        self.exposure = SpotExposure()
         self._recent_recoveries: list[float] = []
         self.finished = False
         self.end_s: float | None = None
@@ -181,8 +187,6 @@ class ClusterSim:
         self._dead_rows = 0
         self._empty: dict[str, SimNode] = {}
         self._under: dict[str, SimNode] = {}
-        self._spot_ready_n = 0
-        self._spot_ready_sum = 0.0
         self._shape_cache: dict[tuple[str, bool], NodeShape] = {}
         self._booting: dict[str, SimNode] = {}
         self._fallback: set[str] = set()
@@ -533,25 +537,14 @@ class ClusterSim:
         return len(bind.gpus) * bind.milli_per_gpu
 
     def _tau(self, j: JobRun, on_spot: bool) -> float:
-        """Young/Daly over every way the job can be interrupted: spot reclaims (rate estimated
-        from what the fleet has seen) and hardware failures of the nodes it runs on (the
-        scenario's stated rate, as an operator would configure it)."""
-        if not self.sc.checkpointing or not j.spec.checkpointable:
-            return INF
-        if self.sc.checkpoint_interval_s is not None:
-            return self.sc.checkpoint_interval_s
-        fail_rate = 0.0
-        if self.gpu_mtbf_s is not None:
-            nodes = {bind.node for bind, _ in j.binds}
-            fail_rate = sum(self.cloud.nodes[n].gpus for n in nodes) / self.gpu_mtbf_s
-        if not on_spot:
-            if fail_rate <= 0:
-                return INF  # nothing to insure against
-            return self.interval.interval_for(j.ckpt_cost, 1.0 / fail_rate)
-        exposure = (self._spot_exposure_s + self._spot_ready_n * self.now
-                    - self._spot_ready_sum)
-        reclaim_mtbf = self.interval.mtbf(self.tally.reclaims, exposure)
-        return self.interval.interval_for(j.ckpt_cost, 1.0 / (1.0 / reclaim_mtbf + fail_rate))
+        """The job's checkpoint interval for this start (``recovery.checkpoint_interval``)."""
+        return checkpoint_interval(
+            self.interval, checkpoints=self.sc.checkpointing and j.spec.checkpointable,
+            fixed_interval_s=self.sc.checkpoint_interval_s, checkpoint_cost_s=j.ckpt_cost,
+            node_gpus=sum(self.cloud.nodes[n].gpus for n in {b.node for b, _ in j.binds}),
+            gpu_mtbf_s=self.gpu_mtbf_s, on_spot=on_spot, reclaims=self.tally.reclaims,
+            spot_exposure_s=self.exposure.at(self.now),
+        )
 
     def _stop(self, j: JobRun, at: float) -> None:
         """Release j's GPUs at ``at`` and book its allocated GPU-time (the ledger: bind to
@@ -663,8 +656,7 @@ class ClusterSim:
         node.empty_since = self.now
         self._empty[name] = node
         if node.spot:
-            self._spot_ready_n += 1
-            self._spot_ready_sum += node.ready_s
+            self.exposure.node_ready(node.ready_s)
         if self.sc.autoscaling:
             self._ensure_scan(self.now + self.sc.scale_down_unneeded_s)
         self._freed = True
@@ -705,12 +697,12 @@ class ClusterSim:
             self._empty.pop(node.name, None)
             self._under.pop(node.name, None)
             if node.spot:
-                self._spot_ready_n -= 1
-                self._spot_ready_sum -= node.ready_s
+                self.exposure.node_gone(node.ready_s)
             self._dead_rows += 1
             if self._dead_rows > 256 and self._dead_rows > 2 * len(self.state.index):
                 self._compact()
-            self._spot_exposure_s += (self.now - node.ready_s) if node.spot else 0.0
+            if node.spot:
+                self.exposure.close(self.now - node.ready_s)
         if self._booting.pop(node.name, None) is not None:
             self._demand_changed = True
         node.state = "draining"
