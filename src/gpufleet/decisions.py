@@ -79,4 +79,15 @@ class Requeue:
     reason: str = ""
 
 
-Decision = Bind | Preempt | Launch | Terminate | Bid | Requeue
+@dataclass(frozen=True, slots=True)
+class Pin:
+    """Restrict a job to one capacity type (``None``: any it tolerates again). The deadline
+    controller pins a job whose slack ran out to on-demand; a pinned job goes ahead of older
+    work (``gpufleet.control.queue``) and no longer tolerates spot."""
+
+    job_id: str
+    capacity_type: CapacityType | None
+    reason: str = ""
+
+
+Decision = Bind | Preempt | Launch | Terminate | Bid | Requeue | Pin

@@ -31,8 +31,24 @@ from gpufleet.control.admission import (
     request_now,
     tolerates_spot,
 )
+from gpufleet.control.deadline import (
+    DeadlineGuards,
+    DeadlineView,
+    GuardConfig,
+    movable,
+    spot_reference_type,
+    urgent,
+)
 from gpufleet.control.queue import PendingQueue, effective_shape
-from gpufleet.decisions import Bind, CapacityType, Launch, Preempt, Terminate
+from gpufleet.decisions import (
+    Bind,
+    CapacityType,
+    Decision,
+    Launch,
+    Pin,
+    Preempt,
+    Terminate,
+)
 from gpufleet.errors import InputError
 from gpufleet.market.bidding import get_spot_strategy
 from gpufleet.placement import PlacementResult, get_policy
@@ -61,7 +77,6 @@ from gpufleet.recovery import (
     get_recovery_strategy,
 )
 from gpufleet.sim.cloud import MICRO, SimCloud, SimNode
-from gpufleet.sim.deadline_guard import cannot_wait, fresh_node_fits, move_fits, rerun_fits
 from gpufleet.sim.engine import Engine
 from gpufleet.sim.jobrun import DONE, INF, PENDING, RUNNING, JobRun
 from gpufleet.sim.scenario import Scenario
@@ -180,9 +195,9 @@ class ClusterSim:
         self._recent_recoveries: list[float] = []
         self.finished = False
         self.end_s: float | None = None
-        self._deadline_ctl = None
-        self._deadline_live: set[int] = set()
-        self._arrival_check: list[int] = []
+        self.guard_cfg = GuardConfig(scenario.autoscaling, scenario.checkpointing,
+                                     scenario.provisioning_delay_s, scenario.max_pending_wait_s)
+        self.deadlines: DeadlineGuards | None = None
         self._periodic = 0
         self._dead_rows = 0
         self._empty: dict[str, SimNode] = {}
@@ -300,10 +315,8 @@ class ClusterSim:
         from gpufleet.market.deadline import DEFAULT_DEADLINE_POLICY, get_deadline_policy
 
         name = self.sc.deadline_policy
-        self._deadline_ctl = get_deadline_policy(
-            DEFAULT_DEADLINE_POLICY if name == "default" else name
-        )
-        self._deadline_gap = self._availability_gap()
+        policy = get_deadline_policy(DEFAULT_DEADLINE_POLICY if name == "default" else name)
+        self.deadlines = DeadlineGuards(policy, self._availability_gap(), self.guard_cfg)
         self._periodic_at(0.0, DEADLINE)
 
     def _availability_gap(self) -> float:
@@ -385,66 +398,18 @@ class ClusterSim:
             tasks = self.typical.observe(j.req)
             if tasks is not None:
                 self.policy.set_typical_tasks(tasks)  # type: ignore[attr-defined]
-        if self._deadline_ctl is not None and j.spec.deadline_s is not None and (
-            tolerates_spot(j.req)
-        ):
-            self._deadline_live.add(idx)
-            # the guards need an autoscaler: on a fixed spot fleet on-demand capacity is only
-            # the fallback nodes, so pinning a job there would only make it wait
-            if self.sc.autoscaling and self._keeps_progress(j):
-                self._arrival_check.append(idx)
-            elif self.sc.autoscaling and not self._rerun_fits(j) and not self._hopeless(j):
-                self.tally.deadline_switches += 1
-                j.on_demand_only = True
+        dl = self.deadlines
+        if dl is not None and dl.watches(j.spec, tolerates_spot(j.req)):
+            self._apply(dl.on_arrival(idx, self._deadline_view(j), self.now))
         self._enqueue(j)
 
-    def _keeps_progress(self, j: JobRun) -> bool:
-        return j.spec.checkpointable and self.sc.checkpointing
-
-    def _hopeless(self, j: JobRun) -> bool:
-        """Even a fresh node launched now cannot make the deadline: only capacity that frees
-        up (spot or on-demand) can, so the job is not narrowed to on-demand by the guards."""
-        left = j.spec.duration_s - (j.progress(self.now)[0] if j.state == RUNNING else j.work_s)
-        return not fresh_node_fits(self.now, j.spec.deadline_s,  # type: ignore[arg-type]
-                                   left, self.sc.provisioning_delay_s)
-
-    def _rerun_fits(self, j: JobRun) -> bool:
-        return rerun_fits(self.now, j.spec.deadline_s, j.spec.duration_s,  # type: ignore[arg-type]
-                          j.spec.restart_overhead_s, self.sc.provisioning_delay_s)
-
-    def _check_arrivals(self) -> None:
-        """Before scale-up, new deadline jobs that found no free capacity get the controller's
-        safety net now rather than at the next availability tick (up to a tick later: 195 s on
-        the V100 traces, longer than many short jobs' whole slack) — so scale-up launches the
-        on-demand node the net asks for instead of a spot node the job would then leave.
-
-        The net is evaluated as if the tick were now, without a controller call (which is once
-        per tick of the availability process); jobs already seen by their controller are left
-        to it.
-        """
-        from gpufleet.market.deadline import Choice, DeadlineJob, safety_net
-
-        idle = np.array([Choice.IDLE], dtype=np.int8)
-        for idx in self._arrival_check:
-            j = self.jobs[idx]
-            if j.state != PENDING or j.ctl is not None or j.on_demand_only or self._hopeless(j):
-                continue
-            spec = j.spec
-            job = DeadlineJob(task_s=spec.duration_s, deadline_s=spec.deadline_s - spec.submit_s,
-                              overhead_s=spec.restart_overhead_s, gap_s=self._deadline_gap)
-            out = safety_net(idle, job=job, t_s=self.now - spec.submit_s, done_s=np.zeros(1),
-                             holding=idle, overhead_left_s=np.zeros(1))
-            if int(out[0]) == Choice.ON_DEMAND:
-                self.tally.deadline_switches += 1
-                self._set_on_demand_only(j, True)
-        self._arrival_check.clear()
-
-    def _urgent(self, j: JobRun, now: float) -> bool:
-        if j.spec.deadline_s is None:
-            return False
-        overhead = j.spec.restart_overhead_s if j.interruptions else 0.0
-        return cannot_wait(now, j.spec.deadline_s, j.spec.duration_s - j.work_s, overhead,
-                           self.sc.provisioning_delay_s, self.sc.max_pending_wait_s)
+    def _deadline_view(self, j: JobRun) -> DeadlineView:
+        running = j.state == RUNNING
+        return DeadlineView(
+            j.spec, j.state == PENDING, running, j.on_demand_only, j.on_spot,
+            j.progress(self.now)[0] if running else j.work_s,
+            max(0.0, j.seg_start + j.overhead - self.now) if running else 0.0,
+        )
 
     def _want_pass(self) -> None:
         if self._pass_at != self.now:
@@ -588,7 +553,8 @@ class ClusterSim:
         j.finish_s = self.now
         self.tally.useful_gpu_s += j.useful_gpu_s
         self.done += 1
-        self._deadline_live.discard(idx)
+        if self.deadlines is not None:
+            self.deadlines.done(idx)
         if self.done == len(self.jobs):
             self._finish()
 
@@ -881,8 +847,10 @@ class ClusterSim:
             self._rebalance()
             return
         launched = 0
-        if self._arrival_check:
-            self._check_arrivals()
+        dl = self.deadlines
+        if dl is not None and dl.arrivals_to_check():
+            views = {i: self._deadline_view(self.jobs[i]) for i in dl.arrivals_to_check()}
+            self._apply(dl.check_arrivals(views, self.now))
         if self.pending and (
             self._demand_changed
             or self.now - self._last_scale_up >= self.sc.max_pending_wait_s
@@ -972,9 +940,9 @@ class ClusterSim:
             j = self.jobs[i]
             req = request_now(j.req, j.on_demand_only)
             spot_ok = tolerates_spot(req)
-            urgent = self._urgent(j, now)
+            hurry = urgent(j.spec, j.work_s, bool(j.interruptions), now, self.guard_cfg)
             for _r in range(j.spec.replicas):
-                pods.append(PendingPod(j.spec.job_id, req, spot_ok, now - j.enqueued_s, urgent,
+                pods.append(PendingPod(j.spec.job_id, req, spot_ok, now - j.enqueued_s, hurry,
                                        j.spec.replicas))
         inflight = [InFlight(self._shape(n.itype, n.mig), n.spot, n.zone)
                     for n in self._booting.values()]
@@ -1094,70 +1062,41 @@ class ClusterSim:
         )
 
     def _move_fits(self, j: JobRun) -> bool:
-        """Consolidation may move a deadline job only if the move cannot cost the deadline."""
-        if j.spec.deadline_s is None:
-            return True
-        return move_fits(self.now, j.spec.deadline_s, j.spec.duration_s - j.progress(self.now)[0],
-                         j.ckpt_cost, j.spec.restart_overhead_s, self.sc.provisioning_delay_s)
+        return movable(j.spec, j.progress(self.now)[0], j.ckpt_cost, self.now, self.guard_cfg)
 
     # -- deadline-aware spot fallback ---------------------------------------------------------
     def _on_deadline(self, _: object) -> None:
-        from gpufleet.market.deadline import Choice, DeadlineJob
-
-        if self._all_done() or self._deadline_ctl is None:
+        dl = self.deadlines
+        if self._all_done() or dl is None:
             return
         now = self.now
         m = self.market
-        gap = self._deadline_gap
-        ref = self._spot_reference_type()
+        ref = spot_reference_type({n: t.gpus for n, t in self.types.items()
+                                   if m is not None and m.zones(n)})
         avail = bool(m.signal(ref, now, 1)[-1]) if (m is not None and ref) else True
-        for idx in sorted(self._deadline_live):
-            j = self.jobs[idx]
-            if j.state not in (PENDING, RUNNING):
-                continue
-            if self.sc.autoscaling and not self._keeps_progress(j):
-                # no checkpoints: spot only while a rerun from zero still fits (see
-                # deadline_guard); once started it stays where it is
-                if j.state == PENDING and not j.on_demand_only and not self._rerun_fits(j) \
-                        and not self._hopeless(j):
-                    self.tally.deadline_switches += 1
-                    self._set_on_demand_only(j, True)
-                continue
-            if j.ctl is None:
-                spot_p = (m.best_price(ref, now) if m is not None and ref else None) or 0.0
-                od_p = float(self.types[ref].usd_per_hour) if ref else 1.0
-                ctl = self._deadline_ctl.start(DeadlineJob(
-                    task_s=j.spec.duration_s, deadline_s=j.spec.deadline_s - j.spec.submit_s,
-                    overhead_s=j.spec.restart_overhead_s, gap_s=gap,
-                    spot_price_per_hour=min(spot_p, od_p), on_demand_price_per_hour=od_p))
-                j.ctl = (ctl, bytearray())
-            ctl, seen = j.ctl
-            seen.append(1 if avail else 0)
-            history = np.frombuffer(bytes(seen), dtype=np.int8)
-            done = j.progress(now)[0] if j.state == RUNNING else j.work_s
-            holding = (Choice.SPOT if j.on_spot else Choice.ON_DEMAND) if j.state == RUNNING \
-                else Choice.IDLE
-            left = max(0.0, j.seg_start + j.overhead - now) if j.state == RUNNING else 0.0
-            choice = ctl.decide(t_s=now - j.spec.submit_s, done_s=done, holding=holding,
-                                  overhead_left_s=left, spot_available=avail, history=history)
-            # A fixed fleet creates no on-demand capacity for a pinned job: it would wait for a
-            # node that never comes (and end the run unfinished), so only autoscaled fleets pin.
-            if choice == Choice.ON_DEMAND and not j.on_demand_only and self.sc.autoscaling:
-                self.tally.deadline_switches += 1
-                self._set_on_demand_only(j, True)
-                if j.state == RUNNING and j.on_spot:
-                    self._interrupt(j, INF, "deadline: move to on-demand", graceful=True)
-            elif choice == Choice.SPOT and j.on_demand_only and j.state == PENDING:
-                self._set_on_demand_only(j, False)
-        self._periodic_at(now + gap, DEADLINE)
+        spot_p = (m.best_price(ref, now) if m is not None and ref else None) or 0.0
+        od_p = float(self.types[ref].usd_per_hour) if ref else 1.0
+        views = {i: self._deadline_view(self.jobs[i]) for i in dl.live
+                 if self.jobs[i].state in (PENDING, RUNNING)}
+        self._apply(dl.tick(views, now, avail, spot_p, od_p))
+        self._periodic_at(now + dl.gap_s, DEADLINE)
 
-    def _spot_reference_type(self) -> str | None:
-        if self.market is None:
-            return None
-        offered = [n for n in self.types if self.market.zones(n)]
-        if not offered:
-            return None
-        return min(offered, key=lambda n: (self.types[n].gpus, n))
+    def _apply(self, decisions: list[Decision]) -> None:
+        """Apply the control layer's decisions, in order (the one place they take effect)."""
+        for d in decisions:
+            match d:
+                case Pin(job_id, capacity_type):
+                    j = self._job_by_id(job_id)
+                    assert j is not None, job_id
+                    if capacity_type == CapacityType.ON_DEMAND:
+                        self.tally.deadline_switches += 1
+                    self._set_on_demand_only(j, capacity_type == CapacityType.ON_DEMAND)
+                case Preempt(job_id, reason):
+                    j = self._job_by_id(job_id)
+                    if j is not None and j.state == RUNNING:
+                        self._interrupt(j, INF, reason, graceful=True)
+                case _:
+                    raise TypeError(f"decision not applied here: {d!r}")
 
     # -- sampling -----------------------------------------------------------------------------
     def _on_sample(self, _: object) -> None:
