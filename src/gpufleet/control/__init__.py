@@ -7,4 +7,9 @@ the driver applies. Nothing here reads a clock or touches the world: the time is
 * ``admission``: how a submitted job's request is normalised (MIG, exclusive baseline, spot
   toleration) and what it asks for right now (a job pinned to on-demand drops the toleration).
 * ``queue``: the pending queue, its order and the on-demand pin.
+* ``deadline`` (with ``deadline_guard``): the deadline controller and its guards, as ``Pin`` and
+  ``Preempt`` decisions.
+* ``fleet`` (with ``sizing``): a fixed (non-autoscaled) fleet's node groups and sizes.
+
+Checkpoint-interval choice lives with the recovery strategies (``gpufleet.recovery.exposure``).
 """

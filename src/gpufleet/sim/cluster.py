@@ -39,6 +39,7 @@ from gpufleet.control.deadline import (
     spot_reference_type,
     urgent,
 )
+from gpufleet.control.fleet import fixed_fleet
 from gpufleet.control.queue import PendingQueue, effective_shape
 from gpufleet.decisions import (
     Bind,
@@ -49,7 +50,6 @@ from gpufleet.decisions import (
     Preempt,
     Terminate,
 )
-from gpufleet.errors import InputError
 from gpufleet.market.bidding import get_spot_strategy
 from gpufleet.placement import PlacementResult, get_policy
 from gpufleet.provisioning import (
@@ -64,7 +64,6 @@ from gpufleet.provisioning import (
     PendingPod,
     PodView,
     ScaleUpPolicy,
-    gpu_milli_of,
     on_demand_zone,
 )
 from gpufleet.queueing import BackfillPass
@@ -80,7 +79,6 @@ from gpufleet.sim.cloud import MICRO, SimCloud, SimNode
 from gpufleet.sim.engine import Engine
 from gpufleet.sim.jobrun import DONE, INF, PENDING, RUNNING, JobRun
 from gpufleet.sim.scenario import Scenario
-from gpufleet.sim.sizing import demand_quantile_milli
 from gpufleet.sim.spot import SpotMarket
 from gpufleet.state import GPU_MILLI, FleetState, NodeInfo, ResourceRequest
 from gpufleet.traces.jobs import JobSpec
@@ -123,22 +121,6 @@ class Tally:
     node_failures: int = 0
     replacements: int = 0  # nodes launched by multi-node consolidation
     failure_interruptions: int = 0
-
-
-def peak_demand_milli(jobs: list[JobSpec], sharing: bool) -> int:
-    """Peak concurrent GPU demand if every job ran from submit for its duration (a MIG
-    instance counts its compute share with sharing on, one whole GPU without)."""
-    if not jobs:
-        return 0
-    t = np.array([j.submit_s for j in jobs] + [j.submit_s + j.duration_s for j in jobs])
-    w = []
-    for j in jobs:
-        r = j.request
-        per = gpu_milli_of(r) if sharing else r.whole_gpus * GPU_MILLI
-        w.append(per * j.replicas)
-    wa = np.array(w + [-x for x in w], dtype=np.int64)
-    order = np.lexsort((wa, t))  # ends before starts at equal times
-    return int(np.cumsum(wa[order]).max())
 
 
 class ClusterSim:
@@ -241,59 +223,20 @@ class ClusterSim:
         return JobRun(i, spec, req, shape)
 
     def _fixed_fleet(self, jobs: list[JobSpec]) -> None:
-        """A fixed cluster sized for the peak, of the cheapest per-GPU on-demand type.
-
-        One node group per kind of GPU the jobs need: jobs with the same model constraint share
-        a group, and MIG jobs (with sharing on) get their own group of MIG-mode nodes, sized for
-        their peak compute share. A workload of one kind (Philly, the default) is one group.
-        """
-        pools: dict[tuple, list[int]] = {}
-        for j in self.jobs:
-            r = j.req
-            pools.setdefault((r.mig_profile is not None, r.gpu_models or frozenset()),
-                             []).append(j.idx)
-        if not pools:
-            pools[(False, frozenset())] = []
-        if len(pools) > 1 and frozenset() in {k[1] for k in pools}:
-            # unconstrained jobs go with the biggest constrained group of their MIG kind
-            for mig in (False, True):
-                loose = pools.pop((mig, frozenset()), None)
-                if loose is None:
-                    continue
-                same = [k for k in pools if k[0] == mig]
-                if not same:
-                    pools[(mig, frozenset())] = loose
-                    continue
-                pools[max(same, key=lambda k: (len(pools[k]), sorted(k[1])))].extend(loose)
-        self.fixed_types: dict[tuple, InstanceType] = {}
-        for key in sorted(pools, key=lambda k: (k[0], sorted(k[1]))):
-            self._fixed_pool(key[0], key[1], [jobs[i] for i in pools[key]])
-        self.fixed_type = next(iter(self.fixed_types.values()))
-
-    def _fixed_pool(self, mig: bool, models: frozenset[str], jobs: list[JobSpec]) -> None:
-        biggest = max((j.request.whole_gpus for j in jobs), default=1)
-        profiles = {j.request.mig_profile for j in jobs} if mig else set()
-        cands = [
-            t for t in self.types.values()
-            if t.gpus >= biggest and (not models or t.gpu_model in models)
-            and all(self.gpu_catalog.mig_profile(t.gpu_model, p) for p in profiles)
-        ]
-        if not cands:
-            raise InputError(f"no instance type offers {biggest} GPUs of {sorted(models)}")
-        it = min(cands, key=lambda t: (float(t.usd_per_hour) / t.gpus, -t.gpus, t.name))
-        self.fixed_types[(mig, models)] = it
-        # a static cluster is one placement group, so one zone: chosen once, kept for
-        # replacements (gangs must fit inside one zone)
-        self._home_zone.setdefault(it.name, self._od_zone(it))
-        n = self.sc.fixed_nodes or max(1, math.ceil(
-            demand_quantile_milli(jobs, self.sc.sharing, self.sc.fixed_size_quantile)
-            / (GPU_MILLI * it.gpus)))
-        n_od = 0
-        if self.sc.spot:
-            strict = [j for j in jobs if not j.interruptible]
-            n_od = math.ceil(peak_demand_milli(strict, self.sc.sharing) / (GPU_MILLI * it.gpus))
-        for k in range(n):
-            self._replace_node(it, spot=self.sc.spot and k >= n_od, delay=0.0, mig=mig)
+        """Launch the fixed fleet ``control.fleet.fixed_fleet`` sizes."""
+        groups = fixed_fleet(
+            [(s, j.req) for s, j in zip(jobs, self.jobs, strict=True)], list(self.types.values()),
+            sharing=self.sc.sharing, spot=self.sc.spot, fixed_nodes=self.sc.fixed_nodes,
+            quantile=self.sc.fixed_size_quantile,
+        )
+        for g in groups:
+            it = g.instance_type
+            # a static cluster is one placement group, so one zone: chosen once, kept for
+            # replacements (gangs must fit inside one zone)
+            self._home_zone.setdefault(it.name, self._od_zone(it))
+            for k in range(g.nodes):
+                self._replace_node(it, spot=self.sc.spot and k >= g.on_demand_nodes, delay=0.0,
+                                   mig=g.mig)
 
     def _replace_node(self, it: InstanceType, spot: bool, delay: float, mig: bool = False) -> None:
         """Fixed-size node group: launch one node, spot where the strategy finds a zone."""
