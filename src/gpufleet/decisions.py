@@ -47,7 +47,12 @@ class Preempt:
 
 @dataclass(frozen=True, slots=True)
 class Launch:
-    """Ask the cloud for ``count`` nodes of ``instance_type`` in ``zone`` on ``capacity_type``."""
+    """Ask the cloud for ``count`` nodes of ``instance_type`` in ``zone`` on ``capacity_type``.
+
+    ``max_price`` is the spot bid, where the strategy makes one (Aliyun ``SpotWithPriceLimit``,
+    AWS's optional max price; None: pay the market price, capped at on-demand). ``mig_config``
+    names the mig-manager config the nodes boot with (``nvidia.com/mig.config``; None: no MIG).
+    """
 
     instance_type: str
     zone: str
@@ -55,21 +60,17 @@ class Launch:
     count: int = 1
     max_price: Decimal | None = None
     reason: str = ""
+    mig_config: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Terminate:
+    """Drain and delete ``node``; ``only_if_empty``: skip it if pods landed there since the
+    decision (emptiness consolidation deletes only empty nodes)."""
+
     node: str
     reason: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class Bid:
-    """A spot max price (Aliyun ``SpotWithPriceLimit``; AWS's optional max price)."""
-
-    instance_type: str
-    zone: str
-    max_price: Decimal
+    only_if_empty: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,4 +91,4 @@ class Pin:
     reason: str = ""
 
 
-Decision = Bind | Preempt | Launch | Terminate | Bid | Requeue | Pin
+Decision = Bind | Preempt | Launch | Terminate | Requeue | Pin

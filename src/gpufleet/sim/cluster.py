@@ -1,10 +1,24 @@
-"""The simulation driver: applies the pure policies' decisions to a simulated cloud and cluster.
+"""The simulation driver: a simulated cloud and cluster run by the control layer's decisions.
 
-Everything a policy decides comes from ``gpufleet.queueing`` (order, backfill, gangs),
-``gpufleet.placement`` (where), ``gpufleet.provisioning`` (launch / terminate),
-``gpufleet.market`` (spot zones, deadline fallback) and ``gpufleet.recovery`` (what to do on a
-notice, how often to checkpoint). This module only keeps the world's books: it turns decisions
-into state changes and the world's reactions (a node ready, a notice, a job done) into events.
+The driver contract (what any driver, this one or the Kubernetes one, must do):
+
+1. *Events into state.* Turn the world's events (job submitted, node ready, spot notice, node
+   gone or failed, job done, checkpoint written) into the ``FleetState`` snapshot and the
+   driver's job records; nothing else reads the world.
+2. *Ask the control layer.* Admission (``control.admission``) on submit; the pending queue
+   (``control.queue``) for order and pins; the deadline guards (``control.deadline``) on arrival,
+   before scale-up and on every availability tick; the fixed-fleet plan (``control.fleet``);
+   checkpoint intervals (``recovery.exposure``); the placement, queueing, provisioning and
+   recovery policies. Each answers with data, mostly ``Decision``s.
+3. *Apply every Decision in one place* (``_apply``: one ``match`` over ``Launch``,
+   ``Terminate``, ``Pin``, ``Preempt``), skipping one the world has overtaken (a node no longer
+   ready, a job no longer running), and report the reaction back as events.
+
+Still decided here and due to move to ``gpufleet.control`` (issue 10): scan timing (when
+scale-up and disruption run, ``_on_scan``/``_disrupt``/``_node_changed`` timers), the views
+they see (``_view``, ``_fresh_offers``), fixed-fleet node replacement and spot rebalance
+(``_replace_node``, ``_on_gone``/``_on_fail``, ``_rebalance``), and the recovery plan's
+application (``_interrupt``, not yet a ``Requeue``).
 
 Hot-path notes (82k Philly jobs must replay in well under a minute): a scheduling pass runs once
 per timestamp at most; when no capacity was freed since the last pass only the newly arrived
@@ -57,7 +71,6 @@ from gpufleet.provisioning import (
     MIG_CONFIG_LABEL,
     DisruptionPolicy,
     InFlight,
-    MigLaunch,
     NodeShape,
     NodeView,
     Offer,
@@ -895,15 +908,12 @@ class ClusterSim:
                        if self.market.zones(name)}
         launches = self.scale_up.decide(pods, self._offers(), inflight, markets,
                                         self.spot_strategy)
-        n = 0
-        for launch in launches:
-            n += self._apply_launch(launch)
-        return n
+        return self._apply(launches)
 
     def _apply_launch(self, launch: Launch) -> int:
         it = self.types[launch.instance_type]
         spot = launch.capacity_type == CapacityType.SPOT
-        mig = isinstance(launch, MigLaunch)
+        mig = launch.mig_config is not None
         n = 0
         for _ in range(launch.count):
             if len(self.cloud.live) >= self.sc.max_nodes:
@@ -950,23 +960,13 @@ class ClusterSim:
         cmd = self.disruption.decide(views, now, offers)
         if cmd is None:
             return
-        for d in cmd.decisions:
-            if isinstance(d, Launch):
-                self.tally.replacements += self._apply_launch(d)
-            elif isinstance(d, Preempt):
-                j = self._job_by_id(d.job_id)
-                if j is not None and j.state == RUNNING:
-                    self.tally.consolidations += 1
-                    self._interrupt(j, INF, d.reason, graceful=True)
-            elif isinstance(d, Terminate):
-                node = self.cloud.nodes[d.node]
-                if node.state != "ready":
-                    continue  # re-validation: it changed since the command was computed
-                if cmd.method == "emptiness" and node.jobs:
-                    continue
-                self._retire(node)
-                wait = max((self.jobs[i].ckpt_cost for i in node.jobs), default=0.0)
-                self._at(now + wait, GONE, node.name)
+        self.tally.consolidations += sum(1 for d in cmd.decisions if isinstance(d, Preempt)
+                                         and self._running(d.job_id))
+        self.tally.replacements += self._apply(list(cmd.decisions))
+
+    def _running(self, job_id: str) -> bool:
+        j = self._job_by_id(job_id)
+        return j is not None and j.state == RUNNING
 
     def _job_by_id(self, job_id: str) -> JobRun | None:
         if not hasattr(self, "_by_id"):
@@ -1024,10 +1024,22 @@ class ClusterSim:
         self._apply(dl.tick(views, now, avail, spot_p, od_p))
         self._periodic_at(now + dl.gap_s, DEADLINE)
 
-    def _apply(self, decisions: list[Decision]) -> None:
-        """Apply the control layer's decisions, in order (the one place they take effect)."""
+    def _apply(self, decisions: list[Decision]) -> int:
+        """Apply the control layer's and the policies' decisions, in order: the one place they
+        take effect. A decision the world has overtaken since (a node no longer ready, a job no
+        longer running) is skipped. Returns the nodes launched."""
+        launched = 0
         for d in decisions:
             match d:
+                case Launch():
+                    launched += self._apply_launch(d)
+                case Terminate(node=name, only_if_empty=empty_only):
+                    node = self.cloud.nodes[name]
+                    if node.state != "ready" or (empty_only and node.jobs):
+                        continue
+                    self._retire(node)
+                    wait = max((self.jobs[i].ckpt_cost for i in node.jobs), default=0.0)
+                    self._at(self.now + wait, GONE, name)
                 case Pin(job_id, capacity_type):
                     j = self._job_by_id(job_id)
                     assert j is not None, job_id
@@ -1040,6 +1052,7 @@ class ClusterSim:
                         self._interrupt(j, INF, reason, graceful=True)
                 case _:
                     raise TypeError(f"decision not applied here: {d!r}")
+        return launched
 
     # -- sampling -----------------------------------------------------------------------------
     def _on_sample(self, _: object) -> None:
