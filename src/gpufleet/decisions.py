@@ -75,9 +75,20 @@ class Terminate:
 
 @dataclass(frozen=True, slots=True)
 class Requeue:
+    """An interrupted job goes back to the queue (a recovery strategy's answer to a notice).
+
+    ``resume_work_s``: the progress it restarts from; ``checkpoint_now``: spend the checkpoint
+    cost before leaving the node (the work up to the notice is kept); ``ahead_of_new_work``:
+    queued ahead of jobs that have not run yet; ``on_demand_only``: pinned to on-demand from now.
+    """
+
     job_id: str
     from_checkpoint: bool
     reason: str = ""
+    resume_work_s: float = 0.0
+    checkpoint_now: bool = False
+    ahead_of_new_work: bool = False
+    on_demand_only: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,6 @@ from gpufleet.recovery.interval import IntervalPolicy, young_daly
 from gpufleet.recovery.strategies import (
     DEFAULT_RECOVERY,
     NoticeView,
-    RecoveryPlan,
     get_recovery_strategy,
     list_recovery_strategies,
 )
@@ -14,7 +13,6 @@ __all__ = [
     "DEFAULT_RECOVERY",
     "IntervalPolicy",
     "NoticeView",
-    "RecoveryPlan",
     "SpotExposure",
     "checkpoint_interval",
     "get_recovery_strategy",

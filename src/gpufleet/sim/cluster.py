@@ -17,8 +17,9 @@ The driver contract (what any driver, this one or the Kubernetes one, must do):
 Still decided here and due to move to ``gpufleet.control`` (issue 10): scan timing (when
 scale-up and disruption run, ``_on_scan``/``_disrupt``/``_node_changed`` timers), the views
 they see (``_view``, ``_fresh_offers``), fixed-fleet node replacement and spot rebalance
-(``_replace_node``, ``_on_gone``/``_on_fail``, ``_rebalance``), and the recovery plan's
-application (``_interrupt``, not yet a ``Requeue``).
+(``_replace_node``, ``_on_gone``/``_on_fail``, ``_rebalance``), and the ``Requeue``
+a recovery strategy returns is applied in ``_interrupt`` (with the lost-work books), not yet in
+``_apply``.
 
 Hot-path notes (82k Philly jobs must replay in well under a minute): a scheduling pass runs once
 per timestamp at most; when no capacity was freed since the last pass only the newly arrived
@@ -743,7 +744,7 @@ class ClusterSim:
             work_done_s=done, last_checkpoint_s=saved, checkpoint_cost_s=j.ckpt_cost,
             notice_s=notice, interruptions=j.interruptions + 1, on_spot=j.on_spot,
         )
-        plan = self.recovery.on_notice(view)
+        plan = self.recovery.on_notice(view)  # a Requeue, applied here with the job's books
         lost = max(0.0, done - plan.resume_work_s)
         j.lost_work_s += lost
         self.tally.lost_gpu_s += lost * j.gpus
