@@ -43,6 +43,7 @@ from gpufleet.placement.mig import legal_starts
 from gpufleet.state import GPU_MILLI, FleetState, ResourceRequest
 
 UNTOLERATED_TAINT = "untolerated taint"
+OTHER_ZONE = "in another zone"
 MODEL_NOT_REQUESTED = "GPU model not requested"
 CUDA_UNSUPPORTED = "CUDA version unsupported"
 INSUFFICIENT_CPU = "insufficient CPU"
@@ -71,6 +72,7 @@ class NodeRoom:
     mig_used: tuple[int, ...] = ()
     mig_compute_used: tuple[int, ...] = ()
     mig_compute_total: tuple[int, ...] = ()
+    zone: str | None = None  # "" = a node without a zone; None = not known yet (a shape)
 
     @property
     def gpus(self) -> int:
@@ -131,6 +133,7 @@ class NodeRoom:
             mig_compute_total=(
                 tuple(int(x) for x in state.mig_compute_total[row, :g]) if any(mig) else ()
             ),
+            zone=state.zone_names[zid] if (zid := int(state.zone_id[row])) >= 0 else "",
         )
 
 
@@ -198,6 +201,8 @@ def fits(
     out: list[str] = []
     if not tolerates(node.taints, req.tolerations):
         out.append(UNTOLERATED_TAINT)
+    if req.zone is not None and node.zone is not None and node.zone != req.zone:
+        out.append(OTHER_ZONE)
     if uses_gpu(req) and not model_allowed(req.gpu_models, node.gpu_model, cat):
         out.append(MODEL_NOT_REQUESTED)
     if not cuda_supported(req.min_cuda, node.cuda_driver, node.gpu_model, cat):
