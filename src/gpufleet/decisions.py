@@ -47,7 +47,12 @@ class Preempt:
 
 @dataclass(frozen=True, slots=True)
 class Launch:
-    """Ask the cloud for ``count`` nodes of ``instance_type`` in ``zone`` on ``capacity_type``."""
+    """Ask the cloud for ``count`` nodes of ``instance_type`` in ``zone`` on ``capacity_type``.
+
+    ``max_price`` is the spot bid, where the strategy makes one (Aliyun ``SpotWithPriceLimit``,
+    AWS's optional max price; None: pay the market price, capped at on-demand). ``mig_config``
+    names the mig-manager config the nodes boot with (``nvidia.com/mig.config``; None: no MIG).
+    """
 
     instance_type: str
     zone: str
@@ -55,28 +60,46 @@ class Launch:
     count: int = 1
     max_price: Decimal | None = None
     reason: str = ""
+    mig_config: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Terminate:
+    """Drain and delete ``node``; ``only_if_empty``: skip it if pods landed there since the
+    decision (emptiness consolidation deletes only empty nodes)."""
+
     node: str
     reason: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class Bid:
-    """A spot max price (Aliyun ``SpotWithPriceLimit``; AWS's optional max price)."""
-
-    instance_type: str
-    zone: str
-    max_price: Decimal
+    only_if_empty: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class Requeue:
+    """An interrupted job goes back to the queue (a recovery strategy's answer to a notice).
+
+    ``resume_work_s``: the progress it restarts from; ``checkpoint_now``: spend the checkpoint
+    cost before leaving the node (the work up to the notice is kept); ``ahead_of_new_work``:
+    queued ahead of jobs that have not run yet; ``on_demand_only``: pinned to on-demand from now.
+    """
+
     job_id: str
     from_checkpoint: bool
     reason: str = ""
+    resume_work_s: float = 0.0
+    checkpoint_now: bool = False
+    ahead_of_new_work: bool = False
+    on_demand_only: bool = False
 
 
-Decision = Bind | Preempt | Launch | Terminate | Bid | Requeue
+@dataclass(frozen=True, slots=True)
+class Pin:
+    """Restrict a job to one capacity type (``None``: any it tolerates again). The deadline
+    controller pins a job whose slack ran out to on-demand; a pinned job goes ahead of older
+    work (``gpufleet.control.queue``) and no longer tolerates spot."""
+
+    job_id: str
+    capacity_type: CapacityType | None
+    reason: str = ""
+
+
+Decision = Bind | Preempt | Launch | Terminate | Requeue | Pin

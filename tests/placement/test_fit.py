@@ -42,9 +42,9 @@ REQUESTS = [
     ResourceRequest(cpu_milli=2000, mig_profile="3g.40gb"),
     ResourceRequest(cpu_milli=2000, mig_profile="3g.20gb", gpu_models=frozenset({"A100"})),
     ResourceRequest(cpu_milli=64000, num_gpu=8),
-    ResourceRequest(cpu_milli=4000, num_gpu=1, zone="za"),  # a gang replica pinned to a zone
-    ResourceRequest(cpu_milli=1000, num_gpu=1, gpu_milli=500, zone=""),
     ResourceRequest(cpu_milli=1000, memory_mib=300_000, num_gpu=1),
+    ResourceRequest(cpu_milli=2000, num_gpu=1, zone="a"),  # a gang replica pinned to a zone
+    ResourceRequest(cpu_milli=2000, num_gpu=1, zone=""),  # pinned to nodes without a zone
 ]
 
 
@@ -61,8 +61,7 @@ def random_fleet(seed: int, nodes: int = 30) -> FleetState:
         s.add_node(
             f"n{i}", gpu_model=model, num_gpus=gpus, cpu_milli=cpu, memory_mib=1 << 18,
             gpu_memory_mib=gmem, cuda_driver=int(rng.choice([11040, 11080, 12040])),
-            mig_gpus=mig_gpus,
-            info=NodeInfo(f"n{i}", taints=taints, zone=str(rng.choice(["", "za", "zb"]))),
+            mig_gpus=mig_gpus, info=NodeInfo(f"n{i}", taints=taints, zone=("", "a", "b")[i % 3]),
         )
     for j in range(4 * nodes):
         row = int(rng.integers(nodes))

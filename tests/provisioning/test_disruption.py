@@ -26,7 +26,7 @@ def test_emptiness_after_unneeded_time_only() -> None:
     nodes = [node("a", 0, empty=0.0), node("b", 0, empty=100.0)]
     cmd = pol.decide(nodes, now=650.0)
     assert cmd is not None and cmd.method == "emptiness"
-    assert cmd.decisions == (Terminate("a", "empty"),)
+    assert cmd.decisions == (Terminate("a", "empty", only_if_empty=True),)
     assert pol.decide(nodes, now=500.0) is None
 
 

@@ -1,9 +1,10 @@
-"""Scale-up for MIG pods: MIG-mode offers only, compute share as useful GPUs, MigLaunch out."""
+"""Scale-up for MIG pods: MIG-mode offers only, compute share as useful GPUs,
+a Launch with mig_config out."""
 
 from __future__ import annotations
 
 from gpufleet.decisions import CapacityType, Launch
-from gpufleet.provisioning import MIG_CONFIG, MigLaunch, NodeShape, Offer, PendingPod, ScaleUpPolicy
+from gpufleet.provisioning import MIG_CONFIG, NodeShape, Offer, PendingPod, ScaleUpPolicy
 from gpufleet.provisioning import score as score_of
 from gpufleet.state import ResourceRequest
 
@@ -28,15 +29,14 @@ def test_mig_pods_launch_a_mig_node() -> None:
     pol = ScaleUpPolicy(gpu_threshold=2, max_wait_s=60)
     assert pol.decide([mig_pod()] * 14, OFFERS) == []
     out = pol.decide([mig_pod()] * 15, OFFERS)  # 2.13 GPUs
-    assert out == [MigLaunch("p4d.24xlarge", "us-east-1a", CapacityType.ON_DEMAND, 1,
-                             reason="15 pending pods", mig_config=MIG_CONFIG)]
-    assert isinstance(out[0], Launch)
+    assert out == [Launch("p4d.24xlarge", "us-east-1a", CapacityType.ON_DEMAND, 1,
+                          reason="15 pending pods", mig_config=MIG_CONFIG)]
 
 
 def test_whole_gpu_pods_never_take_the_mig_offer() -> None:
     r = ResourceRequest(cpu_milli=4000, memory_mib=4096, num_gpu=1, gpu_models=A100)
     out = ScaleUpPolicy().decide([PendingPod("w", r, False, 100.0)] * 3, OFFERS)
-    assert len(out) == 1 and type(out[0]) is Launch and out[0].count == 1
+    assert len(out) == 1 and out[0].mig_config is None and out[0].count == 1
 
 
 def test_score_counts_compute_share() -> None:

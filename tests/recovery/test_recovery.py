@@ -62,8 +62,8 @@ def test_strategies_example_sequences(
     assert plan.checkpoint_now is ckpt_now
     assert plan.ahead_of_new_work is ahead
     assert plan.on_demand_only is pinned
-    assert plan.requeue.job_id == "j"
-    assert plan.requeue.from_checkpoint is (resume > 0)
+    assert plan.job_id == "j"
+    assert plan.from_checkpoint is (resume > 0)
 
 
 def test_unknown_strategy_lists_valid_ones() -> None:

@@ -161,9 +161,9 @@ def test_default_deadline_policy_runs_in_the_gpufleet_scenario() -> None:
     s = sim.run()
     cs = sim.sim
     assert scenario("gpufleet").deadline_policy == "default"
-    assert cs._deadline_ctl.name == DEFAULT_DEADLINE_POLICY
+    assert cs.deadlines is not None and cs.deadlines.policy.name == DEFAULT_DEADLINE_POLICY
     deadline_jobs = [j for j in cs.jobs if j.spec.deadline_s is not None and j.spec.interruptible]
-    assert deadline_jobs and sum(1 for j in deadline_jobs if j.ctl is not None) > 0
+    assert deadline_jobs and sum(1 for j in deadline_jobs if cs.deadlines.controlled(j.idx)) > 0
     assert s["deadline_switches"] > 0  # the policy (and its guards) moved jobs to on-demand
     assert s["jobs_lost"] == 0 and check_accounting(cs) == []
 

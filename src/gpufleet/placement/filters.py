@@ -120,7 +120,7 @@ class ZoneFit:
     """A pod pinned to a zone (``ResourceRequest.zone``) only fits nodes of that zone."""
 
     name = "zone"
-    reason = fit.IN_ANOTHER_ZONE
+    reason = fit.OTHER_ZONE
 
     def __call__(self, view: PodView) -> np.ndarray:
         zone = view.req.zone

@@ -13,8 +13,6 @@ answers the question is checked against it or built from its parts:
 The rules, in the filters' order (the reasons are the filters' own, so an Unschedulable reads the
 same whichever copy answered):
 
-0. zone: a request pinned to a zone (a gang's replicas share one) fits only nodes of that zone
-   ("" = nodes without a zone);
 1. taints: every taint on the node is tolerated (NoSchedule semantics);
 2. GPU model: a request that uses GPUs (whole, shared or a MIG slice) names the node's model or
    an alias of it, case-insensitively (``"v100"`` matches ``V100-SXM2-16GB``), or names none;
@@ -44,8 +42,8 @@ from gpufleet.catalog.gpus import GpuCatalog, default_gpu_catalog, parse_version
 from gpufleet.placement.mig import legal_starts
 from gpufleet.state import GPU_MILLI, FleetState, ResourceRequest
 
-IN_ANOTHER_ZONE = "in another zone"
 UNTOLERATED_TAINT = "untolerated taint"
+OTHER_ZONE = "in another zone"
 MODEL_NOT_REQUESTED = "GPU model not requested"
 CUDA_UNSUPPORTED = "CUDA version unsupported"
 INSUFFICIENT_CPU = "insufficient CPU"
@@ -74,7 +72,7 @@ class NodeRoom:
     mig_used: tuple[int, ...] = ()
     mig_compute_used: tuple[int, ...] = ()
     mig_compute_total: tuple[int, ...] = ()
-    zone: str = ""  # "" = no zone
+    zone: str | None = None  # "" = a node without a zone; None = not known yet (a shape)
 
     @property
     def gpus(self) -> int:
@@ -201,10 +199,10 @@ def fits(
     """Why ``node`` cannot take ``req`` now, in the filters' order; [] = it fits."""
     cat = catalog or default_gpu_catalog()
     out: list[str] = []
-    if req.zone is not None and node.zone != req.zone:
-        out.append(IN_ANOTHER_ZONE)
     if not tolerates(node.taints, req.tolerations):
         out.append(UNTOLERATED_TAINT)
+    if req.zone is not None and node.zone is not None and node.zone != req.zone:
+        out.append(OTHER_ZONE)
     if uses_gpu(req) and not model_allowed(req.gpu_models, node.gpu_model, cat):
         out.append(MODEL_NOT_REQUESTED)
     if not cuda_supported(req.min_cuda, node.cuda_driver, node.gpu_model, cat):

@@ -12,7 +12,6 @@ from gpufleet.provisioning.binpack import (
 from gpufleet.provisioning.disruption import Command, DisruptionPolicy, NodeView, PodView
 from gpufleet.provisioning.scale_up import (
     InFlight,
-    MigLaunch,
     Offer,
     PendingPod,
     ScaleUpPolicy,
@@ -28,7 +27,6 @@ __all__ = [
     "Command",
     "DisruptionPolicy",
     "InFlight",
-    "MigLaunch",
     "NodeShape",
     "NodeView",
     "Offer",

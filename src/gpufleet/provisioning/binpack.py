@@ -20,10 +20,11 @@ never promises a layout that placement (or the driver) would refuse: two 3g.20gb
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import cache, lru_cache
 
 from gpufleet.catalog.gpus import MigSpec, default_gpu_catalog
+from gpufleet.catalog.instances import InstanceType
 from gpufleet.placement.fit import NodeRoom, fits, gpu_takes
 from gpufleet.placement.mig import best_mig_slot  # the placement rule itself, not a copy
 from gpufleet.state import GPU_MILLI, ResourceRequest
@@ -51,6 +52,14 @@ class NodeShape:
     @property
     def mig(self) -> bool:
         return self.mig_compute > 0
+
+    @classmethod
+    def of(cls, it: InstanceType, mig: bool = False) -> NodeShape:
+        """An instance type's node, every GPU in MIG mode when ``mig`` (and the model has MIG)."""
+        gm = default_gpu_catalog()[it.gpu_model]
+        compute = gm.mig.compute_slices if mig and gm.mig is not None else 0
+        return cls(it.gpu_model, it.gpus, it.cpu_milli, it.memory_mib, gm.memory_mib,
+                   it.cuda_driver, compute)
 
     def empty_room(self) -> NodeRoom:
         """A node of this shape with nothing bound, as the fit rule reads it."""
@@ -184,11 +193,8 @@ def fits_shape(req: ResourceRequest, shape: NodeShape) -> bool:
 
 @lru_cache(maxsize=1 << 16)
 def shape_misfits(req: ResourceRequest, shape: NodeShape) -> tuple[str, ...]:
-    """Why an empty node of ``shape`` cannot take ``req`` (placement's reasons); () = it can.
-
-    A shape has no zone yet (the launch picks it), so a zone pin is not a reason here."""
-    return tuple(fits(replace(req, zone=None) if req.zone is not None else req,
-                      shape.empty_room()))
+    """Why an empty node of ``shape`` cannot take ``req`` (placement's reasons); () = it can."""
+    return tuple(fits(req, shape.empty_room()))
 
 
 def size_key(req: ResourceRequest) -> tuple[int, int, int]:

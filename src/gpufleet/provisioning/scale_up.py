@@ -22,7 +22,7 @@ booting node absorbs a gang only if the whole gang fits the booting nodes of one
 MIG pods form their own groups and are scored only on MIG offers (a MIG-capable type launched
 with every GPU in MIG mode); their useful GPUs are their compute share (a 1g.5gb is 1/7 of an
 A100), so seven of them fill one GPU's worth of "useful" and pay for one. Their launches come back
-as :class:`MigLaunch` (a ``Launch`` that also says which mig-manager config the node boots with).
+as a ``Launch`` whose ``mig_config`` says which mig-manager config the node boots with.
 
 Example: 3 pending 1-GPU spot-tolerant pods; offers p3.2xlarge spot 0.918 $/h, p3.16xlarge spot
 8.0 $/h (8 GPUs), p3.2xlarge on-demand 3.06 $/h. Scores: 3×0.918/3 = 0.918; 8.0/3 = 2.67;
@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from dataclasses import replace as dc_replace
 
 from gpufleet.decisions import CapacityType, Launch
@@ -47,17 +47,6 @@ from gpufleet.provisioning.binpack import (
     pack,
 )
 from gpufleet.state import GPU_MILLI, ResourceRequest
-
-
-@dataclass(frozen=True, slots=True)
-class MigLaunch(Launch):
-    """A launch whose nodes boot with every GPU in MIG mode (``nvidia.com/mig.config``)."""
-
-    mig_config: str = MIG_CONFIG
-
-    @classmethod
-    def of(cls, launch: Launch) -> MigLaunch:
-        return cls(**{f.name: getattr(launch, f.name) for f in fields(Launch)})
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +151,9 @@ class ScaleUpPolicy:
                 if pods[0].gang_size > 1:
                     plan = one_zone(plan)
             if plan:
-                return [MigLaunch.of(x) for x in plan] if offer.shape.mig else plan
+                if offer.shape.mig:
+                    return [dc_replace(x, mig_config=MIG_CONFIG) for x in plan]
+                return plan
         return []
 
 

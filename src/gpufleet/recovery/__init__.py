@@ -1,10 +1,10 @@
 """Recovery: what an interrupted job does next, and how often it checkpoints."""
 
+from gpufleet.recovery.exposure import SpotExposure, checkpoint_interval
 from gpufleet.recovery.interval import IntervalPolicy, young_daly
 from gpufleet.recovery.strategies import (
     DEFAULT_RECOVERY,
     NoticeView,
-    RecoveryPlan,
     get_recovery_strategy,
     list_recovery_strategies,
 )
@@ -13,7 +13,8 @@ __all__ = [
     "DEFAULT_RECOVERY",
     "IntervalPolicy",
     "NoticeView",
-    "RecoveryPlan",
+    "SpotExposure",
+    "checkpoint_interval",
     "get_recovery_strategy",
     "list_recovery_strategies",
     "young_daly",

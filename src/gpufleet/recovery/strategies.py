@@ -3,7 +3,7 @@
 A registry of named strategies (SkyPilot's ``recovery_strategy.py`` habit: a decorator registry,
 one default, an unknown name fails listing the valid ones) — but each strategy is a pure function
 of a :class:`NoticeView`; the provider's notice length and the clock come in as data, nothing is
-called. The driver turns the returned :class:`RecoveryPlan` into a ``Requeue`` decision.
+called. Each returns a ``Requeue`` decision that the driver applies.
 
 Example sequences (notice 120 s, checkpoint cost 30 s, last checkpoint at 3,000 s of work, now
 at 3,400 s of work):
@@ -40,19 +40,10 @@ class NoticeView:
     on_spot: bool = True
 
 
-@dataclass(frozen=True, slots=True)
-class RecoveryPlan:
-    requeue: Requeue
-    resume_work_s: float  # progress the job restarts from
-    checkpoint_now: bool  # spend checkpoint_cost_s before leaving the node
-    ahead_of_new_work: bool
-    on_demand_only: bool = False
-
-
 class RecoveryStrategy(Protocol):
     name: str
 
-    def on_notice(self, view: NoticeView) -> RecoveryPlan: ...
+    def on_notice(self, view: NoticeView) -> Requeue: ...
 
 
 DEFAULT_RECOVERY = "checkpoint-requeue"
@@ -85,12 +76,11 @@ def _resume_point(v: NoticeView) -> tuple[float, bool]:
 class CheckpointRequeue:
     name: str = "checkpoint-requeue"
 
-    def on_notice(self, view: NoticeView) -> RecoveryPlan:
+    def on_notice(self, view: NoticeView) -> Requeue:
         resume, now = _resume_point(view)
         why = "checkpointed at notice" if now else "resumed from last checkpoint"
-        return RecoveryPlan(
-            Requeue(view.job_id, from_checkpoint=resume > 0, reason=why), resume, now, True
-        )
+        return Requeue(view.job_id, from_checkpoint=resume > 0, reason=why, resume_work_s=resume,
+                       checkpoint_now=now, ahead_of_new_work=True)
 
 
 @register("restart-from-zero")
@@ -98,13 +88,8 @@ class CheckpointRequeue:
 class RestartFromZero:
     name: str = "restart-from-zero"
 
-    def on_notice(self, view: NoticeView) -> RecoveryPlan:
-        return RecoveryPlan(
-            Requeue(view.job_id, from_checkpoint=False, reason="restart from zero"),
-            0.0,
-            False,
-            False,
-        )
+    def on_notice(self, view: NoticeView) -> Requeue:
+        return Requeue(view.job_id, from_checkpoint=False, reason="restart from zero")
 
 
 @register("failover-on-demand")
@@ -113,10 +98,9 @@ class FailoverOnDemand:
     max_spot_interruptions: int = 2
     name: str = "failover-on-demand"
 
-    def on_notice(self, view: NoticeView) -> RecoveryPlan:
+    def on_notice(self, view: NoticeView) -> Requeue:
         resume, now = _resume_point(view)
         pin = view.on_spot and view.interruptions >= self.max_spot_interruptions
         why = "pinned to on-demand after repeated notices" if pin else "requeued"
-        return RecoveryPlan(
-            Requeue(view.job_id, from_checkpoint=resume > 0, reason=why), resume, now, True, pin
-        )
+        return Requeue(view.job_id, from_checkpoint=resume > 0, reason=why, resume_work_s=resume,
+                       checkpoint_now=now, ahead_of_new_work=True, on_demand_only=pin)

@@ -1,10 +1,25 @@
-"""The simulation driver: applies the pure policies' decisions to a simulated cloud and cluster.
+"""The simulation driver: a simulated cloud and cluster run by the control layer's decisions.
 
-Everything a policy decides comes from ``gpufleet.queueing`` (order, backfill, gangs),
-``gpufleet.placement`` (where), ``gpufleet.provisioning`` (launch / terminate),
-``gpufleet.market`` (spot zones, deadline fallback) and ``gpufleet.recovery`` (what to do on a
-notice, how often to checkpoint). This module only keeps the world's books: it turns decisions
-into state changes and the world's reactions (a node ready, a notice, a job done) into events.
+The driver contract (what any driver, this one or the Kubernetes one, must do):
+
+1. *Events into state.* Turn the world's events (job submitted, node ready, spot notice, node
+   gone or failed, job done, checkpoint written) into the ``FleetState`` snapshot and the
+   driver's job records; nothing else reads the world.
+2. *Ask the control layer.* Admission (``control.admission``) on submit; the pending queue
+   (``control.queue``) for order and pins; the deadline guards (``control.deadline``) on arrival,
+   before scale-up and on every availability tick; the fixed-fleet plan (``control.fleet``);
+   checkpoint intervals (``recovery.exposure``); the placement, queueing, provisioning and
+   recovery policies. Each answers with data, mostly ``Decision``s.
+3. *Apply every Decision in one place* (``_apply``: one ``match`` over ``Launch``,
+   ``Terminate``, ``Pin``, ``Preempt``), skipping one the world has overtaken (a node no longer
+   ready, a job no longer running), and report the reaction back as events.
+
+Still decided here and due to move to ``gpufleet.control`` (issue 10): scan timing (when
+scale-up and disruption run, ``_on_scan``/``_disrupt``/``_node_changed`` timers), the views
+they see (``_view``, ``_fresh_offers``), fixed-fleet node replacement and spot rebalance
+(``_replace_node``, ``_on_gone``/``_on_fail``, ``_rebalance``), and the ``Requeue``
+a recovery strategy returns is applied in ``_interrupt`` (with the lost-work books), not yet in
+``_apply``.
 
 Hot-path notes (82k Philly jobs must replay in well under a minute): a scheduling pass runs once
 per timestamp at most; when no capacity was freed since the last pass only the newly arrived
@@ -15,10 +30,9 @@ pending work or a node may become removable.
 
 from __future__ import annotations
 
-import bisect
 import math
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from decimal import Decimal
 
 import numpy as np
@@ -26,8 +40,31 @@ import numpy as np
 from gpufleet.catalog.commitments import on_demand_rate
 from gpufleet.catalog.gpus import default_gpu_catalog
 from gpufleet.catalog.instances import InstanceType
-from gpufleet.decisions import Bind, CapacityType, Launch, Preempt, Terminate
-from gpufleet.errors import InputError
+from gpufleet.control.admission import (
+    SPOT_TAINT,
+    effective_request,
+    request_now,
+    tolerates_spot,
+)
+from gpufleet.control.deadline import (
+    DeadlineGuards,
+    DeadlineView,
+    GuardConfig,
+    movable,
+    spot_reference_type,
+    urgent,
+)
+from gpufleet.control.fleet import fixed_fleet
+from gpufleet.control.queue import PendingQueue, effective_shape
+from gpufleet.decisions import (
+    Bind,
+    CapacityType,
+    Decision,
+    Launch,
+    Pin,
+    Preempt,
+    Terminate,
+)
 from gpufleet.market.bidding import get_spot_strategy
 from gpufleet.placement import PlacementResult, get_policy
 from gpufleet.provisioning import (
@@ -35,31 +72,30 @@ from gpufleet.provisioning import (
     MIG_CONFIG_LABEL,
     DisruptionPolicy,
     InFlight,
-    MigLaunch,
     NodeShape,
     NodeView,
     Offer,
     PendingPod,
     PodView,
     ScaleUpPolicy,
-    fits_shape,
-    gpu_milli_of,
     on_demand_zone,
 )
-from gpufleet.queueing import BackfillPass, queue_key
+from gpufleet.queueing import BackfillPass
 from gpufleet.queueing.gang import place_gang
-from gpufleet.recovery import IntervalPolicy, NoticeView, get_recovery_strategy
+from gpufleet.recovery import (
+    IntervalPolicy,
+    NoticeView,
+    SpotExposure,
+    checkpoint_interval,
+    get_recovery_strategy,
+)
 from gpufleet.sim.cloud import MICRO, SimCloud, SimNode
-from gpufleet.sim.deadline_guard import cannot_wait, fresh_node_fits, move_fits, rerun_fits
 from gpufleet.sim.engine import Engine
 from gpufleet.sim.jobrun import DONE, INF, PENDING, RUNNING, JobRun
 from gpufleet.sim.scenario import Scenario
-from gpufleet.sim.sizing import demand_quantile_milli
 from gpufleet.sim.spot import SpotMarket
 from gpufleet.state import GPU_MILLI, FleetState, NodeInfo, ResourceRequest
 from gpufleet.traces.jobs import JobSpec
-
-SPOT_TAINT = "karpenter.sh/capacity-type=spot"
 
 # event kinds (dispatch table index) and priorities at equal times
 ARRIVAL, FINISH, READY, NOTICE, GONE, SCAN, PASS, SAMPLE, CKPT_DONE, DEADLINE, FAIL = range(11)
@@ -101,29 +137,6 @@ class Tally:
     failure_interruptions: int = 0
 
 
-def peak_demand_milli(jobs: list[JobSpec], sharing: bool) -> int:
-    """Peak concurrent GPU demand if every job ran from submit for its duration (a MIG
-    instance counts its compute share with sharing on, one whole GPU without)."""
-    if not jobs:
-        return 0
-    t = np.array([j.submit_s for j in jobs] + [j.submit_s + j.duration_s for j in jobs])
-    w = []
-    for j in jobs:
-        r = j.request
-        per = gpu_milli_of(r) if sharing else r.whole_gpus * GPU_MILLI
-        w.append(per * j.replicas)
-    wa = np.array(w + [-x for x in w], dtype=np.int64)
-    order = np.lexsort((wa, t))  # ends before starts at equal times
-    return int(np.cumsum(wa[order]).max())
-
-
-def mig_models(req: ResourceRequest) -> frozenset[str]:
-    """GPU models (of the request's constraint, if any) that offer its MIG profile."""
-    cat = default_gpu_catalog()
-    names = req.gpu_models or frozenset(cat.models)
-    return frozenset(m for m in names if m in cat and cat.mig_profile(m, req.mig_profile or ""))
-
-
 class ClusterSim:
     """One scenario over one workload; ``run_until`` advances it."""
 
@@ -162,12 +175,10 @@ class ClusterSim:
         self._shapes: dict[tuple, int] = {}
         self.jobs = [self._job(i, s) for i, s in enumerate(jobs)]
         self._mig_jobs = any(j.req.mig_profile is not None for j in self.jobs)
-        self.pending: list[tuple[tuple, int]] = []
-        self.pending_shapes: Counter = Counter()
+        self.pending = PendingQueue()
         self.running = 0
         self.done = 0
         self.arrived = 0
-        self._seq = 0
         self._new: list[int] = []
         self._freed = True
         self._blocked: set[int] = set()
@@ -176,19 +187,17 @@ class ClusterSim:
         self._last_consolidation = -INF
         self._last_due_n = 0
         self._changed = True
-        self._spot_exposure_s = 0.0
+        self.exposure = SpotExposure()
         self._recent_recoveries: list[float] = []
         self.finished = False
         self.end_s: float | None = None
-        self._deadline_ctl = None
-        self._deadline_live: set[int] = set()
-        self._arrival_check: list[int] = []
+        self.guard_cfg = GuardConfig(scenario.autoscaling, scenario.checkpointing,
+                                     scenario.provisioning_delay_s, scenario.max_pending_wait_s)
+        self.deadlines: DeadlineGuards | None = None
         self._periodic = 0
         self._dead_rows = 0
         self._empty: dict[str, SimNode] = {}
         self._under: dict[str, SimNode] = {}
-        self._spot_ready_n = 0
-        self._spot_ready_sum = 0.0
         self._shape_cache: dict[tuple[str, bool], NodeShape] = {}
         self._booting: dict[str, SimNode] = {}
         self._fallback: set[str] = set()
@@ -221,88 +230,27 @@ class ClusterSim:
         self.typical = TypicalLearner()
         return get_policy(name)
 
-    def _effective(self, spec: JobSpec) -> ResourceRequest:
-        r = spec.request
-        if r.mig_profile is not None:
-            models = mig_models(r)
-            if not models:
-                raise InputError(
-                    f"job {spec.job_id}: no catalogued GPU offers MIG profile {r.mig_profile!r}",
-                    field="mig_profile",
-                )
-            if self.sc.sharing:
-                r = replace(r, num_gpu=1, gpu_models=models)
-            else:  # the exclusive baseline: one whole GPU of a model that offers the profile
-                r = replace(r, mig_profile=None, num_gpu=1, gpu_milli=GPU_MILLI,
-                            gpu_models=models)
-        if not self.sc.sharing and r.gpu_milli < GPU_MILLI:
-            r = replace(r, gpu_milli=GPU_MILLI)
-        if self.sc.spot and spec.interruptible:
-            r = replace(r, tolerations=r.tolerations | {SPOT_TAINT})
-        return r
-
     def _job(self, i: int, spec: JobSpec) -> JobRun:
-        req = self._effective(spec)
+        req = effective_request(spec, self.sc.sharing, self.sc.spot)
         key = (req, spec.replicas)
         shape = self._shapes.setdefault(key, len(self._shapes))
         return JobRun(i, spec, req, shape)
 
     def _fixed_fleet(self, jobs: list[JobSpec]) -> None:
-        """A fixed cluster sized for the peak, of the cheapest per-GPU on-demand type.
-
-        One node group per kind of GPU the jobs need: jobs with the same model constraint share
-        a group, and MIG jobs (with sharing on) get their own group of MIG-mode nodes, sized for
-        their peak compute share. A workload of one kind (Philly, the default) is one group.
-        """
-        pools: dict[tuple, list[int]] = {}
-        for j in self.jobs:
-            r = j.req
-            pools.setdefault((r.mig_profile is not None, r.gpu_models or frozenset()),
-                             []).append(j.idx)
-        if not pools:
-            pools[(False, frozenset())] = []
-        if len(pools) > 1 and frozenset() in {k[1] for k in pools}:
-            # unconstrained jobs go with the biggest constrained group of their MIG kind
-            for mig in (False, True):
-                loose = pools.pop((mig, frozenset()), None)
-                if loose is None:
-                    continue
-                same = [k for k in pools if k[0] == mig]
-                if not same:
-                    pools[(mig, frozenset())] = loose
-                    continue
-                pools[max(same, key=lambda k: (len(pools[k]), sorted(k[1])))].extend(loose)
-        self.fixed_types: dict[tuple, InstanceType] = {}
-        for key in sorted(pools, key=lambda k: (k[0], sorted(k[1]))):
-            self._fixed_pool(key[0], key[1], [jobs[i] for i in pools[key]])
-        self.fixed_type = next(iter(self.fixed_types.values()))
-
-    def _fixed_pool(self, mig: bool, models: frozenset[str], jobs: list[JobSpec]) -> None:
-        biggest = max((j.request.whole_gpus for j in jobs), default=1)
-        profiles = {j.request.mig_profile for j in jobs} if mig else set()
-        cands = [
-            t for t in self.types.values()
-            if t.gpus >= biggest and (not models or t.gpu_model in models)
-            and all(self.gpu_catalog.mig_profile(t.gpu_model, p) for p in profiles)
-        ]
-        if not cands:
-            raise InputError(f"no instance type offers {biggest} GPUs of {sorted(models)}")
-        reqs = {self._effective(j) for j in jobs}  # prefer a type every job's replica fits
-        roomy = [t for t in cands if all(fits_shape(r, self._shape(t, mig)) for r in reqs)]
-        it = min(roomy or cands, key=lambda t: (float(t.usd_per_hour) / t.gpus, -t.gpus, t.name))
-        self.fixed_types[(mig, models)] = it
-        # a static cluster is one placement group, so one zone: chosen once, kept for
-        # replacements (gangs must fit inside one zone)
-        self._home_zone.setdefault(it.name, self._od_zone(it))
-        n = self.sc.fixed_nodes or max(1, math.ceil(
-            demand_quantile_milli(jobs, self.sc.sharing, self.sc.fixed_size_quantile)
-            / (GPU_MILLI * it.gpus)))
-        n_od = 0
-        if self.sc.spot:
-            strict = [j for j in jobs if not j.interruptible]
-            n_od = math.ceil(peak_demand_milli(strict, self.sc.sharing) / (GPU_MILLI * it.gpus))
-        for k in range(n):
-            self._replace_node(it, spot=self.sc.spot and k >= n_od, delay=0.0, mig=mig)
+        """Launch the fixed fleet ``control.fleet.fixed_fleet`` sizes."""
+        groups = fixed_fleet(
+            [(s, j.req) for s, j in zip(jobs, self.jobs, strict=True)], list(self.types.values()),
+            sharing=self.sc.sharing, spot=self.sc.spot, fixed_nodes=self.sc.fixed_nodes,
+            quantile=self.sc.fixed_size_quantile,
+        )
+        for g in groups:
+            it = g.instance_type
+            # a static cluster is one placement group, so one zone: chosen once, kept for
+            # replacements (gangs must fit inside one zone)
+            self._home_zone.setdefault(it.name, self._od_zone(it))
+            for k in range(g.nodes):
+                self._replace_node(it, spot=self.sc.spot and k >= g.on_demand_nodes, delay=0.0,
+                                   mig=g.mig)
 
     def _replace_node(self, it: InstanceType, spot: bool, delay: float, mig: bool = False) -> None:
         """Fixed-size node group: launch one node, spot where the strategy finds a zone."""
@@ -324,10 +272,8 @@ class ClusterSim:
         from gpufleet.market.deadline import DEFAULT_DEADLINE_POLICY, get_deadline_policy
 
         name = self.sc.deadline_policy
-        self._deadline_ctl = get_deadline_policy(
-            DEFAULT_DEADLINE_POLICY if name == "default" else name
-        )
-        self._deadline_gap = self._availability_gap()
+        policy = get_deadline_policy(DEFAULT_DEADLINE_POLICY if name == "default" else name)
+        self.deadlines = DeadlineGuards(policy, self._availability_gap(), self.guard_cfg)
         self._periodic_at(0.0, DEADLINE)
 
     def _availability_gap(self) -> float:
@@ -379,57 +325,28 @@ class ClusterSim:
 
     # -- arrivals and the scheduling pass -----------------------------------------------------
     def _enqueue(self, j: JobRun) -> None:
-        self._seq += 1
         j.state = PENDING
-        j.enqueued_s = self.now
-        j.key = self._queue_key(j, self._seq)
-        bisect.insort(self.pending, (j.key, j.idx))
-        self.pending_shapes[self._eshape(j)] += 1
+        self.pending.push(j, self.now)
         self._new.append(j.idx)
         self._demand_changed = True
         self._want_pass()
         if self.sc.autoscaling:
             self._ensure_scan(self.now)
 
-    def _dequeue(self, j: JobRun) -> None:
-        i = bisect.bisect_left(self.pending, (j.key, j.idx))
-        del self.pending[i]
-        shape = self._eshape(j)
-        c = self.pending_shapes[shape] - 1
-        if c:
-            self.pending_shapes[shape] = c
-        else:
-            del self.pending_shapes[shape]
-
-    @staticmethod
-    def _eshape(j: JobRun) -> int:
-        """Shape for the blocked-shape memo: on-demand-only jobs are a different request."""
-        return j.shape * 2 + (1 if j.on_demand_only else 0)
-
-    def _queue_key(self, j: JobRun, seq: int) -> tuple:
-        """A deadline job pinned to on-demand has run out of slack: it goes ahead of older
-        work, so the on-demand node launched for it is not taken by another job first."""
-        urgent = j.on_demand_only and j.spec.deadline_s is not None
-        return queue_key(j.spec.priority, j.requeued, j.enqueued_s, seq, urgent)
-
     def _set_on_demand_only(self, j: JobRun, flag: bool) -> None:
         if j.on_demand_only == flag:
             return
-        if j.state == PENDING:
-            self._dequeue(j)
+        if j.state != PENDING:
             j.on_demand_only = flag
-            j.key = self._queue_key(j, j.key[-1])
-            bisect.insort(self.pending, (j.key, j.idx))
-            self.pending_shapes[self._eshape(j)] += 1
-            self._freed = True
-            self._want_pass()
-            # a different request now: scale-up must look again (the pinned pod's spot node,
-            # if one is booting, no longer absorbs it)
-            self._demand_changed = True
-            if self.sc.autoscaling:
-                self._ensure_scan(self.now)
-        else:
-            j.on_demand_only = flag
+            return
+        self.pending.pin(j, flag)
+        self._freed = True
+        self._want_pass()
+        # a different request now: scale-up must look again (the pinned pod's spot node, if one
+        # is booting, no longer absorbs it)
+        self._demand_changed = True
+        if self.sc.autoscaling:
+            self._ensure_scan(self.now)
 
     def _on_arrival(self, idx: int) -> None:
         self.arrived += 1
@@ -438,66 +355,18 @@ class ClusterSim:
             tasks = self.typical.observe(j.req)
             if tasks is not None:
                 self.policy.set_typical_tasks(tasks)  # type: ignore[attr-defined]
-        if self._deadline_ctl is not None and j.spec.deadline_s is not None and (
-            SPOT_TAINT in j.req.tolerations
-        ):
-            self._deadline_live.add(idx)
-            # the guards need an autoscaler: on a fixed spot fleet on-demand capacity is only
-            # the fallback nodes, so pinning a job there would only make it wait
-            if self.sc.autoscaling and self._keeps_progress(j):
-                self._arrival_check.append(idx)
-            elif self.sc.autoscaling and not self._rerun_fits(j) and not self._hopeless(j):
-                self.tally.deadline_switches += 1
-                j.on_demand_only = True
+        dl = self.deadlines
+        if dl is not None and dl.watches(j.spec, tolerates_spot(j.req)):
+            self._apply(dl.on_arrival(idx, self._deadline_view(j), self.now))
         self._enqueue(j)
 
-    def _keeps_progress(self, j: JobRun) -> bool:
-        return j.spec.checkpointable and self.sc.checkpointing
-
-    def _hopeless(self, j: JobRun) -> bool:
-        """Even a fresh node launched now cannot make the deadline: only capacity that frees
-        up (spot or on-demand) can, so the job is not narrowed to on-demand by the guards."""
-        left = j.spec.duration_s - (j.progress(self.now)[0] if j.state == RUNNING else j.work_s)
-        return not fresh_node_fits(self.now, j.spec.deadline_s,  # type: ignore[arg-type]
-                                   left, self.sc.provisioning_delay_s)
-
-    def _rerun_fits(self, j: JobRun) -> bool:
-        return rerun_fits(self.now, j.spec.deadline_s, j.spec.duration_s,  # type: ignore[arg-type]
-                          j.spec.restart_overhead_s, self.sc.provisioning_delay_s)
-
-    def _check_arrivals(self) -> None:
-        """Before scale-up, new deadline jobs that found no free capacity get the controller's
-        safety net now rather than at the next availability tick (up to a tick later: 195 s on
-        the V100 traces, longer than many short jobs' whole slack) — so scale-up launches the
-        on-demand node the net asks for instead of a spot node the job would then leave.
-
-        The net is evaluated as if the tick were now, without a controller call (which is once
-        per tick of the availability process); jobs already seen by their controller are left
-        to it.
-        """
-        from gpufleet.market.deadline import Choice, DeadlineJob, safety_net
-
-        idle = np.array([Choice.IDLE], dtype=np.int8)
-        for idx in self._arrival_check:
-            j = self.jobs[idx]
-            if j.state != PENDING or j.ctl is not None or j.on_demand_only or self._hopeless(j):
-                continue
-            spec = j.spec
-            job = DeadlineJob(task_s=spec.duration_s, deadline_s=spec.deadline_s - spec.submit_s,
-                              overhead_s=spec.restart_overhead_s, gap_s=self._deadline_gap)
-            out = safety_net(idle, job=job, t_s=self.now - spec.submit_s, done_s=np.zeros(1),
-                             holding=idle, overhead_left_s=np.zeros(1))
-            if int(out[0]) == Choice.ON_DEMAND:
-                self.tally.deadline_switches += 1
-                self._set_on_demand_only(j, True)
-        self._arrival_check.clear()
-
-    def _urgent(self, j: JobRun, now: float) -> bool:
-        if j.spec.deadline_s is None:
-            return False
-        overhead = j.spec.restart_overhead_s if j.interruptions else 0.0
-        return cannot_wait(now, j.spec.deadline_s, j.spec.duration_s - j.work_s, overhead,
-                           self.sc.provisioning_delay_s, self.sc.max_pending_wait_s)
+    def _deadline_view(self, j: JobRun) -> DeadlineView:
+        running = j.state == RUNNING
+        return DeadlineView(
+            j.spec, j.state == PENDING, running, j.on_demand_only, j.on_spot,
+            j.progress(self.now)[0] if running else j.work_s,
+            max(0.0, j.seg_start + j.overhead - self.now) if running else 0.0,
+        )
 
     def _want_pass(self) -> None:
         if self._pass_at != self.now:
@@ -513,23 +382,23 @@ class ClusterSim:
         if self._freed:
             self._freed = False
             self._blocked = set()
-            cand = [(i, self._eshape(jobs[i]), jobs[i].enqueued_s) for _, i in self.pending]
+            cand = [(i, effective_shape(jobs[i]), jobs[i].enqueued_s) for _, i in self.pending]
         else:
             new = sorted(
                 (jobs[i] for i in self._new if jobs[i].state == PENDING), key=lambda j: j.key
             )
-            cand = [(j.idx, self._eshape(j), j.enqueued_s) for j in new]
+            cand = [(j.idx, effective_shape(j), j.enqueued_s) for j in new]
         self._new.clear()
         if not cand:
             return
         res = self.backfill.run(
-            cand, self.now, self._try_start, len(self.pending_shapes), self._blocked
+            cand, self.now, self._try_start, len(self.pending.shapes), self._blocked
         )
         self._blocked = res.blocked
 
     def _try_start(self, idx: int) -> bool:
         j = self.jobs[idx]
-        req = self._request_now(j)
+        req = request_now(j.req, j.on_demand_only)
         state = self.state
         if j.spec.replicas == 1:
             res = self.policy.place(state, req, self.rng)  # type: ignore[attr-defined]
@@ -541,14 +410,9 @@ class ClusterSim:
             if not isinstance(got, list):
                 return False
             placed = got
-        self._dequeue(j)
+        self.pending.remove(j)
         self._start(j, req, placed)
         return True
-
-    def _request_now(self, j: JobRun) -> ResourceRequest:
-        if j.on_demand_only and SPOT_TAINT in j.req.tolerations:
-            return replace(j.req, tolerations=j.req.tolerations - {SPOT_TAINT})
-        return j.req
 
     def _start(self, j: JobRun, req: ResourceRequest, placed: list[PlacementResult]) -> None:
         now = self.now
@@ -595,25 +459,14 @@ class ClusterSim:
         return len(bind.gpus) * bind.milli_per_gpu
 
     def _tau(self, j: JobRun, on_spot: bool) -> float:
-        """Young/Daly over every way the job can be interrupted: spot reclaims (rate estimated
-        from what the fleet has seen) and hardware failures of the nodes it runs on (the
-        scenario's stated rate, as an operator would configure it)."""
-        if not self.sc.checkpointing or not j.spec.checkpointable:
-            return INF
-        if self.sc.checkpoint_interval_s is not None:
-            return self.sc.checkpoint_interval_s
-        fail_rate = 0.0
-        if self.gpu_mtbf_s is not None:
-            nodes = {bind.node for bind, _ in j.binds}
-            fail_rate = sum(self.cloud.nodes[n].gpus for n in nodes) / self.gpu_mtbf_s
-        if not on_spot:
-            if fail_rate <= 0:
-                return INF  # nothing to insure against
-            return self.interval.interval_for(j.ckpt_cost, 1.0 / fail_rate)
-        exposure = (self._spot_exposure_s + self._spot_ready_n * self.now
-                    - self._spot_ready_sum)
-        reclaim_mtbf = self.interval.mtbf(self.tally.reclaims, exposure)
-        return self.interval.interval_for(j.ckpt_cost, 1.0 / (1.0 / reclaim_mtbf + fail_rate))
+        """The job's checkpoint interval for this start (``recovery.checkpoint_interval``)."""
+        return checkpoint_interval(
+            self.interval, checkpoints=self.sc.checkpointing and j.spec.checkpointable,
+            fixed_interval_s=self.sc.checkpoint_interval_s, checkpoint_cost_s=j.ckpt_cost,
+            node_gpus=sum(self.cloud.nodes[n].gpus for n in {b.node for b, _ in j.binds}),
+            gpu_mtbf_s=self.gpu_mtbf_s, on_spot=on_spot, reclaims=self.tally.reclaims,
+            spot_exposure_s=self.exposure.at(self.now),
+        )
 
     def _stop(self, j: JobRun, at: float) -> None:
         """Release j's GPUs at ``at`` and book its allocated GPU-time (the ledger: bind to
@@ -657,7 +510,8 @@ class ClusterSim:
         j.finish_s = self.now
         self.tally.useful_gpu_s += j.useful_gpu_s
         self.done += 1
-        self._deadline_live.discard(idx)
+        if self.deadlines is not None:
+            self.deadlines.done(idx)
         if self.done == len(self.jobs):
             self._finish()
 
@@ -725,8 +579,7 @@ class ClusterSim:
         node.empty_since = self.now
         self._empty[name] = node
         if node.spot:
-            self._spot_ready_n += 1
-            self._spot_ready_sum += node.ready_s
+            self.exposure.node_ready(node.ready_s)
         if self.sc.autoscaling:
             self._ensure_scan(self.now + self.sc.scale_down_unneeded_s)
         self._freed = True
@@ -767,12 +620,12 @@ class ClusterSim:
             self._empty.pop(node.name, None)
             self._under.pop(node.name, None)
             if node.spot:
-                self._spot_ready_n -= 1
-                self._spot_ready_sum -= node.ready_s
+                self.exposure.node_gone(node.ready_s)
             self._dead_rows += 1
             if self._dead_rows > 256 and self._dead_rows > 2 * len(self.state.index):
                 self._compact()
-            self._spot_exposure_s += (self.now - node.ready_s) if node.spot else 0.0
+            if node.spot:
+                self.exposure.close(self.now - node.ready_s)
         if self._booting.pop(node.name, None) is not None:
             self._demand_changed = True
         node.state = "draining"
@@ -891,7 +744,7 @@ class ClusterSim:
             work_done_s=done, last_checkpoint_s=saved, checkpoint_cost_s=j.ckpt_cost,
             notice_s=notice, interruptions=j.interruptions + 1, on_spot=j.on_spot,
         )
-        plan = self.recovery.on_notice(view)
+        plan = self.recovery.on_notice(view)  # a Requeue, applied here with the job's books
         lost = max(0.0, done - plan.resume_work_s)
         j.lost_work_s += lost
         self.tally.lost_gpu_s += lost * j.gpus
@@ -951,8 +804,10 @@ class ClusterSim:
             self._rebalance()
             return
         launched = 0
-        if self._arrival_check:
-            self._check_arrivals()
+        dl = self.deadlines
+        if dl is not None and dl.arrivals_to_check():
+            views = {i: self._deadline_view(self.jobs[i]) for i in dl.arrivals_to_check()}
+            self._apply(dl.check_arrivals(views, self.now))
         if self.pending and (
             self._demand_changed
             or self.now - self._last_scale_up >= self.sc.max_pending_wait_s
@@ -1031,10 +886,7 @@ class ClusterSim:
     def _shape(self, it: InstanceType, mig: bool = False) -> NodeShape:
         shape = self._shape_cache.get((it.name, mig))
         if shape is None:
-            gm = self.gpu_catalog[it.gpu_model]
-            compute = gm.mig.compute_slices if mig and gm.mig is not None else 0
-            shape = NodeShape(it.gpu_model, it.gpus, it.cpu_milli, it.memory_mib, gm.memory_mib,
-                              it.cuda_driver, compute)
+            shape = NodeShape.of(it, mig)
             self._shape_cache[(it.name, mig)] = shape
         return shape
 
@@ -1045,11 +897,11 @@ class ClusterSim:
         pods = []
         for _, i in self.pending[: self.scale_up.max_pods]:
             j = self.jobs[i]
-            req = self._request_now(j)
-            spot_ok = SPOT_TAINT in req.tolerations
-            urgent = self._urgent(j, now)
+            req = request_now(j.req, j.on_demand_only)
+            spot_ok = tolerates_spot(req)
+            hurry = urgent(j.spec, j.work_s, bool(j.interruptions), now, self.guard_cfg)
             for _r in range(j.spec.replicas):
-                pods.append(PendingPod(j.spec.job_id, req, spot_ok, now - j.enqueued_s, urgent,
+                pods.append(PendingPod(j.spec.job_id, req, spot_ok, now - j.enqueued_s, hurry,
                                        j.spec.replicas))
         inflight = [InFlight(self._shape(n.itype, n.mig), n.spot, n.zone)
                     for n in self._booting.values()]
@@ -1059,15 +911,12 @@ class ClusterSim:
                        if self.market.zones(name)}
         launches = self.scale_up.decide(pods, self._offers(), inflight, markets,
                                         self.spot_strategy)
-        n = 0
-        for launch in launches:
-            n += self._apply_launch(launch)
-        return n
+        return self._apply(launches)
 
     def _apply_launch(self, launch: Launch) -> int:
         it = self.types[launch.instance_type]
         spot = launch.capacity_type == CapacityType.SPOT
-        mig = isinstance(launch, MigLaunch)
+        mig = launch.mig_config is not None
         n = 0
         for _ in range(launch.count):
             if len(self.cloud.live) >= self.sc.max_nodes:
@@ -1114,23 +963,13 @@ class ClusterSim:
         cmd = self.disruption.decide(views, now, offers)
         if cmd is None:
             return
-        for d in cmd.decisions:
-            if isinstance(d, Launch):
-                self.tally.replacements += self._apply_launch(d)
-            elif isinstance(d, Preempt):
-                j = self._job_by_id(d.job_id)
-                if j is not None and j.state == RUNNING:
-                    self.tally.consolidations += 1
-                    self._interrupt(j, INF, d.reason, graceful=True)
-            elif isinstance(d, Terminate):
-                node = self.cloud.nodes[d.node]
-                if node.state != "ready":
-                    continue  # re-validation: it changed since the command was computed
-                if cmd.method == "emptiness" and node.jobs:
-                    continue
-                self._retire(node)
-                wait = max((self.jobs[i].ckpt_cost for i in node.jobs), default=0.0)
-                self._at(now + wait, GONE, node.name)
+        self.tally.consolidations += sum(1 for d in cmd.decisions if isinstance(d, Preempt)
+                                         and self._running(d.job_id))
+        self.tally.replacements += self._apply(list(cmd.decisions))
+
+    def _running(self, job_id: str) -> bool:
+        j = self._job_by_id(job_id)
+        return j is not None and j.state == RUNNING
 
     def _job_by_id(self, job_id: str) -> JobRun | None:
         if not hasattr(self, "_by_id"):
@@ -1158,7 +997,7 @@ class ClusterSim:
             PodView(self.jobs[i].spec.job_id, self.jobs[i].req,
                     self.jobs[i].spec.checkpointable and self.jobs[i].spec.replicas == 1
                     and self.sc.checkpointing and self._move_fits(self.jobs[i]),
-                    SPOT_TAINT in self._request_now(self.jobs[i]).tolerations)
+                    tolerates_spot(request_now(self.jobs[i].req, self.jobs[i].on_demand_only)))
             for i in n.jobs
         )
         return NodeView(
@@ -1169,70 +1008,54 @@ class ClusterSim:
         )
 
     def _move_fits(self, j: JobRun) -> bool:
-        """Consolidation may move a deadline job only if the move cannot cost the deadline."""
-        if j.spec.deadline_s is None:
-            return True
-        return move_fits(self.now, j.spec.deadline_s, j.spec.duration_s - j.progress(self.now)[0],
-                         j.ckpt_cost, j.spec.restart_overhead_s, self.sc.provisioning_delay_s)
+        return movable(j.spec, j.progress(self.now)[0], j.ckpt_cost, self.now, self.guard_cfg)
 
     # -- deadline-aware spot fallback ---------------------------------------------------------
     def _on_deadline(self, _: object) -> None:
-        from gpufleet.market.deadline import Choice, DeadlineJob
-
-        if self._all_done() or self._deadline_ctl is None:
+        dl = self.deadlines
+        if self._all_done() or dl is None:
             return
         now = self.now
         m = self.market
-        gap = self._deadline_gap
-        ref = self._spot_reference_type()
+        ref = spot_reference_type({n: t.gpus for n, t in self.types.items()
+                                   if m is not None and m.zones(n)})
         avail = bool(m.signal(ref, now, 1)[-1]) if (m is not None and ref) else True
-        for idx in sorted(self._deadline_live):
-            j = self.jobs[idx]
-            if j.state not in (PENDING, RUNNING):
-                continue
-            if self.sc.autoscaling and not self._keeps_progress(j):
-                # no checkpoints: spot only while a rerun from zero still fits (see
-                # deadline_guard); once started it stays where it is
-                if j.state == PENDING and not j.on_demand_only and not self._rerun_fits(j) \
-                        and not self._hopeless(j):
-                    self.tally.deadline_switches += 1
-                    self._set_on_demand_only(j, True)
-                continue
-            if j.ctl is None:
-                spot_p = (m.best_price(ref, now) if m is not None and ref else None) or 0.0
-                od_p = float(self.types[ref].usd_per_hour) if ref else 1.0
-                ctl = self._deadline_ctl.start(DeadlineJob(
-                    task_s=j.spec.duration_s, deadline_s=j.spec.deadline_s - j.spec.submit_s,
-                    overhead_s=j.spec.restart_overhead_s, gap_s=gap,
-                    spot_price_per_hour=min(spot_p, od_p), on_demand_price_per_hour=od_p))
-                j.ctl = (ctl, bytearray())
-            ctl, seen = j.ctl
-            seen.append(1 if avail else 0)
-            history = np.frombuffer(bytes(seen), dtype=np.int8)
-            done = j.progress(now)[0] if j.state == RUNNING else j.work_s
-            holding = (Choice.SPOT if j.on_spot else Choice.ON_DEMAND) if j.state == RUNNING \
-                else Choice.IDLE
-            left = max(0.0, j.seg_start + j.overhead - now) if j.state == RUNNING else 0.0
-            choice = ctl.decide(t_s=now - j.spec.submit_s, done_s=done, holding=holding,
-                                  overhead_left_s=left, spot_available=avail, history=history)
-            # A fixed fleet creates no on-demand capacity for a pinned job: it would wait for a
-            # node that never comes (and end the run unfinished), so only autoscaled fleets pin.
-            if choice == Choice.ON_DEMAND and not j.on_demand_only and self.sc.autoscaling:
-                self.tally.deadline_switches += 1
-                self._set_on_demand_only(j, True)
-                if j.state == RUNNING and j.on_spot:
-                    self._interrupt(j, INF, "deadline: move to on-demand", graceful=True)
-            elif choice == Choice.SPOT and j.on_demand_only and j.state == PENDING:
-                self._set_on_demand_only(j, False)
-        self._periodic_at(now + gap, DEADLINE)
+        spot_p = (m.best_price(ref, now) if m is not None and ref else None) or 0.0
+        od_p = float(self.types[ref].usd_per_hour) if ref else 1.0
+        views = {i: self._deadline_view(self.jobs[i]) for i in dl.live
+                 if self.jobs[i].state in (PENDING, RUNNING)}
+        self._apply(dl.tick(views, now, avail, spot_p, od_p))
+        self._periodic_at(now + dl.gap_s, DEADLINE)
 
-    def _spot_reference_type(self) -> str | None:
-        if self.market is None:
-            return None
-        offered = [n for n in self.types if self.market.zones(n)]
-        if not offered:
-            return None
-        return min(offered, key=lambda n: (self.types[n].gpus, n))
+    def _apply(self, decisions: list[Decision]) -> int:
+        """Apply the control layer's and the policies' decisions, in order: the one place they
+        take effect. A decision the world has overtaken since (a node no longer ready, a job no
+        longer running) is skipped. Returns the nodes launched."""
+        launched = 0
+        for d in decisions:
+            match d:
+                case Launch():
+                    launched += self._apply_launch(d)
+                case Terminate(node=name, only_if_empty=empty_only):
+                    node = self.cloud.nodes[name]
+                    if node.state != "ready" or (empty_only and node.jobs):
+                        continue
+                    self._retire(node)
+                    wait = max((self.jobs[i].ckpt_cost for i in node.jobs), default=0.0)
+                    self._at(self.now + wait, GONE, name)
+                case Pin(job_id, capacity_type):
+                    j = self._job_by_id(job_id)
+                    assert j is not None, job_id
+                    if capacity_type == CapacityType.ON_DEMAND:
+                        self.tally.deadline_switches += 1
+                    self._set_on_demand_only(j, capacity_type == CapacityType.ON_DEMAND)
+                case Preempt(job_id, reason):
+                    j = self._job_by_id(job_id)
+                    if j is not None and j.state == RUNNING:
+                        self._interrupt(j, INF, reason, graceful=True)
+                case _:
+                    raise TypeError(f"decision not applied here: {d!r}")
+        return launched
 
     # -- sampling -----------------------------------------------------------------------------
     def _on_sample(self, _: object) -> None:

@@ -21,9 +21,9 @@ from pathlib import Path
 
 from gpufleet.catalog.gpus import default_gpu_catalog
 from gpufleet.catalog.instances import InstanceType
+from gpufleet.control.admission import mig_models
 from gpufleet.errors import InputError
 from gpufleet.provisioning.binpack import NodeShape, fits_shape, mig_spec
-from gpufleet.sim.cluster import mig_models
 from gpufleet.sim.scenario import Scenario
 from gpufleet.state import GPU_MILLI, ResourceRequest
 from gpufleet.traces.jobs import JobSpec
@@ -52,9 +52,7 @@ def node_shapes(types: Sequence[InstanceType], mig: bool) -> list[tuple[str, Nod
         gm = cat[it.gpu_model]
         if mig and gm.mig is None:
             continue
-        compute = gm.mig.compute_slices if mig and gm.mig is not None else 0
-        out.append((it.name, NodeShape(it.gpu_model, it.gpus, it.cpu_milli, it.memory_mib,
-                                       gm.memory_mib, it.cuda_driver, compute)))
+        out.append((it.name, NodeShape.of(it, mig)))
     return out
 
 

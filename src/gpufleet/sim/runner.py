@@ -19,9 +19,10 @@ import numpy as np
 
 from gpufleet.catalog.instances import InstanceType, default_instance_catalog
 from gpufleet.catalog.spot_prices import load_spot_prices
+from gpufleet.control.admission import mig_models
 from gpufleet.datapaths import data_dir
 from gpufleet.errors import InputError
-from gpufleet.sim.cluster import ClusterSim, mig_models
+from gpufleet.sim.cluster import ClusterSim
 from gpufleet.sim.scenario import Scenario, default_scenario, default_scenarios
 from gpufleet.sim.spot import (
     Availability,

@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
+from gpufleet.control.deadline_guard import fresh_node_fits
 from gpufleet.sim.cloud import MICRO
 from gpufleet.sim.cluster import ClusterSim
-from gpufleet.sim.deadline_guard import fresh_node_fits
 from gpufleet.sim.jobrun import DONE
 
 

@@ -26,4 +26,5 @@ class Emptiness:
         ]
         if not gone:
             return None
-        return Command(EMPTINESS, tuple(gone), tuple(Terminate(n, "empty") for n in gone))
+        terminate = tuple(Terminate(n, "empty", only_if_empty=True) for n in gone)
+        return Command(EMPTINESS, tuple(gone), terminate)

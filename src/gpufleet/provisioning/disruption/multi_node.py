@@ -20,12 +20,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gpufleet.decisions import CapacityType, Decision, Launch, Preempt, Terminate
-from gpufleet.provisioning.binpack import NodeShape
+from gpufleet.provisioning.binpack import MIG_CONFIG, NodeShape
 from gpufleet.provisioning.disruption.command import MULTI_NODE, Command
 from gpufleet.provisioning.disruption.method import consolidation_candidates
 from gpufleet.provisioning.disruption.room import fits_new_node, pack_into
 from gpufleet.provisioning.disruption.views import DisruptionSnapshot, NodeView
-from gpufleet.provisioning.scale_up import MigLaunch, Offer
+from gpufleet.provisioning.scale_up import Offer
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,9 +81,8 @@ def replace_group(
         for offer in ranked:
             if fits_new_node(left, offer.shape):
                 launch = Launch(offer.instance_type, offer.zone, CapacityType.ON_DEMAND, 1,
-                                reason=f"replaces {len(group)} nodes")
-                if offer.shape.mig:
-                    launch = MigLaunch.of(launch)
+                                reason=f"replaces {len(group)} nodes",
+                                mig_config=MIG_CONFIG if offer.shape.mig else None)
                 shape = offer.shape
                 break
         if launch is None:

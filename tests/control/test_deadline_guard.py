@@ -1,4 +1,4 @@
-"""Deadline guards of the driver (``gpufleet.sim.deadline_guard``), hand-worked end to end.
+"""Deadline guards (``gpufleet.control.deadline_guard``), hand-worked end to end.
 
 Delays used throughout: provisioning 180 s, restart overhead 120 s (after an interruption
 only), checkpoint 30 s, scale-up wait trigger 60 s for a pod below the 2-GPU threshold.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpufleet.sim.deadline_guard import cannot_wait, fresh_node_fits, move_fits, rerun_fits
+from gpufleet.control.deadline_guard import cannot_wait, fresh_node_fits, move_fits, rerun_fits
 from gpufleet.sim.runner import Simulation
 from gpufleet.sim.scenario import Scenario, default_scenario
 from gpufleet.state import ResourceRequest

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpufleet.sim.sizing import demand_quantile_milli
+from gpufleet.control.sizing import demand_quantile_milli
 from gpufleet.state import GPU_MILLI, ResourceRequest
 from gpufleet.traces.jobs import JobSpec
 

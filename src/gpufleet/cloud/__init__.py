@@ -1,0 +1,1 @@
+"""Cloud providers behind one contract (``gpufleet.cloud.provider``): kwok, AWS, Aliyun."""

@@ -1,0 +1,15 @@
+"""The control layer: every rule a live controller needs as much as the simulator does.
+
+Drivers (``gpufleet.sim.cluster`` today, the Kubernetes driver next) turn their world's events
+into state and call in here; what comes back is data (a request, a queue order, a Decision) that
+the driver applies. Nothing here reads a clock or touches the world: the time is passed in.
+
+* ``admission``: how a submitted job's request is normalised (MIG, exclusive baseline, spot
+  toleration) and what it asks for right now (a job pinned to on-demand drops the toleration).
+* ``queue``: the pending queue, its order and the on-demand pin.
+* ``deadline`` (with ``deadline_guard``): the deadline controller and its guards, as ``Pin`` and
+  ``Preempt`` decisions.
+* ``fleet`` (with ``sizing``): a fixed (non-autoscaled) fleet's node groups and sizes.
+
+Checkpoint-interval choice lives with the recovery strategies (``gpufleet.recovery.exposure``).
+"""

@@ -1,0 +1,66 @@
+"""Admission: turn a submitted job's request into the request the scheduler places.
+
+Three rules, the same for every driver:
+
+* a MIG request is narrowed to the GPU models that offer its profile (with GPU sharing off, the
+  exclusive baseline, it becomes one whole GPU of such a model);
+* with sharing off a fractional request is rounded up to a whole GPU;
+* an interruptible job on a fleet that uses spot tolerates the spot taint, so it may land on
+  spot nodes; a job later pinned to on-demand (deadline guards, recovery) drops that toleration
+  for as long as the pin holds (``request_now``).
+
+Example: ``1g.10gb`` on a sharing fleet → ``num_gpu=1, gpu_models={A100-80GB, H100-80GB}``;
+the same job on the exclusive baseline → one whole A100-80GB or H100-80GB GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from gpufleet.catalog.gpus import default_gpu_catalog
+from gpufleet.errors import InputError
+from gpufleet.state import GPU_MILLI, ResourceRequest
+from gpufleet.traces.jobs import JobSpec
+
+SPOT_TAINT = "karpenter.sh/capacity-type=spot"
+
+
+def mig_models(req: ResourceRequest) -> frozenset[str]:
+    """GPU models (of the request's constraint, if any) that offer its MIG profile."""
+    cat = default_gpu_catalog()
+    names = req.gpu_models or frozenset(cat.models)
+    return frozenset(m for m in names if m in cat and cat.mig_profile(m, req.mig_profile or ""))
+
+
+def effective_request(spec: JobSpec, sharing: bool, spot: bool) -> ResourceRequest:
+    """The request the scheduler places for ``spec`` on a fleet with (or without) GPU sharing
+    and spot capacity. An unknown MIG profile is bad input (exit 2), not a bug."""
+    r = spec.request
+    if r.mig_profile is not None:
+        models = mig_models(r)
+        if not models:
+            raise InputError(
+                f"job {spec.job_id}: no catalogued GPU offers MIG profile {r.mig_profile!r}",
+                field="mig_profile",
+            )
+        if sharing:
+            r = replace(r, num_gpu=1, gpu_models=models)
+        else:  # the exclusive baseline: one whole GPU of a model that offers the profile
+            r = replace(r, mig_profile=None, num_gpu=1, gpu_milli=GPU_MILLI, gpu_models=models)
+    if not sharing and r.gpu_milli < GPU_MILLI:
+        r = replace(r, gpu_milli=GPU_MILLI)
+    if spot and spec.interruptible:
+        r = replace(r, tolerations=r.tolerations | {SPOT_TAINT})
+    return r
+
+
+def tolerates_spot(req: ResourceRequest) -> bool:
+    """Whether ``req`` may land on a spot node (it tolerates the spot taint)."""
+    return SPOT_TAINT in req.tolerations
+
+
+def request_now(req: ResourceRequest, on_demand_only: bool) -> ResourceRequest:
+    """What the job asks for now: pinned to on-demand, it no longer tolerates spot."""
+    if on_demand_only and SPOT_TAINT in req.tolerations:
+        return replace(req, tolerations=req.tolerations - {SPOT_TAINT})
+    return req

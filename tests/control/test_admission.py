@@ -1,0 +1,57 @@
+"""Admission rules, worked by hand: MIG narrowing, the exclusive baseline, spot toleration."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpufleet.control.admission import (
+    SPOT_TAINT,
+    effective_request,
+    mig_models,
+    request_now,
+    tolerates_spot,
+)
+from gpufleet.errors import InputError
+from gpufleet.state import GPU_MILLI, ResourceRequest
+from gpufleet.traces.jobs import JobSpec
+
+
+def _spec(req: ResourceRequest, interruptible: bool = True) -> JobSpec:
+    return JobSpec("j", 0.0, 60.0, req, interruptible=interruptible)
+
+
+def test_fractional_request_is_kept_with_sharing_and_rounded_up_without() -> None:
+    req = ResourceRequest(num_gpu=1, gpu_milli=250)
+    assert effective_request(_spec(req), sharing=True, spot=False).gpu_milli == 250
+    assert effective_request(_spec(req), sharing=False, spot=False).gpu_milli == GPU_MILLI
+
+
+def test_mig_request_is_narrowed_to_models_offering_the_profile() -> None:
+    req = ResourceRequest(num_gpu=1, mig_profile="1g.10gb")
+    models = mig_models(req)
+    assert models and all("A100" in m or "H100" in m for m in models)
+    shared = effective_request(_spec(req), sharing=True, spot=False)
+    assert shared.mig_profile == "1g.10gb" and shared.gpu_models == models
+    whole = effective_request(_spec(req), sharing=False, spot=False)
+    assert whole.mig_profile is None and whole.gpu_milli == GPU_MILLI
+    assert whole.num_gpu == 1 and whole.gpu_models == models
+
+
+def test_unknown_mig_profile_is_bad_input() -> None:
+    with pytest.raises(InputError, match="no catalogued GPU offers MIG profile"):
+        effective_request(_spec(ResourceRequest(num_gpu=1, mig_profile="9g.1tb")), True, False)
+
+
+def test_only_interruptible_jobs_on_a_spot_fleet_tolerate_spot() -> None:
+    req = ResourceRequest(num_gpu=1)
+    assert tolerates_spot(effective_request(_spec(req), sharing=True, spot=True))
+    assert not tolerates_spot(effective_request(_spec(req), sharing=True, spot=False))
+    assert not tolerates_spot(effective_request(_spec(req, interruptible=False), True, True))
+
+
+def test_a_pin_to_on_demand_drops_the_toleration_only_while_it_holds() -> None:
+    req = ResourceRequest(num_gpu=1, tolerations=frozenset({SPOT_TAINT, "other"}))
+    assert request_now(req, on_demand_only=False) is req
+    pinned = request_now(req, on_demand_only=True)
+    assert pinned.tolerations == frozenset({"other"})
+    assert request_now(ResourceRequest(num_gpu=1), on_demand_only=True).tolerations == frozenset()
