@@ -73,7 +73,8 @@ def request(
         zones=zones,
         capacity_type=capacity,
         max_price=max_price,
-        tags={TAG_NODEPOOL: "gpu-a10"},
+        # a value with a space, a slash and a non-ASCII letter: the signature must cover them
+        tags={TAG_NODEPOOL: "gpu-a10", "team": "ml infra/zürich"},
     )
 
 
@@ -99,7 +100,12 @@ def test_spot_with_price_limit_from_the_bid_agent(ecs_server: Any, aliyun_creden
     assert p["InstanceType"] == A10 and p["ZoneId"] == "cn-hangzhou-h"
     assert p["VSwitchId"] == "vsw-hz-h" and p["RegionId"] == "cn-hangzhou"
     assert p["ImageId"] == "m-gpu-image" and p["SecurityGroupId"] == "sg-gpufleet"
-    assert tags_sent(p) == {TAG_MANAGED: "true", TAG_TOKEN: "launch-0001", TAG_NODEPOOL: "gpu-a10"}
+    assert tags_sent(p) == {
+        TAG_MANAGED: "true",
+        TAG_TOKEN: "launch-0001",
+        TAG_NODEPOOL: "gpu-a10",
+        "team": "ml infra/zürich",
+    }
     assert inst.provider_id == f"alicloud://cn-hangzhou.{inst.instance_id}"
     assert inst.capacity_type is CapacityType.SPOT and inst.state is InstanceState.PENDING
     assert ecs_server.instances[inst.instance_id].spot_strategy == "SpotWithPriceLimit"
@@ -126,6 +132,7 @@ def test_on_demand_sends_no_spot_field(ecs_server: Any, aliyun_credentials: Any)
     [listed] = make_provider(ecs_server).list()
     assert listed.capacity_type is CapacityType.ON_DEMAND
     assert listed.instance_id == inst.instance_id and listed.client_token == "launch-0001"
+    assert listed.tags["team"] == "ml infra/zürich" and listed.tags[TAG_MANAGED] == "true"
 
 
 def test_same_token_gives_back_the_same_instance(ecs_server: Any, aliyun_credentials: Any) -> None:
