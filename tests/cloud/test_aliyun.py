@@ -268,12 +268,11 @@ def test_offerings(ecs_server: Any, aliyun_credentials: Any) -> None:
     for zone in ZONES:
         od = offers[(zone, CapacityType.ON_DEMAND)]
         assert od.price_per_hour == catalog_price and od.available
-    pages = [
-        c.params.get("Offset")
-        for c in ecs_server.calls_of("DescribeSpotPriceHistory")
-        if c.params["ZoneId"] == "cn-hangzhou-h"
-    ]
-    assert pages == [None, "2"]
+    # one query per type for all zones, paged: h's three points, then i's old one (filtered out
+    # by StartTime on the server)
+    calls = ecs_server.calls_of("DescribeSpotPriceHistory")
+    assert [c.params.get("Offset") for c in calls] == [None, "2"]
+    assert all("ZoneId" not in c.params and c.params["InstanceType"] == A10 for c in calls)
 
 
 def test_interruptions_from_the_recycling_lock(ecs_server: Any, aliyun_credentials: Any) -> None:
@@ -290,6 +289,13 @@ def test_interruptions_from_the_recycling_lock(ecs_server: Any, aliyun_credentia
     assert event.kind is InterruptionKind.SPOT_INTERRUPTION
     provider.acknowledge(event)  # a no-op: the event stays until the instance is gone
     assert [e.instance_id for e in provider.interruptions()] == [a.instance_id]
+
+    ecs_server.instances[b.instance_id].status = "Stopped"  # reclaimed in stop mode
+    kinds = {e.instance_id: e.kind for e in provider.interruptions()}
+    assert kinds == {
+        a.instance_id: InterruptionKind.SPOT_INTERRUPTION,
+        b.instance_id: InterruptionKind.STATE_CHANGE,
+    }
 
 
 def test_throttling_is_retried_a_bounded_number_of_times(

@@ -280,7 +280,7 @@ class AliyunProvider:
         return str(ids[0])
 
     def _find_by_token(self, token: str) -> Instance | None:
-        for inst in self._describe({TAG_TOKEN: token}):
+        for inst in self._describe({TAG_MANAGED: "true", TAG_TOKEN: token}):
             if inst.state is not InstanceState.TERMINATED:
                 return inst
         return None
@@ -351,36 +351,38 @@ class AliyunProvider:
 
     # -- offerings -------------------------------------------------------------------------
     def offerings(self) -> list[Offering]:
-        """Spot: the latest ``DescribeSpotPriceHistory`` point of each type × zone (a pool with
-        no price history is listed unavailable at the on-demand price). On-demand: the catalog's
-        price, available in every configured zone (ECS publishes no on-demand stock signal short
-        of ``DescribeAvailableResource``; a stock-out shows up at launch and moves to the next
+        """Spot: the latest ``DescribeSpotPriceHistory`` point of each type in each configured
+        zone, one query per type for all zones (a pool with no price in the last 3 hours is
+        listed unavailable at the on-demand price). On-demand: the catalog's price, available in
+        every configured zone (ECS publishes no on-demand stock signal short of
+        ``DescribeAvailableResource``; a stock-out shows up at launch and moves to the next
         pool)."""
         out: list[Offering] = []
         types = self.config.instance_types or tuple(t.name for t in self.catalog.by_provider(NAME))
         for itype in types:
             on_demand = self.catalog[itype].price_per_hour
+            spot = self._latest_spot_prices(itype)
             for zone in self.config.zones:
                 out.append(Offering(itype, zone, CapacityType.ON_DEMAND, on_demand))
-                price = self._latest_spot_price(itype, zone)
+                price = spot.get(zone)
                 if price is None:
                     out.append(Offering(itype, zone, CapacityType.SPOT, on_demand, available=False))
                 else:
                     out.append(Offering(itype, zone, CapacityType.SPOT, price))
         return out
 
-    def _latest_spot_price(self, itype: str, zone: str) -> Decimal | None:
+    def _latest_spot_prices(self, itype: str) -> dict[str, Decimal]:
+        """zone → the latest spot price of ``itype`` in the last 3 hours."""
         from alibabacloud_ecs20140526 import models as ecs
 
         now = datetime.fromtimestamp(self._clock(), UTC)
         start = (now - timedelta(hours=3)).strftime("%Y-%m-%dT%H:%M:%SZ")
-        latest: tuple[str, Decimal] | None = None
+        latest: dict[str, tuple[str, Decimal]] = {}
         offset: int | None = None
-        for _ in range(100):  # bounded: 100 pages of history is far more than 3 hours
+        for _ in range(100):  # bounded: 100 pages is far more than 3 hours of history
             req = ecs.DescribeSpotPriceHistoryRequest(
                 region_id=self.config.region,
                 instance_type=itype,
-                zone_id=zone,
                 network_type="vpc",
                 ostype="linux",
                 start_time=start,
@@ -394,25 +396,26 @@ class AliyunProvider:
                 ).body
             except AliyunError as exc:
                 if exc.code in STOCK_OUT_CODES:
-                    return None
+                    return {}
                 raise
             points = body.spot_prices.spot_price_type if body.spot_prices else None
             for p in points or []:
-                if p.zone_id not in (None, zone) or p.spot_price is None:
+                if p.zone_id not in self.config.zones or p.spot_price is None:
                     continue
                 stamp = p.timestamp or ""
-                if latest is None or stamp >= latest[0]:
-                    latest = (stamp, Decimal(str(p.spot_price)))
+                if p.zone_id not in latest or stamp >= latest[p.zone_id][0]:
+                    latest[p.zone_id] = (stamp, Decimal(str(p.spot_price)))
             if not points or not body.next_offset or body.next_offset == offset:
                 break
             offset = body.next_offset
-        return latest[1] if latest else None
+        return {zone: price for zone, (_, price) in latest.items()}
 
     # -- interruptions ---------------------------------------------------------------------
     def interruptions(self) -> list[Interruption]:
         """Instances ECS is taking back, as seen by ``DescribeInstances``: the operation lock
-        ``Recycling`` (a spot instance pending release) → spot interruption; ``Stopping`` /
-        ``Stopped`` without gpufleet asking → state change.
+        ``Recycling`` (a spot instance pending release) → spot interruption; ``Stopped`` (a spot
+        instance reclaimed in stop mode, or stopped outside gpufleet) → state change. gpufleet's
+        own ``delete`` goes through ``Stopping`` to released and is not reported.
 
         This is the backstop, not the authoritative path. Aliyun announces a spot reclaim about
         five minutes ahead on the instance's metadata (``instance/spot/termination-time``, with
@@ -427,7 +430,7 @@ class AliyunProvider:
             reasons = {lock.lock_reason for lock in locks or []}
             if "Recycling" in reasons:
                 out.append(Interruption(raw.instance_id, InterruptionKind.SPOT_INTERRUPTION))
-            elif raw.status in ("Stopping", "Stopped"):
+            elif raw.status == "Stopped":
                 out.append(Interruption(raw.instance_id, InterruptionKind.STATE_CHANGE))
         return out
 
