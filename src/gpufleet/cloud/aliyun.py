@@ -302,7 +302,7 @@ class AliyunProvider:
                 raise
 
     def list(self) -> list[Instance]:
-        return [i for i in self._describe({TAG_MANAGED: "true"})]
+        return self._describe({TAG_MANAGED: "true"})
 
     def _describe_raw(self, tags: Mapping[str, str]) -> Iterator[Any]:
         from alibabacloud_ecs20140526 import models as ecs
