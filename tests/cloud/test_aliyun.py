@@ -38,7 +38,7 @@ from gpufleet.cloud.provider import (
 )
 from gpufleet.decisions import CapacityType
 from gpufleet.errors import InputError
-from gpufleet.market.bidding import SpotBidAgent
+from gpufleet.market.bidding import SpotBidAgent, ZoneMarket
 
 A10 = "ecs.gn7i-c8g1.2xlarge"
 T4 = "ecs.gn6i-c4g1.xlarge"
@@ -109,6 +109,37 @@ def test_spot_with_price_limit_from_the_bid_agent(ecs_server: Any, aliyun_creden
     assert inst.provider_id == f"alicloud://cn-hangzhou.{inst.instance_id}"
     assert inst.capacity_type is CapacityType.SPOT and inst.state is InstanceState.PENDING
     assert ecs_server.instances[inst.instance_id].spot_strategy == "SpotWithPriceLimit"
+
+
+def test_the_bid_agents_launch_decision_reaches_ecs(
+    ecs_server: Any, aliyun_credentials: Any
+) -> None:
+    """The field report's bidder decides; its Launch becomes the ECS request unchanged."""
+    from datetime import UTC, datetime
+
+    ecs_server.spot_prices[(A10, "cn-hangzhou-h")] = [(datetime.now(UTC), Decimal("2.0"))]
+    od = default_instance_catalog()[A10].price_per_hour
+    markets = [
+        ZoneMarket("cn-hangzhou-h", od, tuple(Decimal(p) for p in ("3.0", "3.0", "3.0", "2.0"))),
+        ZoneMarket("cn-hangzhou-i", od, tuple(Decimal(p) for p in ("3.0", "3.0", "3.0", "2.9"))),
+    ]
+    [launch] = SpotBidAgent().plan(A10, markets, 1)
+    assert launch.max_price == Decimal("3.60")  # 1.2 × the first price seen
+
+    inst = make_provider(ecs_server).create(
+        LaunchRequest(
+            client_token="bid-0001",
+            instance_types=(launch.instance_type,),
+            zones=(launch.zone,),
+            capacity_type=launch.capacity_type,
+            max_price=launch.max_price,
+        )
+    )
+
+    assert isinstance(inst, Instance) and inst.zone == "cn-hangzhou-h"
+    [call] = ecs_server.calls_of("RunInstances")
+    assert call.params["SpotStrategy"] == "SpotWithPriceLimit"
+    assert Decimal(call.params["SpotPriceLimit"]) == Decimal("3.6")
 
 
 def test_spot_without_a_limit_goes_as_price_go(ecs_server: Any, aliyun_credentials: Any) -> None:
