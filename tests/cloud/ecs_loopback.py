@@ -171,6 +171,9 @@ class EcsLoopback:
         self.nonces: set[str] = set()
         self.calls: list[Call] = []
         self.inject: list[tuple[str, EcsError]] = []  # (action, error) answered once each, FIFO
+        # instance ids DescribeInstances does not show for the next ``lag_calls`` calls (lag)
+        self.hidden: set[str] = set()
+        self.lag_calls = 0
         self.rejected: list[str] = []  # codes of requests refused before any action ran
         self.lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
@@ -509,10 +512,12 @@ class EcsLoopback:
             TAG_PARAM,
         )
         wanted = self._tags(params)
+        hidden = self.hidden if self.lag_calls > 0 else set()
+        self.lag_calls = max(0, self.lag_calls - 1)
         rows = [
             i
             for i in sorted(self.instances.values(), key=lambda i: (i.created, i.instance_id))
-            if all(i.tags.get(k) == v for k, v in wanted.items())
+            if all(i.tags.get(k) == v for k, v in wanted.items()) and i.instance_id not in hidden
         ]
         if "InstanceIds" in params:
             try:

@@ -179,6 +179,32 @@ def test_same_token_gives_back_the_same_instance(ecs_server: Any, aliyun_credent
     assert isinstance(other, Instance) and other.instance_id != first.instance_id
 
 
+def test_a_token_that_launched_elsewhere_never_launches_twice(
+    ecs_server: Any, aliyun_credentials: Any
+) -> None:
+    """Crash after a launch in pool two, then pool one has stock again and DescribeInstances lags:
+    ECS answers IdempotentParameterMismatch for the same token in pool one; the provider must
+    not fall through to another launch."""
+    ecs_server.stock_out[(A10, "cn-hangzhou-h")] = "OperationDenied.NoStock"
+    req = request(token="tok-crash", zones=("cn-hangzhou-h", "cn-hangzhou-i"))
+    first = make_provider(ecs_server).create(req)
+    assert isinstance(first, Instance) and first.zone == "cn-hangzhou-i"
+    del ecs_server.stock_out[(A10, "cn-hangzhou-h")]
+
+    # the restarted controller's first lookup misses it; by the second it shows
+    ecs_server.hidden, ecs_server.lag_calls = {first.instance_id}, 1
+    again = make_provider(ecs_server).create(req)
+    assert isinstance(again, Instance) and again.instance_id == first.instance_id
+    assert ecs_server.calls_of("RunInstances")[-1].code == "IdempotentParameterMismatch"
+    assert list(ecs_server.instances) == [first.instance_id]
+
+    # lagging longer than that: an error, still no second instance
+    ecs_server.lag_calls = 10
+    with pytest.raises(AliyunError, match="IdempotentParameterMismatch"):
+        make_provider(ecs_server).create(req)
+    assert list(ecs_server.instances) == [first.instance_id]
+
+
 @pytest.mark.parametrize(
     "code", ["OperationDenied.NoStock", "InvalidResourceType.NotSupported", "Zone.NotOnSale"]
 )

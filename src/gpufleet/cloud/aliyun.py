@@ -227,6 +227,12 @@ class AliyunProvider:
                     if exc.code in STOCK_OUT_CODES:
                         reasons.append(f"{itype}@{zone}: {exc.code}")
                         continue
+                    if exc.code == "IdempotentParameterMismatch":
+                        # the token already launched in another pool (a crash hid the answer and
+                        # the tag lookup above missed it): that instance, never a second one
+                        existing = self._find_by_token(token)
+                        if existing is not None:
+                            return existing
                     raise
                 tags = {**request.tags, TAG_MANAGED: "true", TAG_TOKEN: token}
                 return Instance(
