@@ -30,7 +30,7 @@ import json
 import re
 import secrets
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal, InvalidOperation
@@ -151,9 +151,9 @@ class EcsLoopback:
         access_keys: dict[str, str],
         vswitches: dict[str, str],
         instance_types: set[str],
-        images: set[str] = frozenset({"m-gpu-image"}),  # type: ignore[assignment]
-        security_groups: set[str] = frozenset({"sg-gpufleet"}),  # type: ignore[assignment]
-        launch_templates: set[str] = frozenset(),  # type: ignore[assignment]
+        images: Iterable[str] = ("m-gpu-image",),
+        security_groups: Iterable[str] = ("sg-gpufleet",),
+        launch_templates: Iterable[str] = (),
     ) -> None:
         self.region = region
         self.access_keys = dict(access_keys)
@@ -450,7 +450,7 @@ class EcsLoopback:
                 limit = Decimal(params["SpotPriceLimit"])
             except InvalidOperation:
                 raise _invalid("SpotPriceLimit", "is not a number") from None
-            if not limit.is_finite() or limit <= 0 or limit.as_tuple().exponent < -3:  # type: ignore[operator]
+            if not limit.is_finite() or limit <= 0 or limit != limit.quantize(Decimal("0.001")):
                 raise _invalid("SpotPriceLimit", "must be > 0 with at most 3 decimals")
         elif strategy == "SpotWithPriceLimit":
             raise _missing("SpotPriceLimit")

@@ -277,7 +277,8 @@ def test_list_follows_next_token_and_skips_unmanaged(
     ecs_server: Any, aliyun_credentials: Any
 ) -> None:
     provider = make_provider(ecs_server, page_size=2)
-    made = {provider.create(request(token=f"t-{n}")).instance_id for n in range(5)}  # type: ignore[union-attr]
+    launched = [provider.create(request(token=f"t-{n}")) for n in range(5)]
+    made = {i.instance_id for i in launched if isinstance(i, Instance)}
     # someone else's machine in the same account: no gpufleet tags
     ecs_server.instances["i-notours"] = type(next(iter(ecs_server.instances.values())))(
         instance_id="i-notours",
@@ -399,7 +400,9 @@ def test_unknown_key_id_is_a_credentials_error(ecs_server: Any, aliyun_credentia
     assert ecs_server.instances == {}
 
 
-def _signed_request(server: Any, query: dict[str, str]) -> tuple[str, dict[str, str]]:
+def _signed_request(
+    server: Any, query: dict[str, str], action: str = "DescribeInstances"
+) -> tuple[str, dict[str, str]]:
     """A request signed by the SDK's own V3 signer (not by the server's code)."""
     from alibabacloud_tea_openapi.utils import Utils
     from darabonba.request import DaraRequest
@@ -411,7 +414,7 @@ def _signed_request(server: Any, query: dict[str, str]) -> tuple[str, dict[str, 
     req.headers = {
         "host": server.endpoint,
         "x-acs-version": "2014-05-26",
-        "x-acs-action": "DescribeInstances",
+        "x-acs-action": action,
         "x-acs-date": Utils.get_timestamp(),
         "x-acs-signature-nonce": Utils.get_nonce(),
         "accept": "application/json",
@@ -462,6 +465,47 @@ def test_server_wants_the_documented_parameters(ecs_server: Any) -> None:
     target, headers = _signed_request(ecs_server, {"MaxResults": "10"})
     status, body = _post(ecs_server, target, headers)
     assert (status, body["Code"]) == (400, "MissingParameter") and "RegionId" in body["Message"]
+
+
+RUN_OK = {
+    "RegionId": "cn-hangzhou",
+    "InstanceType": A10,
+    "VSwitchId": "vsw-hz-h",
+    "ImageId": "m-gpu-image",
+    "SecurityGroupId": "sg-gpufleet",
+    "Amount": "1",
+    "ClientToken": "raw-1",
+}
+
+
+@pytest.mark.parametrize(
+    ("change", "code"),
+    [
+        ({"ClientToken": None}, "MissingParameter"),
+        ({"SpotPriceLimit": "3.5"}, "InvalidParameter.SpotPriceLimit"),  # without the strategy
+        ({"SpotStrategy": "SpotWithPriceLimit"}, "MissingParameter"),  # without the limit
+        (
+            {"SpotStrategy": "SpotWithPriceLimit", "SpotPriceLimit": "3.1234"},
+            "InvalidParameter.SpotPriceLimit",
+        ),
+        ({"SpotStrategy": "Cheap"}, "InvalidSpotStrategy"),
+        ({"Tag.1.Value": "x"}, "InvalidTagKey.Malformed"),
+        ({"Tag.1.Key": "aliyun:x", "Tag.1.Value": "x"}, "InvalidTagKey.Malformed"),
+        ({"Amount": "0"}, "InvalidParameter.Amount"),
+        ({"ZoneId": "cn-hangzhou-i"}, "InvalidParameter.ZoneId"),  # not the vSwitch's zone
+        ({"SpotPriceLimt": "3"}, "InvalidParameter"),  # misspelt: refused, not ignored
+    ],
+)
+def test_server_checks_run_instances_parameters(
+    ecs_server: Any, change: dict[str, str | None], code: str
+) -> None:
+    query = {**RUN_OK, **change}
+    query = {k: v for k, v in query.items() if v is not None}
+    status, body = _post(ecs_server, *_signed_request(ecs_server, query, "RunInstances"))
+    assert (status, body["Code"]) == (400, code), body
+    assert ecs_server.instances == {}
+    status, body = _post(ecs_server, *_signed_request(ecs_server, RUN_OK, "RunInstances"))
+    assert status == 200 and len(body["InstanceIdSets"]["InstanceIdSet"]) == 1
 
 
 def test_missing_credentials_is_one_line_and_exit_2(ecs_server: Any, tmp_path: Path) -> None:
