@@ -57,34 +57,38 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 # Error codes that mean "this credential is no good", whatever the service: one line, exit 2.
-_CREDENTIAL_CODES = frozenset({
-    "AuthFailure",
-    "UnrecognizedClientException",
-    "InvalidClientTokenId",
-    "InvalidAccessKeyId",
-    "SignatureDoesNotMatch",
-    "ExpiredToken",
-    "ExpiredTokenException",
-    "RequestExpired",
-    "InvalidToken",
-})
+_CREDENTIAL_CODES = frozenset(
+    {
+        "AuthFailure",
+        "UnrecognizedClientException",
+        "InvalidClientTokenId",
+        "InvalidAccessKeyId",
+        "SignatureDoesNotMatch",
+        "ExpiredToken",
+        "ExpiredTokenException",
+        "RequestExpired",
+        "InvalidToken",
+    }
+)
 # The credential works but its policy does not allow the call.
 _PERMISSION_CODES = frozenset({"UnauthorizedOperation", "AccessDenied", "AccessDeniedException"})
 # CreateFleet per-pool errors that mean "no capacity here now": an expected no, so data.
 # (Karpenter's list of unfulfillable-capacity codes.)
-_CAPACITY_CODES = frozenset({
-    "InsufficientInstanceCapacity",
-    "InsufficientCapacity",
-    "InsufficientHostCapacity",
-    "InsufficientReservedInstanceCapacity",
-    "MaxSpotInstanceCountExceeded",
-    "SpotMaxPriceTooLow",
-    "UnfulfillableCapacity",
-    "Unsupported",
-    "VcpuLimitExceeded",
-    "InsufficientFreeAddressesInSubnet",
-    "InstanceLimitExceeded",
-})
+_CAPACITY_CODES = frozenset(
+    {
+        "InsufficientInstanceCapacity",
+        "InsufficientCapacity",
+        "InsufficientHostCapacity",
+        "InsufficientReservedInstanceCapacity",
+        "MaxSpotInstanceCountExceeded",
+        "SpotMaxPriceTooLow",
+        "UnfulfillableCapacity",
+        "Unsupported",
+        "VcpuLimitExceeded",
+        "InsufficientFreeAddressesInSubnet",
+        "InstanceLimitExceeded",
+    }
+)
 _LIVE_STATES = ("pending", "running", "shutting-down", "stopping")
 _STATE = {
     "pending": InstanceState.PENDING,
@@ -131,7 +135,8 @@ class AwsProvider:
         for i, name in enumerate(config.instance_types):
             if name not in aws_types:
                 raise InputError(
-                    f"{name!r} is not an AWS instance type of the catalog", field=f"instance_types.{i}"
+                    f"{name!r} is not an AWS instance type of the catalog",
+                    field=f"instance_types.{i}",
                 )
         # The standard credential chain only: no key is ever passed in.
         session = session or boto3.session.Session(region_name=config.region)
@@ -235,17 +240,21 @@ class AwsProvider:
     def list(self) -> list[Instance]:
         """The instances gpufleet launched that are alive or going (pending, running, stopping,
         shutting-down); terminated ones are history, not fleet."""
-        return self._describe([
-            {"Name": f"tag:{TAG_MANAGED}", "Values": ["true"]},
-            {"Name": "instance-state-name", "Values": list(_LIVE_STATES)},
-        ])
+        return self._describe(
+            [
+                {"Name": f"tag:{TAG_MANAGED}", "Values": ["true"]},
+                {"Name": "instance-state-name", "Values": list(_LIVE_STATES)},
+            ]
+        )
 
     def find_by_token(self, token: str) -> Instance | None:
         """The instance launched for ``token``, if any (a live one first, else the latest gone)."""
-        found = self._describe([
-            {"Name": f"tag:{TAG_MANAGED}", "Values": ["true"]},
-            {"Name": f"tag:{TAG_TOKEN}", "Values": [token]},
-        ])
+        found = self._describe(
+            [
+                {"Name": f"tag:{TAG_MANAGED}", "Values": ["true"]},
+                {"Name": f"tag:{TAG_TOKEN}", "Values": [token]},
+            ]
+        )
         if not found:
             return None
         found.sort(key=lambda i: (i.state != InstanceState.TERMINATED, i.launched_at))
@@ -299,8 +308,10 @@ class AwsProvider:
                 "DefaultTargetCapacityType": "spot" if spot else "on-demand",
             },
             "TagSpecifications": [
-                {"ResourceType": "instance", "Tags": [{"Key": k, "Value": v}
-                                                      for k, v in tags.items()]}
+                {
+                    "ResourceType": "instance",
+                    "Tags": [{"Key": k, "Value": v} for k, v in tags.items()],
+                }
             ],
         }
         if spot:
@@ -402,8 +413,9 @@ class AwsProvider:
         for itype in types:
             for zone in sorted(zones):
                 out.append(
-                    Offering(itype, zone, CapacityType.ON_DEMAND,
-                             self.catalog[itype].price_per_hour)
+                    Offering(
+                        itype, zone, CapacityType.ON_DEMAND, self.catalog[itype].price_per_hour
+                    )
                 )
         return out
 
@@ -430,8 +442,11 @@ class AwsProvider:
             try:
                 events = parse_event(msg.get("Body", ""), receipt)
             except UnreadableEvent as exc:
-                log.warning("dropping unreadable interruption message %s: %s",
-                            msg.get("MessageId", "?"), exc)
+                log.warning(
+                    "dropping unreadable interruption message %s: %s",
+                    msg.get("MessageId", "?"),
+                    exc,
+                )
                 events = []
             if not events:
                 self._delete_message(receipt)

@@ -107,8 +107,9 @@ class AwsConfig(BaseModel):
     def _subnets(cls, v: dict[str, str]) -> dict[str, str]:
         for zone, subnet in v.items():
             if not _SUBNET.match(subnet):
-                raise ValueError(f"zone {zone}: expected a subnet id like subnet-0abc1234, "
-                                 f"got {subnet!r}")
+                raise ValueError(
+                    f"zone {zone}: expected a subnet id like subnet-0abc1234, got {subnet!r}"
+                )
         if len(set(v.values())) != len(v):
             raise ValueError("two zones share one subnet (a subnet lives in one zone)")
         return v

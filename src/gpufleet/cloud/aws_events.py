@@ -76,8 +76,11 @@ def parse_event(body: str, receipt: str | None = None) -> list[Interruption]:
     if kind == SPOT_WARNING:
         sent = _epoch(event.get("time"))
         deadline = sent + SPOT_NOTICE_S if sent is not None else None
-        return [Interruption(_instance_id(detail), InterruptionKind.SPOT_INTERRUPTION,
-                             deadline, receipt)]
+        return [
+            Interruption(
+                _instance_id(detail), InterruptionKind.SPOT_INTERRUPTION, deadline, receipt
+            )
+        ]
     if kind == REBALANCE:
         return [Interruption(_instance_id(detail), InterruptionKind.REBALANCE, None, receipt)]
     if kind == STATE_CHANGE:
