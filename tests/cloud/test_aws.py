@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import subprocess
+import sys
 import urllib.request
 from collections.abc import Iterator
 from decimal import Decimal
@@ -497,3 +499,47 @@ def test_other_fleet_errors_are_faults_not_shortages(static: dict[str, Any]) -> 
     with pytest.raises(AwsApiError) as err:
         aws.create(_request("tok-e", CapacityType.SPOT))
     assert err.value.code == "InvalidLaunchTemplateName.NotFoundException"
+
+
+def _gpufleet(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    code = "import sys; from gpufleet.cli import main; sys.argv[0] = 'gpufleet'; main()"
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300, env=env
+    )
+
+
+def _config_file(world: dict[str, Any], tmp_path: Path) -> Path:
+    path = tmp_path / "aws.yaml"
+    path.write_text(json.dumps(world["config"].model_dump(mode="json", exclude_none=True)))
+    return path
+
+
+def test_cli_lists_managed_instances(world: dict[str, Any], tmp_path: Path) -> None:
+    aws = AwsProvider(world["config"])
+    got = aws.create(_request("tok-cli", CapacityType.SPOT))
+    assert isinstance(got, Instance)
+    res = _gpufleet(
+        "cloud",
+        "instances",
+        "--provider",
+        "aws",
+        "--config",
+        str(_config_file(world, tmp_path)),
+        env=dict(os.environ),
+    )
+    assert res.returncode == 0, res.stderr
+    assert got.instance_id in res.stdout and "spot" in res.stdout
+
+
+def test_cli_without_credentials_exits_2_with_one_line(
+    world: dict[str, Any], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    path = _config_file(world, tmp_path)
+    _clear_credential_env(monkeypatch, tmp_path)
+    res = _gpufleet(
+        "cloud", "offerings", "--provider", "aws", "--config", str(path), env=dict(os.environ)
+    )
+    assert res.returncode == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no credentials found in the standard chain" in lines[0]
+    assert "DescribeSpotPriceHistory" in lines[0] and "Traceback" not in res.stderr

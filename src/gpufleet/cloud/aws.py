@@ -199,9 +199,10 @@ class AwsProvider:
     def _pages(self, client: Any, op: str, key: str, **kwargs: Any) -> Iterator[dict[str, Any]]:
         """Every item under ``key`` across the pages of ``op`` (botocore's paginator)."""
         pages = client.get_paginator(op).paginate(**kwargs)
+        name = "".join(w.title() for w in op.split("_"))  # the API's name, for messages
         it = iter(pages)
         while True:
-            page = self._call(op, lambda: next(it, None))
+            page = self._call(name, lambda: next(it, None))
             if page is None:
                 return
             yield from page.get(key, [])
