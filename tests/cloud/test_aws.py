@@ -543,3 +543,23 @@ def test_cli_without_credentials_exits_2_with_one_line(
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and "no credentials found in the standard chain" in lines[0]
     assert "DescribeSpotPriceHistory" in lines[0] and "Traceback" not in res.stderr
+
+
+def test_unreachable_endpoint_is_a_fault_after_bounded_attempts(static: dict[str, Any]) -> None:
+    # port 1 on loopback: nothing listens, the connection is refused at once
+    cfg = static["config"].model_copy(
+        update={"endpoint_url": "http://127.0.0.1:1", "max_attempts": 2}
+    )
+    session = boto3.session.Session(
+        aws_access_key_id="testing", aws_secret_access_key="testing", region_name=REGION
+    )
+    aws = AwsProvider(cfg, session=session)
+    sends = _calls(aws.ec2, "DescribeInstances")
+    attempts: list[int] = []
+    aws.ec2.meta.events.register(
+        "before-send.ec2.DescribeInstances", lambda **_: attempts.append(1)
+    )
+    with pytest.raises(AwsApiError) as err:
+        aws.list()
+    assert "EndpointConnectionError" in str(err.value)
+    assert len(sends) == 1 and len(attempts) == 2  # one call, two attempts, then give up

@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 import boto3
 from botocore.config import Config
 from botocore.exceptions import (
+    BotoCoreError,
     ClientError,
     NoCredentialsError,
     NoRegionError,
@@ -140,7 +141,8 @@ class AwsProvider:
                 )
         # The standard credential chain only: no key is ever passed in.
         session = session or boto3.session.Session(region_name=config.region)
-        retries = {"max_attempts": config.max_attempts, "mode": "standard"}
+        # total_max_attempts counts the first try (botocore's max_attempts would not)
+        retries = {"total_max_attempts": config.max_attempts, "mode": "standard"}
         self.ec2 = session.client(
             "ec2",
             region_name=config.region,
@@ -195,6 +197,9 @@ class AwsProvider:
                     field="credentials",
                 ) from None
             raise AwsApiError(f"AWS {what} failed: {code or exc}", code) from exc
+        except BotoCoreError as exc:
+            # no answer at all (connection refused, timeout after the bounded retries)
+            raise AwsApiError(f"AWS {what} failed: {exc.__class__.__name__}: {exc}") from exc
 
     def _pages(self, client: Any, op: str, key: str, **kwargs: Any) -> Iterator[dict[str, Any]]:
         """Every item under ``key`` across the pages of ``op`` (botocore's paginator)."""
