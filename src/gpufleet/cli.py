@@ -21,6 +21,7 @@ def _register() -> None:
     importing ``gpufleet.cli`` stays cheap.
     """
     import gpufleet.checkpoint.cli  # gpufleet run
+    import gpufleet.k8s.agent  # gpufleet agent
     import gpufleet.k8s.cli  # gpufleet controller, gpufleet bench k8s-packing
     import gpufleet.lab.cli  # gpufleet lab up|down|status
     import gpufleet.market.cli  # gpufleet bench spot-deadline
