@@ -25,6 +25,7 @@ from kubernetes import client
 from gpufleet.decisions import Bind
 from gpufleet.k8s.apply import Applier, Outcome
 from gpufleet.k8s.cycle import Refuse, plan_cycle
+from gpufleet.k8s.drainer import Drainer
 from gpufleet.k8s.informer import Informer
 from gpufleet.k8s.leader import LeaderElector
 from gpufleet.k8s.pod_translation import assignment_annotations
@@ -77,6 +78,7 @@ class Controller:
             if leader_elect else None
         self.applier = Applier(self.core, self.metrics, instance=self.identity,
                                limiter=TokenBucket(qps, burst))
+        self.drainer = Drainer(self.core, self.applier, self.metrics)
         self.policy = policy_for(scenario, seed)
         self.backfill = backfill_for(scenario)
         self.rng = np.random.default_rng(seed)
@@ -187,6 +189,8 @@ class Controller:
         t0 = time.monotonic()
         now = time.time()
         raw = self._overlay(self.pods.objects(), t0)
+        for k in self.drainer.cycle(self.nodes.objects(), raw, now):  # interrupted nodes first
+            self._evicting[k] = t0
         snap = build_snapshot(self.nodes.objects(), raw, cache=self._cache)
         if not snap.pending:
             self.metrics.set_pending({})
