@@ -21,9 +21,15 @@ from typing import Any
 
 import pytest
 
-from gpufleet.cloud.provider import InterruptionKind
+from gpufleet.cloud.provider import Interruption, InterruptionKind
 from gpufleet.k8s import names
-from gpufleet.k8s.interruption import InterruptionMark, mark_node, mark_of, read_node
+from gpufleet.k8s.interruption import (
+    InterruptionMark,
+    mark_interrupted_instance,
+    mark_node,
+    mark_of,
+    read_node,
+)
 
 pytestmark = pytest.mark.live
 
@@ -129,6 +135,8 @@ def test_the_agent_marks_its_node_once_and_the_sqs_path_does_not_mark_again(
         sqs = InterruptionMark(InterruptionKind.SPOT_INTERRUPTION, float(deadline), time.time(),
                                "aws-sqs")
         assert mark_node(lab.core, spot_node, sqs) is False
+        event = Interruption(spot_node, InterruptionKind.SPOT_INTERRUPTION, float(deadline))
+        assert mark_interrupted_instance(lab.core, [node], event, "aws-sqs") == spot_node
         after = read_node(lab.core, spot_node)
         assert after["metadata"]["resourceVersion"] == version
         assert mark_of(after) == mark

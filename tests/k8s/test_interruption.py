@@ -7,15 +7,17 @@ import json
 import pytest
 
 from gpufleet.checkpoint.notices import Notice
-from gpufleet.cloud.provider import InterruptionKind
+from gpufleet.cloud.provider import Interruption, InterruptionKind
 from gpufleet.k8s import names
 from gpufleet.k8s.agent import provider_of
 from gpufleet.k8s.interruption import (
     InterruptionMark,
     kind_of_notice,
+    mark_from_event,
     mark_from_notice,
     mark_of,
     marking_patch,
+    node_for_instance,
 )
 
 
@@ -79,3 +81,17 @@ def test_provider_from_the_nodes_provider_id() -> None:
     assert provider_of("gce://proj/us-central1-a/vm") == "gcp"
     assert provider_of("kwok://node-1") is None
     assert provider_of(None) is None
+
+
+def test_the_controller_finds_the_node_of_an_interrupted_instance_by_provider_id() -> None:
+    nodes = [{"metadata": {"name": n}, "spec": {"providerID": pid}} for n, pid in (
+        ("ip-10-0-0-1", "aws:///us-east-1a/i-0abc"), ("cn-1", "alicloud://cn-hangzhou.i-bp1x"),
+        ("kw-1", "kwok://kw-1"), ("bare", None))]
+    assert node_for_instance(nodes, "i-0abc") == "ip-10-0-0-1"
+    assert node_for_instance(nodes, "i-bp1x") == "cn-1"
+    assert node_for_instance(nodes, "kw-1") == "kw-1"
+    assert node_for_instance(nodes, "i-0ab") is None  # a prefix of an id is not that id
+    ev = Interruption("i-0abc", InterruptionKind.REBALANCE, deadline=None, receipt="r")
+    m = mark_from_event(ev, "aws-sqs", now=7.0)
+    assert (m.kind, m.deadline, m.noticed_at, m.source) == (
+        InterruptionKind.REBALANCE, None, 7.0, "aws-sqs")

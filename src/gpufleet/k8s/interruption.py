@@ -21,14 +21,14 @@ import json
 import logging
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
 from gpufleet.checkpoint.notices import Notice
-from gpufleet.cloud.provider import InterruptionKind
+from gpufleet.cloud.provider import Interruption, InterruptionKind
 from gpufleet.k8s import names
 
 log = logging.getLogger(__name__)
@@ -165,3 +165,33 @@ def read_node(core: Any, node_name: str) -> dict[str, Any]:
     """The Node as the API serves it (camelCase JSON, like the informers' objects)."""
     resp = core.read_node(node_name, _preload_content=False)
     return json.loads(resp.data)
+
+
+def node_for_instance(nodes: Iterable[Mapping[str, Any]], instance_id: str) -> str | None:
+    """The Node whose ``spec.providerID`` names ``instance_id`` (the formats of
+    :mod:`gpufleet.cloud.provider`: ``aws:///<zone>/<id>``, ``alicloud://<region>.<id>``,
+    ``kwok://<name>``); None if no Node has joined for it (or it is gone already)."""
+    for node in nodes:
+        pid = (node.get("spec") or {}).get("providerID") or ""
+        if pid.endswith((f"/{instance_id}", f".{instance_id}")):
+            return node["metadata"]["name"]
+    return None
+
+
+def mark_from_event(event: Interruption, source: str, now: float | None = None
+                    ) -> InterruptionMark:
+    """The mark for a provider event (the controller's path: AWS SQS, Aliyun, kwok)."""
+    return InterruptionMark(event.kind, event.deadline, time.time() if now is None else now,
+                            source)
+
+
+def mark_interrupted_instance(core: Any, nodes: Iterable[Mapping[str, Any]],
+                              event: Interruption, source: str) -> str | None:
+    """The controller's side of the convention: mark the Node of ``event``'s instance (once,
+    whoever was first). Returns the Node's name, or None when no Node runs that instance — either
+    way the event is recorded and the caller may acknowledge it; an API fault propagates, so the
+    event is not acknowledged and comes back."""
+    name = node_for_instance(nodes, event.instance_id)
+    if name is not None:
+        mark_node(core, name, mark_from_event(event, source))
+    return name
