@@ -39,9 +39,9 @@ from gpufleet.cloud.provider import Offering
 from gpufleet.decisions import CapacityType
 from gpufleet.k8s import names
 from gpufleet.k8s.interruption import mark_of
-from gpufleet.k8s.node_translation import node_spec
-from gpufleet.k8s.pod_translation import PodInfo, parse_time, pod_info
+from gpufleet.k8s.pod_translation import PodInfo, parse_time
 from gpufleet.k8s.recovery_clock import running_since
+from gpufleet.k8s.snapshot import ParseCache
 from gpufleet.metrics.fleet import RECOVERY_BUCKETS_S, _Histogram, fleet_families
 from gpufleet.metrics.snapshot import FleetSnapshot, NodeSample
 from gpufleet.state import GPU_MILLI
@@ -115,6 +115,7 @@ class LiveFleet:
         self.prices = prices or PriceBook()
         self.gpus = gpus or default_gpu_catalog()
         self._lock = threading.Lock()
+        self._cache = ParseCache()  # re-parse only the objects that changed since last scrape
         self._nodes: dict[str, _Seen] = {}
         self._node_live: dict[str, float] = {}  # node → dollars so far
         self._node_closed: dict[NodeKey, float] = defaultdict(float)
@@ -155,7 +156,7 @@ class LiveFleet:
             name = meta["name"]
             labels = meta.get("labels") or {}
             try:
-                spec = node_spec(node)
+                spec = self._cache.node(node, self.gpus)
             except (ValueError, KeyError):
                 continue
             specs[name] = spec
@@ -191,7 +192,7 @@ class LiveFleet:
         live_pods: set[str] = set()
         for pod in pods:
             try:
-                info = pod_info(pod, self.gpus)
+                info = self._cache.pod(pod, self.gpus)
             except (ValueError, KeyError):
                 continue
             if info.terminal or (not info.ours and not info.node_name):
@@ -233,6 +234,8 @@ class LiveFleet:
         self.node_totals = dict(totals)
         samples = [replace(s, allocated_milli=round(alloc.get(s.name, 0.0) * GPU_MILLI))
                    for s in samples]
+        self._cache.prune(set(specs), {f"{p['metadata'].get('namespace')}/"
+                                       f"{p['metadata'].get('name')}" for p in pods})
         recoveries, self._recoveries = tuple(self._recoveries), []
         return FleetSnapshot(
             time_s=now, gpus=(), nodes=tuple(samples), jobs_pending=dict(pending),
