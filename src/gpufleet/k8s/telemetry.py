@@ -38,7 +38,8 @@ class ControllerMetrics:
         self.pending = Gauge("gpufleet_pending_pods", "Pending gpufleet pods by reason",
                              ["reason"], registry=r)
         self.binds = Counter("gpufleet_binds_total", "Pods bound", registry=r)
-        self.evictions = Counter("gpufleet_evictions_total", "Pods evicted for preemption",
+        self.evictions = Counter("gpufleet_evictions_total",
+                                 "Pods evicted (preemption, or the drain of an interrupted node)",
                                  registry=r)
         self.conflicts = Counter("gpufleet_bind_conflicts_total",
                                  "Bindings the API server refused with 409 (already bound)",
