@@ -17,6 +17,7 @@ we re-read; an annotation already present means someone else marked it — done,
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -94,10 +95,9 @@ def mark_from_notice(notice: Notice, now: float | None = None) -> InterruptionMa
 
 
 def mark_of(node: Mapping[str, Any]) -> InterruptionMark | None:
-    """The Node's mark, or None. A malformed annotation still means "interrupted" (someone meant
-    to drain it): it reads as a spot interruption noticed at the Node's creation, with no
-    deadline, and is logged — draining a node by mistake costs a restart, ignoring a real notice
-    costs the work since the last checkpoint."""
+    """The Node's mark, or None. An annotation that does not parse was not written by any source
+    of the convention: it is not acted on (deleting a node on garbage would cost more than it
+    could save) and is logged once per node and value."""
     meta = node.get("metadata") or {}
     text = (meta.get("annotations") or {}).get(names.ANN_INTERRUPTION)
     if text is None:
@@ -105,11 +105,13 @@ def mark_of(node: Mapping[str, Any]) -> InterruptionMark | None:
     try:
         return InterruptionMark.from_json(text)
     except ValueError as exc:
-        log.warning("node %s: %s; draining it anyway", meta.get("name"), exc)
-        from gpufleet.k8s.pod_translation import parse_time
+        _warn_malformed(str(meta.get("name")), text, str(exc))
+        return None
 
-        return InterruptionMark(InterruptionKind.SPOT_INTERRUPTION, None,
-                                parse_time(meta.get("creationTimestamp")), "unknown")
+
+@functools.lru_cache(maxsize=256)
+def _warn_malformed(node: str, text: str, why: str) -> None:
+    log.warning("node %s: %s; not draining it on that", node, why)
 
 
 def _taint_present(taints: list[Mapping[str, Any]]) -> bool:
