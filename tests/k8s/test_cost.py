@@ -84,8 +84,31 @@ def test_node_hours_and_tenant_shares_are_integrals_of_the_timeline() -> None:
     assert snap.jobs_pending == {("team-b", "4"): 1}
     assert {n.name: (n.allocated_milli, n.state) for n in snap.nodes} == {
         "s1": (2000, "ready"), "o1": (1000, "ready")}
+    assert snap.fragmentation_ratio == 0.0  # whole GPUs only: nothing is partly taken
 
-    # an hour later pod "a" has finished and node "o1" is gone: what they cost stays counted
+    half = pod("h", "team-b", "s1", "0", T0 + 1800)
+    half["spec"]["containers"][0]["resources"]["limits"].pop("nvidia.com/gpu")
+    half["metadata"]["annotations"] = {"gpu-fraction": "0.5"}
+    frac = fleet.snapshot(nodes, [*pods, half], T0 + 3600)
+    # free milli-GPU: s1 has 1000 + 500 (2 GPUs taken, one half), o1 3 x 1000
+    assert frac.fragmentation_ratio == 500 / 4500
+    assert frac.cost_usd_per_hour_by_tenant["team-b"] == od * 0.25 + spot_price * 0.5 / 4
+
+    fleet = LiveFleet(book)
+    fleet.snapshot(nodes, pods, T0 + 3600)
+    # pod "a" finishes at T0 + 5400 (seen at the next scrape, T0 + 7200): charged to its end
+    done = pod("a", "team-a", "s1", "2", None, phase="Succeeded")
+    done["status"]["containerStatuses"] = [{"state": {"terminated": {
+        "startedAt": iso(T0 + 600), "finishedAt": iso(T0 + 5400)}}}]
+    fleet.snapshot(nodes, [done, pods[1]], T0 + 7200)
+    team_a_total = spot_price * 0.5 * (4800 / 3600)
+    assert fleet.snapshot(nodes, [pods[1]], T0 + 7300).cost_usd_total_by_tenant[
+        "team-a"] == team_a_total
+
+    fleet = LiveFleet(book)
+    fleet.snapshot(nodes, pods, T0 + 3600)
+    # an hour later pod "a" is gone without a trace (deleted) and node "o1" too: what they cost
+    # up to the last scrape that saw them stays counted
     later = fleet.snapshot([nodes[0]], [pods[1]], T0 + 7200)
     assert fleet.node_totals == {("spot", "us-east-1a", "g4dn.12xlarge"): spot_price * 2.0,
                                  ("on-demand", "us-east-1a", "p3.8xlarge"): od * 0.5}

@@ -6,7 +6,9 @@ exporter (:func:`gpufleet.metrics.fleet.fleet_families`) produces from a
 snapshot from the Nodes and Pods the controller watches, so every panel works unchanged:
 
 * nodes by capacity type / zone / state, GPUs provisioned and allocated, pending and running
-  pods by namespace ("tenant") and GPU shape, interrupted nodes, recoveries;
+  pods by namespace ("tenant") and GPU shape, interrupted nodes, recoveries, fragmentation (free
+  milli-GPU on partly taken GPUs over all free milli-GPU, as the simulator defines it); the
+  per-GPU DCGM families come from dcgm-exporter on a live fleet, not from here;
 * cost: each Node costs its price (:class:`PriceBook`: the catalog's on-demand price, a spot
   price from the provider's offerings or the spot price snapshot) from its ``creationTimestamp``
   to the last time it was seen; a namespace is charged, as in the simulator, its running pods'
@@ -41,7 +43,7 @@ from gpufleet.k8s import names
 from gpufleet.k8s.interruption import mark_of
 from gpufleet.k8s.pod_translation import PodInfo, parse_time
 from gpufleet.k8s.recovery_clock import running_since
-from gpufleet.k8s.snapshot import ParseCache
+from gpufleet.k8s.snapshot import ParseCache, build_snapshot
 from gpufleet.metrics.fleet import RECOVERY_BUCKETS_S, _Histogram, fleet_families
 from gpufleet.metrics.snapshot import FleetSnapshot, NodeSample
 from gpufleet.state import GPU_MILLI
@@ -195,6 +197,8 @@ class LiveFleet:
                 info = self._cache.pod(pod, self.gpus)
             except (ValueError, KeyError):
                 continue
+            if info.terminal and info.uid in self._pod_live:
+                self._finish(info, pod, specs, now)  # closed below at its exact end
             if info.terminal or (not info.ours and not info.node_name):
                 continue
             shape = gpu_shape(info)
@@ -234,14 +238,44 @@ class LiveFleet:
         self.node_totals = dict(totals)
         samples = [replace(s, allocated_milli=round(alloc.get(s.name, 0.0) * GPU_MILLI))
                    for s in samples]
-        self._cache.prune(set(specs), {f"{p['metadata'].get('namespace')}/"
-                                       f"{p['metadata'].get('name')}" for p in pods})
         recoveries, self._recoveries = tuple(self._recoveries), []
         return FleetSnapshot(
             time_s=now, gpus=(), nodes=tuple(samples), jobs_pending=dict(pending),
             jobs_running=dict(running), spot_interruptions_total=len(self._interrupted),
             recovery_seconds=recoveries, cost_usd_total_by_tenant=dict(cost_total),
-            cost_usd_per_hour_by_tenant=dict(rate), fragmentation_ratio=0.0)
+            cost_usd_per_hour_by_tenant=dict(rate),
+            fragmentation_ratio=self._fragmentation(nodes, pods))
+
+    def _finish(self, info: PodInfo, pod: Mapping[str, Any], specs: Mapping[str, Any],
+                now: float) -> None:
+        """A pod that just ended: its cost up to its containers' finish, not to the last scrape."""
+        spec, seen = specs.get(info.node_name), self._nodes.get(info.node_name)
+        status = pod.get("status") or {}
+        ends = [parse_time((c.get("state") or {}).get("terminated", {}).get("finishedAt"))
+                for c in status.get("containerStatuses") or ()]
+        starts = [parse_time((c.get("state") or {}).get("terminated", {}).get("startedAt"))
+                  for c in status.get("containerStatuses") or ()]
+        end, start = max(ends, default=0.0), max(starts, default=0.0)
+        if spec is None or seen is None or not end or not start:
+            return
+        share = self._share(info, spec.num_gpus, spec.gpu_model, spec.mig_compute_slices)
+        self._pod_live[info.uid] = (info.namespace,
+                                    seen.price * share * max(0.0, min(end, now) - start) / 3600)
+
+    def _fragmentation(self, nodes: Sequence[Mapping[str, Any]],
+                       pods: Sequence[Mapping[str, Any]]) -> float:
+        """The simulator's definition: the share of free GPU capacity (milli-GPU) on GPUs that
+        are partly taken. GPU assignments come from the scheduler's own snapshot (our pod
+        annotations, Reserve for the rest), built through the same parse cache."""
+        try:
+            state = build_snapshot(nodes, pods, self.gpus, self._cache).state
+        except (ValueError, KeyError):  # a Node the scheduler cannot read either: no figure
+            return 0.0
+        free = state.free_milli[: state.n][state.active[: state.n]]
+        free = free[free >= 0]
+        total = int(free.sum())
+        partial = int(free[(free > 0) & (free < GPU_MILLI)].sum())
+        return partial / total if total else 0.0
 
 
 def node_cost_families(totals: Mapping[NodeKey, float],
