@@ -16,6 +16,7 @@ from gpufleet.cloud.provider import Offering
 from gpufleet.decisions import CapacityType
 from gpufleet.k8s.cost import LiveFleet, LiveFleetCollector, PriceBook
 from gpufleet.k8s.node_objects import node_object, spec_from_instance
+from gpufleet.k8s.snapshot import build_snapshot
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 CAT = default_instance_catalog()
@@ -84,11 +85,13 @@ def test_node_hours_and_tenant_shares_are_integrals_of_the_timeline() -> None:
     assert snap.jobs_pending == {("team-b", "4"): 1}
     assert {n.name: (n.allocated_milli, n.state) for n in snap.nodes} == {
         "s1": (2000, "ready"), "o1": (1000, "ready")}
-    assert snap.fragmentation_ratio == 0.0  # whole GPUs only: nothing is partly taken
+    fleet.observe_state(build_snapshot(nodes, pods).state)
+    assert fleet.snapshot(nodes, pods, T0 + 3600).fragmentation_ratio == 0.0  # whole GPUs
 
     half = pod("h", "team-b", "s1", "0", T0 + 1800)
     half["spec"]["containers"][0]["resources"]["limits"].pop("nvidia.com/gpu")
     half["metadata"]["annotations"] = {"gpu-fraction": "0.5"}
+    fleet.observe_state(build_snapshot(nodes, [*pods, half]).state)
     frac = fleet.snapshot(nodes, [*pods, half], T0 + 3600)
     # free milli-GPU: s1 has 1000 + 500 (2 GPUs taken, one half), o1 3 x 1000
     assert frac.fragmentation_ratio == 500 / 4500

@@ -199,6 +199,7 @@ class Controller:
         for k in self.drainer.cycle(self.nodes.objects(), raw, now):  # interrupted nodes first
             self._evicting[k] = t0
         snap = build_snapshot(self.nodes.objects(), raw, cache=self._cache)
+        self.fleet.observe_state(snap.state)
         if not snap.pending:
             self.metrics.set_pending({})
             return None

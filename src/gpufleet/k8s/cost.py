@@ -7,7 +7,8 @@ snapshot from the Nodes and Pods the controller watches, so every panel works un
 
 * nodes by capacity type / zone / state, GPUs provisioned and allocated, pending and running
   pods by namespace ("tenant") and GPU shape, interrupted nodes, recoveries, fragmentation (free
-  milli-GPU on partly taken GPUs over all free milli-GPU, as the simulator defines it); the
+  milli-GPU on partly taken GPUs over all free milli-GPU, as the simulator defines it, from the
+  last scheduling cycle's state); the
   per-GPU DCGM families come from dcgm-exporter on a live fleet, not from here;
 * cost: each Node costs its price (:class:`PriceBook`: the catalog's on-demand price, a spot
   price from the provider's offerings or the spot price snapshot) from its ``creationTimestamp``
@@ -43,10 +44,10 @@ from gpufleet.k8s import names
 from gpufleet.k8s.interruption import mark_of
 from gpufleet.k8s.pod_translation import PodInfo, parse_time
 from gpufleet.k8s.recovery_clock import running_since
-from gpufleet.k8s.snapshot import ParseCache, build_snapshot
+from gpufleet.k8s.snapshot import ParseCache
 from gpufleet.metrics.fleet import RECOVERY_BUCKETS_S, _Histogram, fleet_families
 from gpufleet.metrics.snapshot import FleetSnapshot, NodeSample
-from gpufleet.state import GPU_MILLI
+from gpufleet.state import GPU_MILLI, FleetState
 
 NodeKey = tuple[str, str, str]  # (capacity_type, zone, instance_type)
 
@@ -127,6 +128,7 @@ class LiveFleet:
         self._recoveries: list[float] = []
         self.node_totals: dict[NodeKey, float] = {}
         self.node_rates: dict[NodeKey, float] = {}
+        self.fragmentation = 0.0  # from the last scheduling cycle's state (observe_state)
 
     def add_recoveries(self, seconds: Iterable[float]) -> None:
         with self._lock:
@@ -244,7 +246,7 @@ class LiveFleet:
             jobs_running=dict(running), spot_interruptions_total=len(self._interrupted),
             recovery_seconds=recoveries, cost_usd_total_by_tenant=dict(cost_total),
             cost_usd_per_hour_by_tenant=dict(rate),
-            fragmentation_ratio=self._fragmentation(nodes, pods))
+            fragmentation_ratio=self.fragmentation)
 
     def _finish(self, info: PodInfo, pod: Mapping[str, Any], specs: Mapping[str, Any],
                 now: float) -> None:
@@ -262,20 +264,15 @@ class LiveFleet:
         self._pod_live[info.uid] = (info.namespace,
                                     seen.price * share * max(0.0, min(end, now) - start) / 3600)
 
-    def _fragmentation(self, nodes: Sequence[Mapping[str, Any]],
-                       pods: Sequence[Mapping[str, Any]]) -> float:
-        """The simulator's definition: the share of free GPU capacity (milli-GPU) on GPUs that
-        are partly taken. GPU assignments come from the scheduler's own snapshot (our pod
-        annotations, Reserve for the rest), built through the same parse cache."""
-        try:
-            state = build_snapshot(nodes, pods, self.gpus, self._cache).state
-        except (ValueError, KeyError):  # a Node the scheduler cannot read either: no figure
-            return 0.0
+    def observe_state(self, state: FleetState) -> None:
+        """Fragmentation as the simulator defines it — the share of free milli-GPU that sits on
+        partly taken GPUs — from the state the scheduler's cycle just built (building another
+        snapshot per scrape would double the controller's work)."""
         free = state.free_milli[: state.n][state.active[: state.n]]
         free = free[free >= 0]
         total = int(free.sum())
         partial = int(free[(free > 0) & (free < GPU_MILLI)].sum())
-        return partial / total if total else 0.0
+        self.fragmentation = partial / total if total else 0.0
 
 
 def node_cost_families(totals: Mapping[NodeKey, float],
