@@ -22,8 +22,8 @@ EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 SA = "system:serviceaccount:gpufleet-system:gpufleet-controller"
 
 
-def can_i(lab: LabSession, verb: str, resource: str, *extra: str) -> bool:
-    out = lab.kubectl("auth", "can-i", verb, resource, f"--as={SA}", *extra, check=False)
+def can_i(lab: LabSession, verb: str, resource: str, *extra: str, as_: str = SA) -> bool:
+    out = lab.kubectl("auth", "can-i", verb, resource, f"--as={as_}", *extra, check=False)
     return out.stdout.strip() == "yes"
 
 
@@ -69,6 +69,8 @@ def test_deploy_manifests_apply_to_the_real_api_server(lab: LabSession) -> None:
     assert not can_i(lab, "create", "leases.coordination.k8s.io", "-n", "kube-system")
     assert not can_i(lab, "delete", "pods")
     assert not can_i(lab, "update", "nodes")
+    assert can_i(lab, "patch", "nodes")  # cordon / mark an interrupted node
+    assert can_i(lab, "delete", "nodes")  # hand a drained node to termination
     assert not can_i(lab, "get", "secrets")
     assert not can_i(lab, "create", "pods")
 
@@ -115,3 +117,92 @@ def test_preemptible_example_ignores_exit_75_and_disruption(lab: LabSession) -> 
     lab.kubectl("apply", "-n", ns, "-f", str(ROOT / "examples" / "preemptible-job.yaml"))
     job = lab.batch.read_namespaced_job("preemptible-finetune", ns)
     assert job.spec.pod_failure_policy is not None  # stored, not dropped by the server
+
+
+AGENT = "system:serviceaccount:gpufleet-system:gpufleet-agent"
+
+
+def _as_agent_on(lab: LabSession, tmp_path: Path, node: str | None) -> Path:
+    """A kubeconfig that impersonates the agent's service account as its pod on ``node`` does:
+    a bound token puts the pod's node in userInfo.extra (what the admission policy checks)."""
+    cfg = yaml.safe_load(lab.kubeconfig.read_text())
+    for user in cfg["users"]:
+        user["user"]["as"] = AGENT
+        user["user"]["as-groups"] = ["system:serviceaccounts", "system:authenticated"]
+        if node is not None:
+            user["user"]["as-user-extra"] = {"authentication.kubernetes.io/node-name": [node]}
+    path = tmp_path / f"agent-{node}.kubeconfig"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def test_agent_daemonset_and_its_least_privilege(lab: LabSession, tmp_path: Path) -> None:
+    import json
+    import time
+
+    from gpufleet.k8s import names
+
+    lab.kubectl("apply", "-f", str(DEPLOY / "00-namespace.yaml"))
+    for _ in range(2):
+        out = lab.kubectl("apply", "-f", str(DEPLOY / "40-agent.yaml"))
+        assert "daemonset.apps/gpufleet-agent" in out.stdout
+    spot, on_demand = (lab.add_instance_nodes("g4dn.xlarge", 1, prefix=p, capacity_type=c)[0]
+                       for p, c in (("agent-spot", "spot"), ("agent-od", "on-demand")))
+    try:
+        # The real DaemonSet controller makes one agent pod for the spot node and none for the
+        # on-demand one (it pins each pod to its node by affinity; the lab runs no
+        # kube-scheduler to bind them, so we read the pin).
+        def targets() -> set[str]:
+            out = set()
+            for p in pods:
+                required = p.spec.affinity.node_affinity
+                terms = required.required_during_scheduling_ignored_during_execution
+                for term in terms.node_selector_terms:
+                    for f in term.match_fields or ():
+                        out |= set(f.values)
+            return out
+
+        end = time.monotonic() + 60
+        placed: set[str] = set()
+        while time.monotonic() < end and spot not in placed:
+            pods = lab.core.list_namespaced_pod(
+                "gpufleet-system", label_selector="app.kubernetes.io/component=agent").items
+            placed = targets()
+            time.sleep(0.5)
+        assert spot in placed and on_demand not in placed
+        env = {e.name: e.value_from.field_ref.field_path for e in pods[0].spec.containers[0].env}
+        assert env == {"NODE_NAME": "spec.nodeName"}
+
+        assert can_i(lab, "get", "nodes", as_=AGENT)
+        assert can_i(lab, "patch", "nodes", as_=AGENT)
+        for verb, res in (("list", "nodes"), ("delete", "nodes"), ("update", "nodes"),
+                          ("get", "pods"), ("get", "secrets")):
+            assert not can_i(lab, verb, res, as_=AGENT), (verb, res)
+
+        mark = json.dumps({"kind": "spot-interruption", "deadline": None, "noticed_at": 1.0,
+                           "source": "agent"})
+        patch = json.dumps({"metadata": {"annotations": {names.ANN_INTERRUPTION: mark}},
+                            "spec": {"taints": [{"key": names.INTERRUPTED_TAINT_KEY,
+                                                 "value": "agent", "effect": "NoSchedule"}]}})
+
+        def patch_as(node_of_pod: str | None, target: str, body: str) -> str:
+            cfg = _as_agent_on(lab, tmp_path, node_of_pod)
+            out = lab.kubectl(f"--kubeconfig={cfg}", "patch", "node", target, "--type=merge",
+                              "-p", body, check=False)
+            return "" if out.returncode == 0 else out.stderr
+
+        # the admission policy: only its own node, only the mark
+        assert "only mark the node its pod runs on" in patch_as(spot, on_demand, patch)
+        assert "only mark the node its pod runs on" in patch_as(None, spot, patch)
+        cordon = json.dumps({"spec": {"unschedulable": True}})
+        assert "may only add the gpufleet.io/interruption" in patch_as(spot, spot, cordon)
+        label = json.dumps({"metadata": {"labels": {"x": "y"}}})
+        assert "may only add the gpufleet.io/interruption" in patch_as(spot, spot, label)
+        assert patch_as(spot, spot, patch) == ""
+        node = lab.core.read_node(spot)
+        assert json.loads(node.metadata.annotations[names.ANN_INTERRUPTION])["source"] == "agent"
+    finally:
+        lab.kubectl("delete", "daemonset", "gpufleet-agent", "-n", "gpufleet-system",
+                    "--wait=false", check=False)
+        for n in (spot, on_demand):
+            lab.core.delete_node(n)

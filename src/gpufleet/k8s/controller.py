@@ -24,7 +24,9 @@ from kubernetes import client
 
 from gpufleet.decisions import Bind
 from gpufleet.k8s.apply import Applier, Outcome
+from gpufleet.k8s.cost import LiveFleet, LiveFleetCollector, PriceBook
 from gpufleet.k8s.cycle import Refuse, plan_cycle
+from gpufleet.k8s.drainer import Drainer
 from gpufleet.k8s.informer import Informer
 from gpufleet.k8s.leader import LeaderElector
 from gpufleet.k8s.pod_translation import assignment_annotations
@@ -61,6 +63,7 @@ class Controller:
         seed: int = 0,
         qps: float = 0.0,
         burst: int = 1,
+        prices: PriceBook | None = None,
     ) -> None:
         self.core = client.CoreV1Api(api)
         self.scenario = scenario
@@ -77,6 +80,12 @@ class Controller:
             if leader_elect else None
         self.applier = Applier(self.core, self.metrics, instance=self.identity,
                                limiter=TokenBucket(qps, burst))
+        self.fleet = LiveFleet(prices)  # cost and fleet metrics under the simulator's names
+        self.metrics.registry.register(LiveFleetCollector(
+            self.fleet, self.nodes.objects, self.pods.objects,
+            lambda: self.is_leader and self.ready(), time.time))
+        self.drainer = Drainer(self.core, self.applier, self.metrics,
+                               on_recovery=self.fleet.add_recoveries)
         self.policy = policy_for(scenario, seed)
         self.backfill = backfill_for(scenario)
         self.rng = np.random.default_rng(seed)
@@ -187,7 +196,10 @@ class Controller:
         t0 = time.monotonic()
         now = time.time()
         raw = self._overlay(self.pods.objects(), t0)
+        for k in self.drainer.cycle(self.nodes.objects(), raw, now):  # interrupted nodes first
+            self._evicting[k] = t0
         snap = build_snapshot(self.nodes.objects(), raw, cache=self._cache)
+        self.fleet.observe_state(snap.state)
         if not snap.pending:
             self.metrics.set_pending({})
             return None

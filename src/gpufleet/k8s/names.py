@@ -47,3 +47,10 @@ ANN_NODE = "gpufleet.io/node"  # the node the GPU assignment below belongs to
 ANN_GPUS = "gpufleet.io/gpus"  # GPU indices on that node, "0,1"
 ANN_GPU_MILLI = "gpufleet.io/gpu-milli"  # milli-GPU taken on each of them (1000 = whole)
 ANN_MIG = "gpufleet.io/mig"  # MIG instance: "<gpu>:<profile>@<start slice>"
+
+# spot/maintenance interruptions (issue 12): whoever learns of one first — the node agent from the
+# metadata service, or the controller from the provider's event queue — marks the Node with this
+# annotation (JSON: kind, deadline, noticed_at, source) and taint; the drain acts on marked Nodes.
+ANN_INTERRUPTION = "gpufleet.io/interruption"
+INTERRUPTED_TAINT_KEY = "gpufleet.io/interrupted"
+INTERRUPTED_TAINT_EFFECT = "NoSchedule"

@@ -19,6 +19,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 from prometheus_client.exposition import generate_latest
 
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+# Interruption notice → replacement Running: a restart on warm capacity takes tens of seconds, a
+# replacement that waits for a new node minutes, one that waits for capacity up to an hour.
+RECOVERY_BUCKETS = (10, 20, 30, 45, 60, 90, 120, 180, 300, 600, 900, 1800, 2700, 3600)
 
 
 class ControllerMetrics:
@@ -35,13 +38,20 @@ class ControllerMetrics:
         self.pending = Gauge("gpufleet_pending_pods", "Pending gpufleet pods by reason",
                              ["reason"], registry=r)
         self.binds = Counter("gpufleet_binds_total", "Pods bound", registry=r)
-        self.evictions = Counter("gpufleet_evictions_total", "Pods evicted for preemption",
+        self.evictions = Counter("gpufleet_evictions_total",
+                                 "Pods evicted (preemption, or the drain of an interrupted node)",
                                  registry=r)
         self.conflicts = Counter("gpufleet_bind_conflicts_total",
                                  "Bindings the API server refused with 409 (already bound)",
                                  registry=r)
         self.relists = Counter("gpufleet_informer_relists_total",
                                "Full lists (startup and after 410 Gone)", ["resource"],
+                               registry=r)
+        self.recovery = Histogram("gpufleet_interruption_recovery_seconds",
+                                  "Interruption notice to the owner's replacement pod Running on "
+                                  "another node", buckets=RECOVERY_BUCKETS, registry=r)
+        self.drained = Counter("gpufleet_interrupted_nodes_drained_total",
+                               "Interrupted nodes handed to termination (emptied or out of time)",
                                registry=r)
         self.leader = Gauge("gpufleet_leader", "1 while this replica holds the lease",
                             registry=r)

@@ -1,0 +1,189 @@
+"""``gpufleet agent`` for real: a subprocess, the lab's API server, a loopback IMDSv2.
+
+The metadata service is a local HTTP server speaking IMDSv2 (token PUT, then instance-action:
+404 until the test "reclaims" the instance). The agent must mark its Node exactly once; the
+controller's SQS path marking the same Node afterwards (the same function) must change nothing,
+and several sources racing to mark one Node must produce one mark.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from gpufleet.cloud.provider import Interruption, InterruptionKind
+from gpufleet.k8s import names
+from gpufleet.k8s.interruption import (
+    InterruptionMark,
+    mark_interrupted_instance,
+    mark_node,
+    mark_of,
+    read_node,
+)
+
+pytestmark = pytest.mark.live
+
+
+def wait_for(what: str, pred: Callable[[], Any], timeout: float = 30.0) -> Any:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        got = pred()
+        if got:
+            return got
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+class Imds:
+    """IMDSv2 as AWS documents it, with a switch for the spot notice."""
+
+    def __init__(self) -> None:
+        self.action: dict[str, str] | None = None
+        self.gets = 0
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _send(self, code: int, body: str) -> None:
+                data = body.encode()
+                self.send_response(code)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_PUT(self) -> None:
+                ok = self.path == "/latest/api/token" and self.headers.get(
+                    "X-aws-ec2-metadata-token-ttl-seconds")
+                self._send(200 if ok else 400, "tok-1" if ok else "")
+
+            def do_GET(self) -> None:
+                if self.headers.get("X-aws-ec2-metadata-token") != "tok-1":
+                    self._send(401, "")
+                    return
+                owner.gets += 1
+                if self.path == "/latest/meta-data/spot/instance-action" and owner.action:
+                    self._send(200, json.dumps(owner.action))
+                else:
+                    self._send(404, "")
+
+            def log_message(self, *args: object) -> None:
+                return
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture()
+def imds() -> Iterator[Imds]:
+    server = Imds()
+    yield server
+    server.close()
+
+
+@pytest.fixture()
+def spot_node(lab: Any) -> Iterator[str]:
+    (name,) = lab.add_instance_nodes("g4dn.12xlarge", 1, prefix="agent", capacity_type="spot")
+    yield name
+    lab.core.delete_node(name)
+
+
+def agent_cmd(lab: Any, *args: str) -> list[str]:
+    return [sys.executable, "-m", "gpufleet", "agent", f"--kubeconfig={lab.kubeconfig}", *args]
+
+
+def test_the_agent_marks_its_node_once_and_the_sqs_path_does_not_mark_again(
+        lab: Any, imds: Imds, spot_node: str) -> None:
+    proc = subprocess.Popen(
+        agent_cmd(lab, "--node-name", spot_node, "--provider", "aws",
+                  "--metadata-url", imds.url, "--poll", "0.05"),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "NO_COLOR": "1"})
+    try:
+        wait_for("the agent to poll IMDS", lambda: imds.gets >= 3)
+        assert mark_of(read_node(lab.core, spot_node)) is None  # no notice, no mark
+        deadline = int(time.time()) + 120
+        imds.action = {"action": "terminate",
+                       "time": datetime.fromtimestamp(deadline, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
+        noticed_from = time.time()
+        node = wait_for("the Node to be marked",
+                        lambda: (n := read_node(lab.core, spot_node)) and mark_of(n) and n)
+        mark = mark_of(node)
+        assert mark is not None
+        assert (mark.kind, mark.deadline, mark.source) == (
+            InterruptionKind.SPOT_INTERRUPTION, float(deadline), "agent")
+        assert noticed_from - 1 <= mark.noticed_at <= time.time()
+        ours = [t for t in node["spec"]["taints"] if t["key"] == names.INTERRUPTED_TAINT_KEY]
+        assert ours == [{"key": names.INTERRUPTED_TAINT_KEY, "value": "agent",
+                         "effect": "NoSchedule"}]
+        version = node["metadata"]["resourceVersion"]
+
+        # The controller learns of the same reclaim from SQS later: already marked, no write.
+        sqs = InterruptionMark(InterruptionKind.SPOT_INTERRUPTION, float(deadline), time.time(),
+                               "aws-sqs")
+        assert mark_node(lab.core, spot_node, sqs) is False
+        event = Interruption(spot_node, InterruptionKind.SPOT_INTERRUPTION, float(deadline))
+        assert mark_interrupted_instance(lab.core, [node], event, "aws-sqs") == spot_node
+        after = read_node(lab.core, spot_node)
+        assert after["metadata"]["resourceVersion"] == version
+        assert mark_of(after) == mark
+        assert proc.poll() is None  # the agent keeps running (its node is draining, not gone)
+    finally:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=20)
+    assert proc.returncode == 0, out
+    assert f"gpufleet agent on {spot_node}" in out
+    assert f"aws notice on {spot_node}: terminate" in out
+
+
+def test_sources_racing_to_mark_one_node_write_one_mark(lab: Any, spot_node: str) -> None:
+    results: list[bool] = []
+    barrier = threading.Barrier(4)
+
+    def race(source: str) -> None:
+        barrier.wait()
+        mark = InterruptionMark(InterruptionKind.SPOT_INTERRUPTION, None, time.time(), source)
+        results.append(mark_node(lab.core, spot_node, mark))
+
+    threads = [threading.Thread(target=race, args=(s,))
+               for s in ("agent", "aws-sqs", "aliyun", "kwok")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results) == [False, False, False, True]
+    node = read_node(lab.core, spot_node)
+    assert len([t for t in node["spec"]["taints"]
+                if t["key"] == names.INTERRUPTED_TAINT_KEY]) == 1
+
+
+def test_marking_a_node_that_is_gone_is_not_an_error(lab: Any) -> None:
+    mark = InterruptionMark(InterruptionKind.SPOT_INTERRUPTION, None, time.time(), "aws-sqs")
+    assert mark_node(lab.core, "no-such-node-4f2a", mark) is False
+
+
+def test_agent_bad_input_is_one_line_and_exit_2(lab: Any, spot_node: str) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "NODE_NAME"}
+    out = subprocess.run(agent_cmd(lab, "--provider", "aws"), capture_output=True, text=True,
+                         env=env, timeout=60)
+    assert out.returncode == 2 and "--node-name" in out.stderr and "Traceback" not in out.stderr
+    # a KWOK node has no cloud providerID: the agent cannot guess which metadata service to poll
+    out = subprocess.run(agent_cmd(lab, "--node-name", spot_node), capture_output=True,
+                         text=True, env=env, timeout=60)
+    assert out.returncode == 2 and "providerID" in out.stderr and "Traceback" not in out.stderr
+    out = subprocess.run(agent_cmd(lab, "--node-name", spot_node, "--provider", "azure"),
+                         capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 2 and "aws, aliyun, gcp" in out.stderr
