@@ -52,13 +52,14 @@ def gpufleet(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[st
                           text=True, timeout=timeout)
 
 
-def wait_for(what: str, pred: Callable[[], Any], timeout: float, log: Path | None = None) -> Any:
+def wait_for(what: str, pred: Callable[[], Any], timeout: float, log: Path | None = None,
+             poll_s: float = 0.5) -> Any:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         got = pred()
         if got:
             return got
-        time.sleep(0.5)
+        time.sleep(poll_s)
     tail = log.read_text()[-3000:] if log is not None and log.exists() else ""
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}\n{tail}")
 
@@ -278,7 +279,7 @@ def test_kill_9_in_the_middle_of_a_scale_up_then_a_second_controller_converges(
             return [c.metadata.name for c in core.list_namespaced_config_map(
                 NS, label_selector=f"{RECORD_LABEL}=true").items]
 
-        wait_for("the first launch record", first_record, 60, logs[0])
+        wait_for("the first launch record", first_record, 60, logs[0], poll_s=0.02)
         procs[0].send_signal(signal.SIGKILL)
         procs[0].wait(timeout=10)
         recorded = set(first_record())

@@ -168,6 +168,8 @@ class CapacityController:
                     self.metrics.launch_failures.labels(reason="capacity").inc()
                     continue
                 out.resumed.append(rec.token)
+                log.info("resumed launch %s: %s (%s %s %s)", rec.token, got.instance_id,
+                         rec.instance_type, rec.zone, rec.capacity_type)
                 inst = got
             if inst.state in GONE:
                 self.records.delete(rec.token)
