@@ -207,7 +207,7 @@ def test_twenty_jobs_scale_up_survive_a_reclaim_and_scale_back_to_zero(
     ns = namespace(core, "e2e")
     try:
         for i in range(20):
-            batch.create_namespaced_job(ns, job(f"train-{i:02d}", spot=i % 2 == 0, run_s=40))
+            batch.create_namespaced_job(ns, job(f"train-{i:02d}", spot=i % 2 == 0, run_s=20))
 
         def spot_nodes_running() -> list[str]:
             pods = core.list_namespaced_pod(ns).items

@@ -68,8 +68,8 @@ class CapacityMetrics:
                                        ["reason"], registry=r)
         self.terminations = Counter("gpufleet_terminations", "Instances gpufleet deleted",
                                     ["reason"], registry=r)
-        self.interruptions = Counter("gpufleet_spot_interruptions",
-                                     "Interruption notices the provider reported", ["kind"],
+        self.interruptions = Counter("gpufleet_interruption_notices",
+                                     "Interruption notices that marked a Node", ["kind"],
                                      registry=r)
         self.registration = Histogram("gpufleet_node_registration_duration_seconds",
                                       "Launch to Node registered", buckets=REGISTRATION_BUCKETS,
