@@ -8,6 +8,7 @@ launch records live there); the one Node the provider test materializes is delet
 from __future__ import annotations
 
 import json
+import time
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -194,4 +195,56 @@ def test_launch_records_converge_and_an_unregistered_instance_is_deleted(
     finally:
         for i in kw.list():
             kw.delete(i.instance_id)
+        core.delete_namespace(ns)
+
+
+def test_scale_down_terminates_only_empty_gpufleet_nodes_after_the_idle_time(
+        lab: Any, tmp_path: Path) -> None:
+    core = lab.core
+    ns = lab.namespace("down")
+    clock = Clock()
+    kw = provider(core, ns, clock, tmp_path, delay_s=0.0)
+    cap = CapacityController(core, kw, scenario(scale_down_unneeded_s=30.0), [P3], namespace=ns,
+                             registry=CollectorRegistry(), clock=clock)
+    static = lab.add_instance_nodes(P3.name, 1, prefix="static")  # not gpufleet's: never touched
+    tok = new_token()
+    try:
+        inst = kw.create(LaunchRequest(tok, (P3.name,), (ZONE,), CapacityType.ON_DEMAND, None,
+                                       {TAG_MANAGED: "true", TAG_TOKEN: tok}))
+        assert isinstance(inst, Instance) and inst.state == InstanceState.RUNNING
+
+        def nodes() -> list[dict]:
+            wanted = {inst.instance_id, *static}
+            out = []
+            for n in core.list_node().items:
+                if n.metadata.name in wanted:
+                    out.append(lab.api.sanitize_for_serialization(n))
+            return out
+
+        def ready() -> bool:
+            return all(any(c["type"] == "Ready" and c["status"] == "True"
+                           for c in n["status"].get("conditions") or ()) for n in nodes())
+
+        end = time.monotonic() + 30
+        while not ready() and time.monotonic() < end:
+            time.sleep(0.2)
+        snap = build_snapshot(nodes(), [])
+        assert cap.reconcile(snap, [], nodes(), []).terminated == []  # idle clock starts
+        clock.t += 29.0
+        assert cap.reconcile(snap, [], nodes(), []).terminated == []
+        busy = {"metadata": {"name": "p", "namespace": ns},
+                "spec": {"nodeName": inst.instance_id}, "status": {"phase": "Running"}}
+        clock.t += 2.0
+        assert cap.reconcile(snap, [], nodes(), [busy]).terminated == []  # a pod: not idle
+        clock.t += 31.0
+        assert cap.reconcile(snap, [], nodes(), []).terminated == []  # idle again since now
+        clock.t += 31.0
+        assert cap.reconcile(snap, [], nodes(), []).terminated == [inst.instance_id]
+        assert kw.list() == []
+        assert [n.metadata.name for n in core.list_node().items
+                if n.metadata.name in {inst.instance_id, *static}] == static
+    finally:
+        kw.delete(node_name(tok))
+        for n in static:
+            core.delete_node(n)
         core.delete_namespace(ns)
