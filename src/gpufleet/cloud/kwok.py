@@ -381,7 +381,7 @@ def kwok_market(types: list[InstanceType], availability_dir: Path | None, spot_d
     a row, else on-demand × ``spot_discount`` (so a lab without the shared data still has spot).
     None when no trace is found: the lab then offers on-demand only."""
     from gpufleet.datapaths import data_dir
-    from gpufleet.sim.runner import _price_snapshot
+    from gpufleet.sim.runner import price_snapshot
     from gpufleet.sim.spot import fit_thinning_dir, load_availability_dir
 
     if availability_dir is None:
@@ -389,7 +389,7 @@ def kwok_market(types: list[InstanceType], availability_dir: Path | None, spot_d
         if base is None or not (base / "spot-traces" / "availability").is_dir():
             return None
         availability_dir = base / "spot-traces" / "availability"
-    prices = dict(_price_snapshot())
+    prices = price_snapshot()
     for it in types:
         for z in it.zones:
             prices.setdefault((it.name, z), float(it.usd_per_hour) * spot_discount)

@@ -138,9 +138,9 @@ class CapacityController:
         by_pid = {n.get("spec", {}).get("providerID"): n for n in nodes
                   if (n.get("spec") or {}).get("providerID")}
         booting = self._converge(instances, by_pid, now, out)
-        live = [i for i in self.provider.list() if i.state not in GONE] \
-            if out.resumed or out.timed_out or out.leaked else \
-            [i for i in instances if i.state not in GONE]
+        if out.resumed or out.timed_out or out.leaked:  # converging changed the instances
+            instances = self.provider.list()
+        live = [i for i in instances if i.state not in GONE]
         self._interruptions(live, by_pid, nodes, pods, now, out)
         if self.sc.autoscaling:
             self._scale_up(snap, refused, live, booting, nodes, now, out)
