@@ -38,3 +38,18 @@ def test_missing_or_broken_kubeconfig(tmp_path: Path) -> None:
 def test_lease_timings_must_be_ordered(tmp_path: Path) -> None:
     res = runner.invoke(app, ["controller", "--lease-duration", "5", "--renew-deadline", "6"])
     assert res.exit_code == 2 and "renew-deadline" in res.output
+
+
+def test_cloud_option_and_key_are_checked_before_any_connection(tmp_path: Path) -> None:
+    kc = tmp_path / "kc"
+    kc.write_text(
+        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n")
+    res = runner.invoke(app, ["controller", "--kubeconfig", str(kc), "--cloud", "gce"])
+    assert res.exit_code == 2 and "--cloud" in res.output and "kwok" in res.output
+    cfg = tmp_path / "cloud.yaml"
+    cfg.write_text("name: live\ncloud: {name: kwok, registration_timeout_s: -1}\n")
+    res = runner.invoke(app, ["controller", "--kubeconfig", str(kc), "--config", str(cfg)])
+    assert res.exit_code == 2 and "registration_timeout_s" in res.output
+    assert "Traceback" not in res.output

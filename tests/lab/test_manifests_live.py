@@ -73,6 +73,12 @@ def test_deploy_manifests_apply_to_the_real_api_server(lab: LabSession) -> None:
     assert can_i(lab, "delete", "nodes")  # hand a drained node to termination
     assert not can_i(lab, "get", "secrets")
     assert not can_i(lab, "create", "pods")
+    # the capacity loop (15-rbac-capacity.yaml): cordon/mark and delete Nodes, launch records
+    assert can_i(lab, "patch", "nodes") and can_i(lab, "delete", "nodes")
+    assert not can_i(lab, "create", "nodes")
+    assert can_i(lab, "create", "configmaps", "-n", "gpufleet-system")
+    assert can_i(lab, "delete", "configmaps", "-n", "gpufleet-system")
+    assert not can_i(lab, "create", "configmaps", "-n", "kube-system")
 
 
 def _pod_specs(doc: dict) -> list[dict]:

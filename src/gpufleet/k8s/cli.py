@@ -19,6 +19,7 @@ from gpufleet.cli_app import app, bench_app, friendly_errors
 from gpufleet.errors import InputError
 from gpufleet.k8s.controller import Controller
 from gpufleet.k8s.settings import load_config
+from gpufleet.sim.scenario import CloudSettings
 
 console = Console(stderr=True)
 SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -72,11 +73,18 @@ def controller(
     identity: Annotated[str | None, typer.Option(
         help="Holder identity in the Lease (default: host_pid).")] = None,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING.")] = "INFO",
+    cloud: Annotated[str | None, typer.Option(
+        help="Run the capacity loop on this cloud (kwok: the lab's) when the config names "
+        "none.")] = None,
 ) -> None:
     """Schedule pods with `spec.schedulerName: gpufleet` using gpufleet's policies."""
     logging.basicConfig(level=log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     scenario = load_config(config_file)
+    if cloud is not None and scenario.cloud is None:
+        if cloud not in ("kwok", "aws", "aliyun"):
+            raise InputError(f"expected kwok, aws or aliyun, got {cloud!r}", field="--cloud")
+        scenario = scenario.model_copy(update={"cloud": CloudSettings(name=cloud)})
     if not retry_period < renew_deadline < lease_duration:
         raise InputError("expected retry-period < renew-deadline < lease-duration",
                          field="lease-duration")

@@ -21,9 +21,11 @@ from typing import Any
 
 import numpy as np
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from gpufleet.decisions import Bind
 from gpufleet.k8s.apply import Applier, Outcome
+from gpufleet.k8s.capacity_setup import build_capacity
 from gpufleet.k8s.cost import LiveFleet, LiveFleetCollector, PriceBook
 from gpufleet.k8s.cycle import Refuse, plan_cycle
 from gpufleet.k8s.drainer import Drainer
@@ -32,7 +34,7 @@ from gpufleet.k8s.leader import LeaderElector
 from gpufleet.k8s.pod_translation import assignment_annotations
 from gpufleet.k8s.ratelimit import TokenBucket
 from gpufleet.k8s.settings import apply_levers, backfill_for, policy_for
-from gpufleet.k8s.snapshot import ParseCache, build_snapshot
+from gpufleet.k8s.snapshot import ParseCache, Snapshot, build_snapshot
 from gpufleet.k8s.telemetry import ControllerMetrics, pending_reason, serve
 from gpufleet.sim.scenario import Scenario
 
@@ -64,6 +66,7 @@ class Controller:
         qps: float = 0.0,
         burst: int = 1,
         prices: PriceBook | None = None,
+        capacity_namespace: str | None = None,
     ) -> None:
         self.core = client.CoreV1Api(api)
         self.scenario = scenario
@@ -98,6 +101,11 @@ class Controller:
         self._threads: list[threading.Thread] = []
         self._server = None
         self.cycles = 0
+        # the live capacity loop, when the scenario names a cloud (k8s.capacity)
+        self.capacity = build_capacity(self.core, scenario, capacity_namespace or lease_namespace,
+                                       self.metrics.registry)
+        self.capacity_interval_s = 1.0
+        self._capacity_at = -float("inf")
 
     # -- lifecycle ----------------------------------------------------------------------------
     def _relisted(self, resource: str) -> None:
@@ -192,34 +200,55 @@ class Controller:
         return out
 
     def run_cycle(self) -> Outcome | None:
-        """Snapshot → plan → apply, once. Returns what was applied (None: nothing pending)."""
+        """Snapshot → plan → apply, once, then the capacity loop (when there is a cloud).
+        Returns what was applied (None: nothing pending)."""
         t0 = time.monotonic()
         now = time.time()
         raw = self._overlay(self.pods.objects(), t0)
         for k in self.drainer.cycle(self.nodes.objects(), raw, now):  # interrupted nodes first
             self._evicting[k] = t0
-        snap = build_snapshot(self.nodes.objects(), raw, cache=self._cache)
+        nodes = self.nodes.objects()
+        snap = build_snapshot(nodes, raw, cache=self._cache)
         self.fleet.observe_state(snap.state)
-        if not snap.pending:
+        out: Outcome | None = None
+        refused: list[str] = []
+        if snap.pending:
+            apply_levers(snap, self.scenario)
+            plan = plan_cycle(snap, self.policy, self.rng, self.backfill, now, self.preemption)
+            if not self.is_leader:  # lost the lease while planning: act on nothing
+                return None
+            by_key = {_key(p): p for p in raw}
+            out = self.applier.apply(plan.decisions, by_key)
+            for b in out.bound:
+                self._assumed[b.job_id] = (b, by_key[b.job_id]["metadata"].get("uid", ""), t0)
+            for k in out.evicted:
+                self._evicting[k] = t0
+            if out.conflicts or out.errors:
+                self.changed.set()  # re-read and retry soon
+            reasons: dict[str, int] = {}
+            for r in plan.of(Refuse):
+                reason = pending_reason(r.message)
+                reasons[reason] = reasons.get(reason, 0) + 1
+                refused.append(r.job_id)
+            self.metrics.set_pending(reasons)
+            self.metrics.cycle.observe(time.monotonic() - t0)
+            self.cycles += 1
+        else:
             self.metrics.set_pending({})
-            return None
-        apply_levers(snap, self.scenario)
-        plan = plan_cycle(snap, self.policy, self.rng, self.backfill, now, self.preemption)
-        if not self.is_leader:  # lost the lease while planning: act on nothing
-            return None
-        by_key = {_key(p): p for p in raw}
-        out = self.applier.apply(plan.decisions, by_key)
-        for b in out.bound:
-            self._assumed[b.job_id] = (b, by_key[b.job_id]["metadata"].get("uid", ""), t0)
-        for k in out.evicted:
-            self._evicting[k] = t0
-        if out.conflicts or out.errors:
-            self.changed.set()  # re-read and retry soon
-        reasons: dict[str, int] = {}
-        for r in plan.of(Refuse):
-            reason = pending_reason(r.message)
-            reasons[reason] = reasons.get(reason, 0) + 1
-        self.metrics.set_pending(reasons)
-        self.metrics.cycle.observe(time.monotonic() - t0)
-        self.cycles += 1
+        self._capacity_cycle(snap, refused, nodes, raw, t0)
         return out
+
+    def _capacity_cycle(self, snap: Snapshot, refused: list[str], nodes: list[dict[str, Any]],
+                        pods: list[dict[str, Any]], t0: float) -> None:
+        """The capacity loop after placement, at most once per ``capacity_interval_s`` (each
+        run lists records and instances); an API error is logged and retried next cycle."""
+        if self.capacity is None or not self.is_leader:
+            return
+        if t0 - self._capacity_at < self.capacity_interval_s:
+            return
+        self._capacity_at = t0
+        try:
+            self.capacity.reconcile(snap, refused, nodes, pods)
+        except ApiException as exc:
+            log.warning("capacity loop: API error %s %s; retrying next cycle", exc.status,
+                        exc.reason)

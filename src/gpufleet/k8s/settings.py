@@ -5,7 +5,8 @@ pydantic model (:class:`gpufleet.sim.scenario.Scenario`, unknown keys rejected w
 and field). Keys the scheduler acts on today: ``placement`` (policy name; default the packing
 policy, or ``spread`` with ``packing: false``), ``sharing`` (false: fractional pods take whole
 GPUs, the exclusive baseline) and ``starvation_s`` (backfill limit). The provisioning, spot and
-recovery keys are validated and carried for the capacity controller.
+recovery keys are validated and carried for the capacity controller; with a ``cloud:`` key
+(or ``gpufleet controller --cloud``) the capacity loop runs (``k8s.capacity``, docs/cloud.md).
 """
 
 from __future__ import annotations

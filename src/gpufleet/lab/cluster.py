@@ -397,7 +397,10 @@ def up(opts: LabOptions, log: Callable[[str], None] = lambda _m: None) -> LabInf
                     str(port),
                 ]
                 if opts.controller_config is not None:
-                    argv += ["--config", str(opts.controller_config.resolve())]
+                    # a config turns on the capacity loop on the lab's cloud (kwok) unless
+                    # it names another cloud itself
+                    argv += ["--config", str(opts.controller_config.resolve()),
+                             "--cloud", "kwok"]
                 ctl = start("gpufleet-controller", argv)
                 processes.wait_until(
                     ctl,

@@ -88,6 +88,12 @@ def _price_snapshot() -> tuple[tuple[tuple[str, str], float], ...]:
     return tuple(sorted(table.items()))
 
 
+def price_snapshot() -> dict[tuple[str, str], float]:
+    """(instance type, zone) → spot USD/hour from the shared data's newest price snapshot
+    ({} without the data): the prices the simulator's market and the lab's kwok cloud use."""
+    return dict(_price_snapshot())
+
+
 @cache
 def _availability(path: str) -> dict[tuple[str, int, str], Availability]:
     return load_availability_dir(Path(path))

@@ -55,6 +55,33 @@ MAX_NODES = 10_000  # fixed_nodes / max_nodes
 NAME = r"^[A-Za-z0-9_.-]+$"
 
 
+class KwokSettings(BaseModel):
+    """The lab's cloud (``gpufleet.cloud.kwok``): its market clock and reclaim notice.
+
+    The market clock is ``market_start_s + (now - origin) × speedup`` seconds into the spot
+    availability traces, so a lab run replays hours of trace in minutes when ``speedup`` > 1."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    speedup: float = Field(default=1.0, gt=0, le=1e6)
+    market_start_s: float = Field(default=0.0, ge=0, le=365 * DAY_S)
+    notice_s: float = Field(default=120.0, ge=0, le=3600)  # AWS gives two minutes
+    namespace: str = Field(default="kube-system", min_length=1, max_length=63)
+
+
+class CloudSettings(BaseModel):
+    """The live capacity controller's cloud (``gpufleet controller``; the simulator ignores it).
+
+    ``registration_timeout_s``: a launched instance whose Node has not registered by then is
+    deleted (Karpenter's registration TTL, 15 min; the lab's nodes register in seconds)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    name: Literal["kwok", "aws", "aliyun"] = "kwok"
+    registration_timeout_s: float = Field(default=900.0, gt=0, le=DAY_S)
+    kwok: KwokSettings = KwokSettings()
+
+
 class Scenario(BaseModel):
     """One scenario; every number bounded (docs/simulator.md lists the ranges and why).
 
@@ -117,6 +144,9 @@ class Scenario(BaseModel):
 
     sample_interval_s: float = Field(default=600.0, ge=60, le=DAY_S)
     starvation_s: float | None = Field(default=None, ge=1, le=30 * DAY_S)
+
+    # the live capacity controller's cloud provider (None: the controller only schedules)
+    cloud: CloudSettings | None = None
 
     @property
     def levers(self) -> dict[str, bool]:

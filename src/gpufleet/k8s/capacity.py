@@ -1,0 +1,333 @@
+"""The live capacity controller: pending pods → launches, idle nodes → terminations, reclaims →
+drains — on the leader, after each scheduling cycle, level-triggered from the API.
+
+One :meth:`CapacityController.reconcile` per cycle, in this order:
+
+1. **Converge launches.** Records (``k8s.launch_records``) + the provider's instances + Nodes:
+   a record without an instance is created again *with its token* (the provider hands back the
+   instance if the first call got through before a crash); a record whose Node registered
+   (joined on ``spec.providerID``, Ready) or whose instance is gone is deleted; an instance whose
+   Node has not registered within ``registration_timeout_s`` of its launch is deleted, and so is
+   an unrecorded gpufleet instance with no Node past that time (a leak). A gpufleet Node whose
+   instance is gone is deleted.
+2. **Interruptions.** Each ``provider.interruptions()`` event marks its Node
+   (``k8s.interruption_drain``) and is acknowledged after; every marked Node's pods are evicted.
+3. **Scale up.** The pods the cycle refused → :class:`gpufleet.provisioning.ScaleUpPolicy` (the
+   simulator's code; spot only for pods tolerating spot, the scenario's spot strategy) minus the
+   capacity still booting → each ``Launch`` node gets a record *written before* the provider is
+   called.
+4. **Scale down.** gpufleet-launched Nodes (``TAG_MANAGED``; never anyone else's) →
+   :class:`gpufleet.provisioning.DisruptionPolicy` (emptiness after ``scale_down_unneeded_s``) →
+   each ``Terminate``: cordon, evict what is left, ``provider.delete``, delete the Node.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from gpufleet.catalog.instances import InstanceType
+from gpufleet.cloud.provider import (
+    TAG_MANAGED,
+    CapacityShortage,
+    CloudProvider,
+    Instance,
+    InstanceState,
+)
+from gpufleet.decisions import CapacityType, Terminate
+from gpufleet.k8s import capacity_plan as plan
+from gpufleet.k8s import interruption_drain as drain
+from gpufleet.k8s.launch_records import LaunchRecord, LaunchRecords, new_token
+from gpufleet.k8s.snapshot import Snapshot
+from gpufleet.market.bidding import SpotStrategy, get_spot_strategy
+from gpufleet.provisioning import DisruptionPolicy, ScaleUpPolicy
+from gpufleet.sim.scenario import Scenario
+
+log = logging.getLogger(__name__)
+
+GONE = (InstanceState.TERMINATING, InstanceState.TERMINATED)
+REGISTRATION_BUCKETS = (1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 900)
+
+
+class CapacityMetrics:
+    """``gpufleet_*`` capacity metrics, on the controller's registry."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        r = registry
+        self.launches = Counter("gpufleet_launches", "Instances launched",
+                                ["capacity_type", "instance_type"], registry=r)
+        self.launch_failures = Counter("gpufleet_launch_failures",
+                                       "Launches the cloud refused or that were given up",
+                                       ["reason"], registry=r)
+        self.terminations = Counter("gpufleet_terminations", "Instances gpufleet deleted",
+                                    ["reason"], registry=r)
+        self.interruptions = Counter("gpufleet_interruption_notices",
+                                     "Interruption notices that marked a Node", ["kind"],
+                                     registry=r)
+        self.registration = Histogram("gpufleet_node_registration_duration_seconds",
+                                      "Launch to Node registered", buckets=REGISTRATION_BUCKETS,
+                                      registry=r)
+        self.in_flight = Gauge("gpufleet_launches_in_flight",
+                               "Launched instances whose Node has not registered", registry=r)
+
+
+def _ready(node: Mapping[str, Any]) -> bool:
+    conds = (node.get("status") or {}).get("conditions") or ()
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
+
+
+def _managed(node: Mapping[str, Any]) -> bool:
+    return ((node.get("metadata") or {}).get("labels") or {}).get(TAG_MANAGED) == "true"
+
+
+@dataclass
+class ReconcileReport:
+    """What one reconcile did (tests and logs read it)."""
+
+    launched: list[str] = field(default_factory=list)  # tokens
+    resumed: list[str] = field(default_factory=list)  # records created again after a restart
+    registered: list[str] = field(default_factory=list)
+    timed_out: list[str] = field(default_factory=list)  # instance ids
+    leaked: list[str] = field(default_factory=list)
+    terminated: list[str] = field(default_factory=list)  # node names
+    interrupted: list[str] = field(default_factory=list)
+    evicted: list[str] = field(default_factory=list)
+
+
+class CapacityController:
+    def __init__(
+        self,
+        core: client.CoreV1Api,
+        provider: CloudProvider,
+        scenario: Scenario,
+        types: Sequence[InstanceType],
+        *,
+        namespace: str,
+        registry: CollectorRegistry,
+        registration_timeout_s: float = 900.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.core = core
+        self.provider = provider
+        self.sc = scenario
+        self.types = {t.name: t for t in types}
+        self.records = LaunchRecords(core, namespace)
+        self.timeout_s = registration_timeout_s
+        self.clock = clock
+        self.metrics = CapacityMetrics(registry)
+        self.scale_up = ScaleUpPolicy(scenario.pending_gpu_threshold, scenario.max_pending_wait_s)
+        # emptiness only: consolidation moves running pods, which the live driver does not yet
+        self.disruption = DisruptionPolicy(scenario.scale_down_unneeded_s, consolidation=False)
+        self.spot_strategy: SpotStrategy | None = (
+            get_spot_strategy(scenario.spot_strategy) if scenario.spot else None)
+        self.empty = plan.EmptySince()
+
+    # -- the cycle ----------------------------------------------------------------------------
+    def reconcile(self, snap: Snapshot, refused: Sequence[str], nodes: Sequence[Mapping[str, Any]],
+                  pods: Sequence[Mapping[str, Any]]) -> ReconcileReport:
+        out = ReconcileReport()
+        now = self.clock()
+        instances = self.provider.list()
+        by_pid = {n.get("spec", {}).get("providerID"): n for n in nodes
+                  if (n.get("spec") or {}).get("providerID")}
+        booting = self._converge(instances, by_pid, now, out)
+        if out.resumed or out.timed_out or out.leaked:  # converging changed the instances
+            instances = self.provider.list()
+        live = [i for i in instances if i.state not in GONE]
+        self._interruptions(live, by_pid, nodes, pods, now, out)
+        if self.sc.autoscaling:
+            self._scale_up(snap, refused, live, booting, nodes, now, out)
+        self._scale_down(snap, live, by_pid, nodes, pods, now, out)
+        return out
+
+    def _converge(self, instances: list[Instance], by_pid: Mapping[str, Mapping[str, Any]],
+                  now: float, out: ReconcileReport) -> list[Instance]:
+        """Step 1 (module doc); returns the instances still booting."""
+        by_token = {i.client_token: i for i in instances if i.client_token}
+        booting: list[Instance] = []
+        recorded = set()
+        for rec in self.records.list():
+            recorded.add(rec.token)
+            inst = by_token.get(rec.token)
+            if inst is None:
+                if now - rec.created_at > self.timeout_s:
+                    self.records.delete(rec.token)
+                    self.metrics.launch_failures.labels(reason="gave-up").inc()
+                    continue
+                got = self.provider.create(rec.request())  # same token: never a second one
+                if isinstance(got, CapacityShortage):
+                    log.info("launch %s: %s", rec.token, got.reason)
+                    self.records.delete(rec.token)
+                    self.metrics.launch_failures.labels(reason="capacity").inc()
+                    continue
+                out.resumed.append(rec.token)
+                log.info("resumed launch %s: %s (%s %s %s)", rec.token, got.instance_id,
+                         rec.instance_type, rec.zone, rec.capacity_type)
+                inst = got
+            if inst.state in GONE:
+                self.records.delete(rec.token)
+                continue
+            node = by_pid.get(inst.provider_id)
+            if node is not None and _ready(node):
+                self.records.delete(rec.token)
+                self.metrics.registration.observe(max(0.0, now - inst.launched_at))
+                out.registered.append(inst.instance_id)
+                continue
+            if now - inst.launched_at > self.timeout_s:
+                log.warning("instance %s: no Node registered within %.0f s; deleting",
+                            inst.instance_id, self.timeout_s)
+                self.provider.delete(inst.instance_id)
+                self.records.delete(rec.token)
+                self.metrics.terminations.labels(reason="registration-timeout").inc()
+                out.timed_out.append(inst.instance_id)
+                continue
+            booting.append(inst)
+        for inst in instances:
+            if inst.client_token in recorded or inst.state in GONE:
+                continue
+            if inst.provider_id in by_pid:
+                continue
+            if now - inst.launched_at > self.timeout_s:
+                log.warning("instance %s: gpufleet's, no record and no Node; deleting",
+                            inst.instance_id)
+                self.provider.delete(inst.instance_id)
+                self.metrics.terminations.labels(reason="leak").inc()
+                out.leaked.append(inst.instance_id)
+            else:
+                booting.append(inst)
+        self.metrics.in_flight.set(len(booting))
+        return booting
+
+    def _interruptions(self, live: list[Instance], by_pid: Mapping[str, Mapping[str, Any]],
+                       nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]],
+                       now: float, out: ReconcileReport) -> None:
+        by_id = {i.instance_id: i for i in live}
+        for ev in self.provider.interruptions():
+            inst = by_id.get(ev.instance_id)
+            node = by_pid.get(inst.provider_id) if inst is not None else None
+            if node is not None:
+                name = node["metadata"]["name"]
+                if drain.mark_interrupted(self.core, name, str(ev.kind), ev.deadline, now,
+                                          self.provider.name):
+                    self.metrics.interruptions.labels(kind=str(ev.kind)).inc()
+                    out.interrupted.append(name)
+            self.provider.acknowledge(ev)  # recorded on the Node (or the Node is gone)
+        pids = {i.provider_id for i in live}
+        for n in nodes:
+            name = n["metadata"]["name"]
+            if drain.is_marked(n) or name in out.interrupted:
+                for ns, pod in drain.pods_to_evict(name, pods):
+                    if drain.evict(self.core, ns, pod):
+                        out.evicted.append(f"{ns}/{pod}")
+            pid = (n.get("spec") or {}).get("providerID")
+            if _managed(n) and pid and pid not in pids and not n["metadata"].get(
+                    "deletionTimestamp"):
+                self._delete_node(name)  # its instance is gone (reclaimed, deleted outside)
+
+    def _scale_up(self, snap: Snapshot, refused: Sequence[str], live: list[Instance],
+                  booting: list[Instance], nodes: Sequence[Mapping[str, Any]], now: float,
+                  out: ReconcileReport) -> None:
+        pending = plan.pending_pods(snap, refused, now)
+        if not pending:
+            return
+        offerings = self.provider.offerings()
+        if not self.sc.spot:
+            offerings = [o for o in offerings if o.capacity_type == CapacityType.ON_DEMAND]
+        od_nodes: dict[tuple[str, str], int] = {}
+        for i in live:
+            if i.capacity_type == CapacityType.ON_DEMAND:
+                od_nodes[(i.instance_type, i.zone)] = od_nodes.get((i.instance_type, i.zone),
+                                                                    0) + 1
+        offers = plan.offers_from(offerings, self.types, od_nodes)
+        markets_of = getattr(self.provider, "markets", None)
+        if callable(markets_of):
+            markets = {t: markets_of(t) for t in self.types}
+        else:
+            markets = plan.markets_from(offerings, self.types)
+        known = set(snap.state.index)
+        joined = {(n.get("spec") or {}).get("providerID") for n in nodes
+                  if n["metadata"]["name"] in known}
+        coming = [(i.instance_type, i.capacity_type, i.zone) for i in live
+                  if i.provider_id not in joined and i not in booting] + \
+                 [(i.instance_type, i.capacity_type, i.zone) for i in booting]
+        launches = self.scale_up.decide(pending, offers, plan.inflight(coming, self.types),
+                                        markets, self.spot_strategy)
+        room = self.sc.max_nodes - len(live)
+        for launch in launches:
+            for _ in range(launch.count):
+                if room <= 0:
+                    return
+                rec = LaunchRecord(new_token(), launch.instance_type, launch.zone,
+                                   launch.capacity_type, now, launch.max_price, launch.mig_config)
+                self.records.write(rec)  # before the cloud is asked: a crash leaves the record
+                got = self.provider.create(rec.request())
+                if isinstance(got, CapacityShortage):
+                    log.info("launch %s %s %s: %s", launch.instance_type, launch.zone,
+                             launch.capacity_type, got.reason)
+                    self.records.delete(rec.token)
+                    self.metrics.launch_failures.labels(reason="capacity").inc()
+                    break
+                room -= 1
+                self.metrics.launches.labels(capacity_type=str(launch.capacity_type),
+                                             instance_type=launch.instance_type).inc()
+                out.launched.append(rec.token)
+                log.info("launched %s (%s %s %s) for %s", got.instance_id, launch.instance_type,
+                         launch.zone, launch.capacity_type, launch.reason)
+
+    def _scale_down(self, snap: Snapshot, live: list[Instance],
+                    by_pid: Mapping[str, Mapping[str, Any]], nodes: Sequence[Mapping[str, Any]],
+                    pods: Sequence[Mapping[str, Any]], now: float,
+                    out: ReconcileReport) -> None:
+        managed: dict[str, tuple[InstanceType, bool]] = {}
+        inst_of: dict[str, Instance] = {}
+        for i in live:
+            node = by_pid.get(i.provider_id)
+            if node is None or not _managed(node) or i.instance_type not in self.types:
+                continue
+            meta = node["metadata"]
+            if meta.get("deletionTimestamp") or drain.is_marked(node) or not _ready(node):
+                continue
+            managed[meta["name"]] = (self.types[i.instance_type],
+                                     i.capacity_type == CapacityType.SPOT)
+            inst_of[meta["name"]] = i
+        busy = {name for name in managed if drain.pods_to_evict(name, pods)}
+        since = self.empty.update(managed, busy, now)
+        cmd = self.disruption.decide(plan.node_views(snap, managed, since), now)
+        if cmd is None:
+            return
+        for d in cmd.decisions:
+            if not isinstance(d, Terminate) or d.node not in inst_of:
+                continue
+            if d.only_if_empty and drain.pods_to_evict(d.node, pods):
+                continue
+            self._cordon(d.node)
+            for ns, pod in drain.pods_to_evict(d.node, pods):
+                drain.evict(self.core, ns, pod)
+            self.provider.delete(inst_of[d.node].instance_id)
+            self._delete_node(d.node)
+            self.empty.since.pop(d.node, None)
+            self.metrics.terminations.labels(reason=d.reason or "disruption").inc()
+            out.terminated.append(d.node)
+            log.info("terminated %s (%s)", d.node, d.reason)
+
+    # -- API helpers --------------------------------------------------------------------------
+    def _cordon(self, node: str) -> None:
+        try:
+            self.core.patch_node(node, {"spec": {"unschedulable": True}})
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    def _delete_node(self, node: str) -> None:
+        try:
+            self.core.delete_node(node)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise

@@ -1,0 +1,250 @@
+"""The kwok provider and the capacity controller against the lab's real API server, on a clock
+the test drives (no sleeping for provisioning delays, notices or timeouts).
+
+Each test works in its own namespace (the provider's pending launches, its market clock and the
+launch records live there); the one Node the provider test materializes is deleted by it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from prometheus_client import CollectorRegistry
+
+from gpufleet.catalog.instances import default_instance_catalog
+from gpufleet.cloud.kwok import (
+    ANN_RECLAIM,
+    PENDING_LABEL,
+    SPOT_TAINT,
+    KwokProvider,
+    kwok_market,
+    node_name,
+)
+from gpufleet.cloud.provider import (
+    TAG_MANAGED,
+    TAG_TOKEN,
+    CapacityShortage,
+    CloudProvider,
+    Instance,
+    InstanceState,
+    InterruptionKind,
+    LaunchRequest,
+)
+from gpufleet.decisions import CapacityType
+from gpufleet.k8s.capacity import CapacityController
+from gpufleet.k8s.launch_records import LaunchRecord, LaunchRecords, new_token
+from gpufleet.k8s.snapshot import build_snapshot
+from gpufleet.sim.scenario import Scenario
+
+pytestmark = pytest.mark.live
+
+P3 = default_instance_catalog()["p3.2xlarge"]
+ZONE = "us-east-1b"
+
+
+class Clock:
+    def __init__(self, t: float = 1_800_000_000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def write_trace(folder: Path, zone: str, data: list[int], gap_s: int = 60) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{zone}_v100_1.json").write_text(
+        json.dumps({"metadata": {"gap_seconds": gap_s}, "data": data}))
+    return folder
+
+
+def provider(core: client.CoreV1Api, ns: str, clock: Clock, tmp: Path,
+             delay_s: float = 5.0) -> KwokProvider:
+    # spot in us-east-1b until market second 600, gone for 5 ticks, back after
+    traces = write_trace(tmp / "traces" / "t", ZONE, [1] * 10 + [0] * 5 + [1] * 10)
+    market = kwok_market([P3], traces, 0.3)
+    assert market is not None and market.zones(P3.name) == [ZONE]
+    return KwokProvider(core, {P3.name: P3}, market, namespace=ns, provisioning_delay_s=delay_s,
+                        notice_s=30.0, clock=clock)
+
+
+def spot_request(token: str) -> LaunchRequest:
+    return LaunchRequest(token, (P3.name,), (ZONE,), CapacityType.SPOT, None,
+                         {TAG_MANAGED: "true", TAG_TOKEN: token})
+
+
+def test_kwok_provider_launches_idempotently_and_replays_a_reclaim(lab: Any,
+                                                                   tmp_path: Path) -> None:
+    core = lab.core
+    ns = lab.namespace("kwok")
+    clock = Clock()
+    kw = provider(core, ns, clock, tmp_path)
+    assert isinstance(kw, CloudProvider)
+    tok = new_token()
+    name = node_name(tok)
+    try:
+        first = kw.create(spot_request(tok))
+        assert isinstance(first, Instance) and first.state == InstanceState.PENDING
+        again = kw.create(spot_request(tok))
+        assert isinstance(again, Instance) and again.instance_id == first.instance_id == name
+        pending = core.list_namespaced_config_map(ns, label_selector=f"{PENDING_LABEL}=true")
+        assert len(pending.items) == 1  # one launch for one token, kept in the API
+        assert [i.state for i in kw.list()] == [InstanceState.PENDING]
+
+        clock.t += 5.0  # the provisioning delay
+        (inst,) = kw.list()
+        assert inst.state == InstanceState.RUNNING and inst.client_token == tok
+        assert core.list_namespaced_config_map(
+            ns, label_selector=f"{PENDING_LABEL}=true").items == []
+        node = core.read_node(name)
+        labels = node.metadata.labels
+        assert node.spec.provider_id == f"kwok://{name}" == inst.provider_id
+        assert labels["karpenter.sh/capacity-type"] == "spot"
+        assert labels["node.kubernetes.io/instance-type"] == P3.name
+        assert labels["topology.kubernetes.io/zone"] == ZONE
+        assert labels[TAG_MANAGED] == "true" and labels[TAG_TOKEN] == tok
+        assert labels["nvidia.com/gpu.product"].endswith("V100-SXM2-16GB")
+        assert node.metadata.annotations["kwok.x-k8s.io/node"] == "fake"
+        assert [(t.key, t.value, t.effect) for t in node.spec.taints] == [
+            (SPOT_TAINT["key"], SPOT_TAINT["value"], SPOT_TAINT["effect"])]
+        assert node.status.capacity["nvidia.com/gpu"] == "1"
+        third = kw.create(spot_request(tok))  # after the Node exists: still the same one
+        assert isinstance(third, Instance) and third.instance_id == name
+        assert len(core.list_node(label_selector=f"{TAG_TOKEN}={tok}").items) == 1
+
+        assert kw.interruptions() == []
+        kw.advance_market(601.0)  # past the trace's drop at market second 600
+        (ev,) = kw.interruptions()
+        assert ev.instance_id == name and ev.kind == InterruptionKind.SPOT_INTERRUPTION
+        assert ev.deadline == pytest.approx(clock.t + 30.0)
+        assert float(core.read_node(name).metadata.annotations[ANN_RECLAIM]) == ev.deadline
+        kw.acknowledge(ev)
+        assert kw.interruptions() == []  # acknowledged: not reported twice
+        # no spot capacity in the zone while the trace says so; on-demand is there
+        short = kw.create(spot_request(new_token()))
+        assert isinstance(short, CapacityShortage) and short.pools == ((P3.name, ZONE),)
+        cheap = [o for o in kw.offerings() if o.capacity_type == CapacityType.SPOT]
+        assert [(o.zone, o.available) for o in cheap] == [(ZONE, False)]
+        assert all(o.price_per_hour < P3.usd_per_hour for o in cheap)
+
+        clock.t += 30.0  # the deadline: the instance goes
+        assert kw.interruptions() == []
+        assert kw.list() == []
+        assert core.list_node(label_selector=f"{TAG_TOKEN}={tok}").items == []
+        kw.delete(name)  # already gone: not an error
+    finally:
+        kw.delete(name)
+        core.delete_namespace(ns)
+
+
+def scenario(**kw: Any) -> Scenario:
+    return Scenario(name="capacity-test", spot=False, instance_types=(P3.name,), **kw)
+
+
+def gpu_pod(name: str, gpus: int) -> dict:
+    return {"metadata": {"name": name, "namespace": "ns",
+                         "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": {"schedulerName": "gpufleet", "containers": [
+                {"name": "c", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]},
+            "status": {"phase": "Pending"}}
+
+
+def test_launch_records_converge_and_an_unregistered_instance_is_deleted(
+        lab: Any, tmp_path: Path) -> None:
+    core = lab.core
+    ns = lab.namespace("cap")
+    clock = Clock()
+    # a provisioning delay far beyond the test: the Node never registers
+    kw = provider(core, ns, clock, tmp_path, delay_s=3600.0)
+    cap = CapacityController(core, kw, scenario(), [P3], namespace=ns,
+                             registry=CollectorRegistry(), registration_timeout_s=60.0,
+                             clock=clock)
+    records = LaunchRecords(core, ns)
+    try:
+        snap = build_snapshot([], [gpu_pod("p", 1), gpu_pod("q", 1)])
+        got = cap.reconcile(snap, list(snap.pods), [], [])
+        assert len(got.launched) == 2  # two 1-GPU pods: two p3.2xlarge on-demand
+        assert sorted(r.token for r in records.list()) == sorted(got.launched)
+        assert sorted(i.client_token for i in kw.list()) == sorted(got.launched)
+        clock.t += 10.0
+        again = cap.reconcile(snap, list(snap.pods), [], [])
+        assert again.launched == [] and again.resumed == []  # booting capacity absorbs them
+
+        # a record written before a crash that never reached the cloud: asked again, same token
+        lost = LaunchRecord(new_token(), P3.name, ZONE, CapacityType.ON_DEMAND, clock.t,
+                            Decimal("3.06"))
+        records.write(lost)
+        third = cap.reconcile(build_snapshot([], []), [], [], [])
+        assert third.resumed == [lost.token]
+        assert sum(i.client_token == lost.token for i in kw.list()) == 1
+        fourth = cap.reconcile(build_snapshot([], []), [], [], [])
+        assert fourth.resumed == [] and len(kw.list()) == 3
+
+        clock.t += 55.0  # the first two are past the registration timeout, the third is not
+        late = cap.reconcile(build_snapshot([], []), [], [], [])
+        assert sorted(late.timed_out) == sorted(node_name(t) for t in got.launched)
+        assert [r.token for r in records.list()] == [lost.token]
+        assert [i.client_token for i in kw.list()] == [lost.token]
+        metric = cap.metrics.terminations.labels(reason="registration-timeout")._value.get()
+        assert metric == 2
+    finally:
+        for i in kw.list():
+            kw.delete(i.instance_id)
+        core.delete_namespace(ns)
+
+
+def test_scale_down_terminates_only_empty_gpufleet_nodes_after_the_idle_time(
+        lab: Any, tmp_path: Path) -> None:
+    core = lab.core
+    ns = lab.namespace("down")
+    clock = Clock()
+    kw = provider(core, ns, clock, tmp_path, delay_s=0.0)
+    cap = CapacityController(core, kw, scenario(scale_down_unneeded_s=30.0), [P3], namespace=ns,
+                             registry=CollectorRegistry(), clock=clock)
+    static = lab.add_instance_nodes(P3.name, 1, prefix="static")  # not gpufleet's: never touched
+    tok = new_token()
+    try:
+        inst = kw.create(LaunchRequest(tok, (P3.name,), (ZONE,), CapacityType.ON_DEMAND, None,
+                                       {TAG_MANAGED: "true", TAG_TOKEN: tok}))
+        assert isinstance(inst, Instance) and inst.state == InstanceState.RUNNING
+
+        def nodes() -> list[dict]:
+            wanted = {inst.instance_id, *static}
+            out = []
+            for n in core.list_node().items:
+                if n.metadata.name in wanted:
+                    out.append(lab.api.sanitize_for_serialization(n))
+            return out
+
+        def ready() -> bool:
+            return all(any(c["type"] == "Ready" and c["status"] == "True"
+                           for c in n["status"].get("conditions") or ()) for n in nodes())
+
+        end = time.monotonic() + 30
+        while not ready() and time.monotonic() < end:
+            time.sleep(0.2)
+        snap = build_snapshot(nodes(), [])
+        assert cap.reconcile(snap, [], nodes(), []).terminated == []  # idle clock starts
+        clock.t += 29.0
+        assert cap.reconcile(snap, [], nodes(), []).terminated == []
+        busy = {"metadata": {"name": "p", "namespace": ns},
+                "spec": {"nodeName": inst.instance_id}, "status": {"phase": "Running"}}
+        clock.t += 2.0
+        assert cap.reconcile(snap, [], nodes(), [busy]).terminated == []  # a pod: not idle
+        clock.t += 31.0
+        assert cap.reconcile(snap, [], nodes(), []).terminated == []  # idle again since now
+        clock.t += 31.0
+        assert cap.reconcile(snap, [], nodes(), []).terminated == [inst.instance_id]
+        assert kw.list() == []
+        assert [n.metadata.name for n in core.list_node().items
+                if n.metadata.name in {inst.instance_id, *static}] == static
+    finally:
+        kw.delete(node_name(tok))
+        for n in static:
+            core.delete_node(n)
+        core.delete_namespace(ns)

@@ -1,0 +1,165 @@
+"""The capacity controller's pure translation (k8s.capacity_plan) and its launch records, on
+hand-written Node/Pod JSON (no API server)."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from gpufleet.catalog.instances import default_instance_catalog
+from gpufleet.cloud.provider import TAG_MANAGED, TAG_TOKEN, Offering
+from gpufleet.decisions import CapacityType
+from gpufleet.errors import InputError
+from gpufleet.k8s.capacity_plan import (
+    EmptySince,
+    inflight,
+    markets_from,
+    node_views,
+    offers_from,
+    pending_pods,
+    spot_ok,
+)
+from gpufleet.k8s.launch_records import LaunchRecord, new_token
+from gpufleet.k8s.node_objects import node_object, spec_from_instance
+from gpufleet.k8s.pod_translation import pod_info
+from gpufleet.k8s.settings import load_config
+from gpufleet.k8s.snapshot import build_snapshot
+from gpufleet.provisioning import ScaleUpPolicy
+
+SPOT_TOL = {"key": "karpenter.sh/capacity-type", "operator": "Equal", "value": "spot",
+            "effect": "NoSchedule"}
+CAT = default_instance_catalog()
+TYPES = {n: CAT[n] for n in ("p3.2xlarge", "p3.8xlarge")}
+
+
+def pod(name: str, gpus: int = 1, node: str = "", tolerations: list | None = None,
+        labels: dict | None = None, ann: dict | None = None) -> dict:
+    return {"metadata": {"name": name, "namespace": "ns", "labels": labels or {},
+                         "annotations": ann or {},
+                         "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": {"schedulerName": "gpufleet", "nodeName": node,
+                     "tolerations": tolerations or [],
+                     "containers": [{"name": "c", "resources": {"limits": {
+                         "nvidia.com/gpu": str(gpus), "cpu": "1", "memory": "1Gi"}}}]},
+            "status": {"phase": "Running" if node else "Pending"}}
+
+
+def test_spot_only_for_pods_that_tolerate_the_spot_taint() -> None:
+    assert spot_ok(pod_info(pod("a", tolerations=[SPOT_TOL])))
+    assert spot_ok(pod_info(pod("b", tolerations=[{"operator": "Exists"}])))
+    assert not spot_ok(pod_info(pod("c")))
+    other = {"key": "karpenter.sh/capacity-type", "value": "on-demand", "effect": "NoSchedule"}
+    assert not spot_ok(pod_info(pod("d", tolerations=[other])))
+
+
+def test_pending_pods_keep_only_refused_readable_pods_and_their_gangs() -> None:
+    gang = {"scheduling.x-k8s.io/pod-group": "g"}
+    snap = build_snapshot([], [pod("a", tolerations=[SPOT_TOL]), pod("b"),
+                               pod("g-0", labels=gang), pod("g-1", labels=gang)])
+    got = pending_pods(snap, ["ns/a", "ns/g-0", "ns/g-1"], now=1767225600.0 + 30)
+    by = {p.job_id: p for p in got}
+    assert set(by) == {"ns/a", "ns/g"}
+    assert by["ns/a"].spot_ok and by["ns/a"].waited_s == 30.0
+    assert by["ns/a"].request.tolerations == frozenset()
+    assert [p.gang_size for p in got if p.job_id == "ns/g"] == [2, 2]
+
+
+def test_offers_take_the_cheapest_available_spot_zone_and_one_on_demand_zone() -> None:
+    od = TYPES["p3.2xlarge"].usd_per_hour
+    zones = TYPES["p3.2xlarge"].zones
+    offerings = [Offering("p3.2xlarge", z, CapacityType.ON_DEMAND, od) for z in zones]
+    offerings += [Offering("p3.2xlarge", zones[0], CapacityType.SPOT, Decimal("0.5"), False),
+                  Offering("p3.2xlarge", zones[1], CapacityType.SPOT, Decimal("0.9")),
+                  Offering("unknown.type", zones[0], CapacityType.SPOT, Decimal("0.1"))]
+    offers = offers_from(offerings, TYPES, {("p3.2xlarge", zones[0]): 3})
+    assert [(o.instance_type, o.capacity_type) for o in offers] == [
+        ("p3.2xlarge", CapacityType.ON_DEMAND), ("p3.2xlarge", CapacityType.SPOT)]
+    assert offers[0].zone != zones[0]  # fewest on-demand nodes at the same price
+    assert offers[1].usd_per_hour == 0.9  # the cheaper zone has no capacity now
+    markets = markets_from(offerings, TYPES)
+    assert [m.zone for m in markets["p3.2xlarge"]] == [zones[1]]
+
+
+def test_scale_up_from_the_translation_launches_spot_only_for_tolerating_pods() -> None:
+    snap = build_snapshot([], [pod(f"s{i}", tolerations=[SPOT_TOL]) for i in range(3)]
+                          + [pod(f"o{i}") for i in range(2)])
+    pods = pending_pods(snap, list(snap.pods), now=0.0)
+    it = TYPES["p3.2xlarge"]
+    offerings = [Offering("p3.2xlarge", z, CapacityType.ON_DEMAND, it.usd_per_hour)
+                 for z in it.zones]
+    offerings += [Offering("p3.2xlarge", z, CapacityType.SPOT, Decimal("0.9")) for z in it.zones]
+    from gpufleet.market.bidding import get_spot_strategy
+
+    launches = ScaleUpPolicy(gpu_threshold=1).decide(
+        pods, offers_from(offerings, TYPES, {}), (), markets_from(offerings, TYPES),
+        get_spot_strategy("diversified"))
+    by_ct: dict[CapacityType, int] = {}
+    for x in launches:
+        by_ct[x.capacity_type] = by_ct.get(x.capacity_type, 0) + x.count
+    assert by_ct == {CapacityType.SPOT: 3, CapacityType.ON_DEMAND: 2}
+    # the same pods with those five nodes booting: nothing more
+    coming = [(x.instance_type, x.capacity_type, x.zone) for x in launches
+              for _ in range(x.count)]
+    again = ScaleUpPolicy(gpu_threshold=1).decide(
+        pods, offers_from(offerings, TYPES, {}), inflight(coming, TYPES),
+        markets_from(offerings, TYPES), get_spot_strategy("diversified"))
+    assert again == []
+
+
+def test_empty_since_starts_when_the_last_pod_leaves_and_forgets_gone_nodes() -> None:
+    e = EmptySince()
+    assert e.update(["a", "b"], {"a"}, 10.0) == {"a": None, "b": 10.0}
+    assert e.update(["a", "b"], set(), 20.0) == {"a": 20.0, "b": 10.0}
+    assert e.update(["a"], {"a"}, 30.0) == {"a": None}
+    assert e.since == {}
+
+
+def test_node_views_cover_managed_nodes_with_their_pods() -> None:
+    it = TYPES["p3.8xlarge"]
+    n = node_object(spec_from_instance(it, "kwok-gf-1"))
+    n["metadata"]["labels"] |= {TAG_MANAGED: "true", TAG_TOKEN: "gf-1"}
+    other = node_object(spec_from_instance(it, "static-0"))
+    snap = build_snapshot([n, other], [pod("r", 2, node="kwok-gf-1")])
+    views = node_views(snap, {"kwok-gf-1": (it, False)}, {"kwok-gf-1": None})
+    assert [v.name for v in views] == ["kwok-gf-1"]
+    assert [p.job_id for p in views[0].pods] == ["ns/r"]
+    assert sorted(views[0].free_milli) == [0, 0, 1000, 1000]
+
+
+def test_launch_record_round_trips_and_always_asks_with_its_token() -> None:
+    tok = new_token()
+    rec = LaunchRecord(tok, "p3.2xlarge", "us-east-1a", CapacityType.SPOT, 5.0,
+                       Decimal("3.06"), None)
+    back = LaunchRecord.from_data(rec.to_data())
+    assert back == rec
+    req = back.request()
+    assert req.client_token == tok and req.instance_types == ("p3.2xlarge",)
+    assert req.tags[TAG_MANAGED] == "true" and req.tags[TAG_TOKEN] == tok
+    assert len({new_token() for _ in range(100)}) == 100
+
+
+def test_cloud_settings_are_validated_with_the_field_named(tmp_path) -> None:
+    good = tmp_path / "ok.yaml"
+    good.write_text("name: lab\ncloud: {name: kwok, registration_timeout_s: 60,"
+                    " kwok: {speedup: 10, notice_s: 5}}\n")
+    sc = load_config(good)
+    assert sc.cloud is not None and sc.cloud.kwok.speedup == 10
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: lab\ncloud: {name: gce}\n")
+    with pytest.raises(InputError, match="cloud"):
+        load_config(bad)
+
+
+def test_only_pods_still_running_on_the_node_are_evicted() -> None:
+    from gpufleet.k8s.interruption_drain import pods_to_evict
+
+    def p(name: str, node: str, phase: str = "Running", **meta: object) -> dict:
+        return {"metadata": {"name": name, "namespace": "ns", **meta},
+                "spec": {"nodeName": node}, "status": {"phase": phase}}
+
+    pods = [p("run", "n1"), p("done", "n1", "Succeeded"), p("other", "n2"),
+            p("going", "n1", deletionTimestamp="2026-01-01T00:00:00Z"),
+            p("ds", "n1", ownerReferences=[{"kind": "DaemonSet", "name": "agent"}]),
+            p("job", "n1", ownerReferences=[{"kind": "Job", "name": "j"}])]
+    assert pods_to_evict("n1", pods) == [("ns", "run"), ("ns", "job")]
