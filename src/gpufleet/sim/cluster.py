@@ -42,16 +42,14 @@ from gpufleet.control.admission import (
     tolerates_spot,
 )
 from gpufleet.control.deadline import (
-    DeadlineGuards,
     DeadlineView,
-    GuardConfig,
     market_signal,
 )
 from gpufleet.control.fleet import fixed_fleet
 from gpufleet.control.offers import OfferBook
 from gpufleet.control.queue import PendingQueue, effective_shape
 from gpufleet.control.replacement import FixedFleet, Replacement
-from gpufleet.control.scan import Disrupt, ScanClock, ScanConfig
+from gpufleet.control.scan import Disrupt
 from gpufleet.control.views import node_view, pending_pods, pod_view
 from gpufleet.decisions import (
     Bind,
@@ -63,27 +61,22 @@ from gpufleet.decisions import (
     Requeue,
     Terminate,
 )
-from gpufleet.market.bidding import get_spot_strategy
-from gpufleet.placement import PlacementResult, get_policy
+from gpufleet.placement import PlacementResult
 from gpufleet.placement.mig import bind_masks
 from gpufleet.provisioning import (
-    DisruptionPolicy,
     InFlight,
     NodeView,
-    ScaleUpPolicy,
     Unprovisioned,
 )
-from gpufleet.queueing import BackfillPass
 from gpufleet.queueing.gang import place_gang
 from gpufleet.recovery import (
-    IntervalPolicy,
     NoticeView,
     SpotExposure,
     checkpoint_interval,
-    get_recovery_strategy,
 )
 from gpufleet.sim.books import Series, Tally, held_milli
 from gpufleet.sim.cloud import SimCloud, SimNode
+from gpufleet.sim.controls import controls_for, deadline_guards
 from gpufleet.sim.engine import Engine
 from gpufleet.sim.jobrun import DONE, INF, PENDING, RUNNING, JobRun
 from gpufleet.sim.nodes import Allocation, Became, SimFleet
@@ -123,21 +116,13 @@ class ClusterSim:
         self.types = {t.name: t for t in types}
         self.tally = Tally()
         self.series = Series()
-        self.policy = self._placement_policy(jobs)
-        self.recovery = get_recovery_strategy(scenario.recovery)
-        self.interval = IntervalPolicy()
-        self.scale_up = ScaleUpPolicy(scenario.pending_gpu_threshold, scenario.max_pending_wait_s)
-        self.disruption = DisruptionPolicy(
-            scenario.scale_down_unneeded_s, scenario.utilization_threshold, scenario.consolidation,
-            multi_node=scenario.multi_node_consolidation,
-        )
-        self.spot_strategy = get_spot_strategy(scenario.spot_strategy) if scenario.spot else None
-        self.backfill = BackfillPass(scenario.starvation_s)
+        self.ctl = controls_for(scenario)
+        self.typical = self.ctl.typical
         self._shapes: dict[tuple, int] = {}
         self.jobs = [self._job(i, s) for i, s in enumerate(jobs)]
         self.offers = OfferBook(self.types, self.market,
                                 mig=any(j.req.mig_profile is not None for j in self.jobs))
-        self.fleet = FixedFleet(self.offers, self.market, self.spot_strategy)
+        self.fleet = FixedFleet(self.offers, self.market, self.ctl.spot_strategy)
         self.exposure = SpotExposure()
         self.nodes = SimFleet(self.market, self.offers, scenario.pricing,
                               scenario.utilization_threshold, self.exposure)
@@ -150,16 +135,12 @@ class ClusterSim:
         self._freed = True
         self._blocked: set[int] = set()
         self._pass_at: float | None = None
-        self.scan = ScanClock(ScanConfig(
-            scenario.autoscaling, scenario.scan_interval_s, scenario.scale_down_unneeded_s,
-            scenario.max_pending_wait_s, scenario.consolidation, scenario.consolidation_recheck_s,
-        ))
         self._recent_recoveries: list[float] = []
         self.finished = False
         self.end_s: float | None = None
-        self.guard_cfg = GuardConfig(scenario.autoscaling, scenario.checkpointing,
-                                     scenario.provisioning_delay_s, scenario.max_pending_wait_s)
-        self.deadlines: DeadlineGuards | None = None
+        self.deadlines = deadline_guards(scenario, jobs, self.market is not None,
+                                         self.market.availability_gap(scenario.price_tick_s)
+                                         if self.market is not None else 0.0, self.ctl.guards)
         self._periodic = 0
         self._handlers = [
             self._on_arrival, self._on_finish, self._on_ready, self._on_notice, self._on_gone,
@@ -171,18 +152,10 @@ class ClusterSim:
         self._periodic_at(0.0, SAMPLE)
         if not scenario.autoscaling:
             self._fixed_fleet(jobs)
-        self._setup_deadlines()
+        if self.deadlines is not None:
+            self._periodic_at(0.0, DEADLINE)
 
     # -- setup --------------------------------------------------------------------------------
-    def _placement_policy(self, jobs: list[JobSpec]) -> object:
-        from gpufleet.placement import DEFAULT_POLICY
-        from gpufleet.placement.typical import TypicalLearner
-
-        name = self.sc.placement or (DEFAULT_POLICY if self.sc.packing else "spread")
-        # FGD's typical tasks are learned from arrived jobs only (_on_arrival), never the trace
-        self.typical = TypicalLearner()
-        return get_policy(name)
-
     def _job(self, i: int, spec: JobSpec) -> JobRun:
         req = effective_request(spec, self.sc.sharing, self.sc.spot)
         key = (req, spec.replicas)
@@ -212,24 +185,6 @@ class ClusterSim:
                     self._end_node(self.cloud.nodes[rep.terminate.node], self.now)
                 return True
         return False
-
-    def _setup_deadlines(self) -> None:
-        if not (self.sc.spot and self.sc.deadline_policy and self.market is not None):
-            return
-        if not any(j.spec.deadline_s is not None and j.spec.interruptible for j in self.jobs):
-            return
-        from gpufleet.market.deadline import DEFAULT_DEADLINE_POLICY, get_deadline_policy
-
-        name = self.sc.deadline_policy
-        policy = get_deadline_policy(DEFAULT_DEADLINE_POLICY if name == "default" else name)
-        self.deadlines = DeadlineGuards(policy, self._availability_gap(), self.guard_cfg)
-        self._periodic_at(0.0, DEADLINE)
-
-    def _availability_gap(self) -> float:
-        m = self.market
-        if m is not None and m.mode == "trace" and m.avail:
-            return float(min(a.gap_s for a in m.avail.values()))
-        return self.sc.price_tick_s
 
     # -- engine plumbing ----------------------------------------------------------------------
     @property
@@ -286,7 +241,7 @@ class ClusterSim:
         self.pending.push(j, self.now)
         self._new.append(j.idx)
         self._want_pass()
-        self._scan_at(self.scan.demand(self.now))
+        self._scan_at(self.ctl.scan.demand(self.now))
 
     def _set_on_demand_only(self, j: JobRun, flag: bool) -> None:
         if j.on_demand_only == flag:
@@ -299,7 +254,7 @@ class ClusterSim:
         self._want_pass()
         # a different request now: scale-up must look again (the pinned pod's spot node, if one
         # is booting, no longer absorbs it)
-        self._scan_at(self.scan.demand(self.now))
+        self._scan_at(self.ctl.scan.demand(self.now))
 
     def _on_arrival(self, idx: int) -> None:
         self.arrived += 1
@@ -307,7 +262,7 @@ class ClusterSim:
         if j.req.mig_profile is None:  # MIG pods take slices: no part in milli fragmentation
             tasks = self.typical.observe(j.req)
             if tasks is not None:
-                self.policy.set_typical_tasks(tasks)  # type: ignore[attr-defined]
+                self.ctl.placement.set_typical_tasks(tasks)  # type: ignore[attr-defined]
         dl = self.deadlines
         if dl is not None and dl.watches(j.spec, tolerates_spot(j.req)):
             self._apply(dl.on_arrival(idx, self._deadline_view(j), self.now))
@@ -344,7 +299,7 @@ class ClusterSim:
         self._new.clear()
         if not cand:
             return
-        res = self.backfill.run(
+        res = self.ctl.backfill.run(
             cand, self.now, self._try_start, len(self.pending.shapes), self._blocked
         )
         self._blocked = res.blocked
@@ -355,12 +310,13 @@ class ClusterSim:
         req = request_now(j.req, j.on_demand_only)
         state = self.state
         if j.spec.replicas == 1:
-            res = self.policy.place(state, req, self.rng)  # type: ignore[attr-defined]
+            res = self.ctl.placement.place(state, req, self.rng)  # type: ignore[attr-defined]
             if not isinstance(res, PlacementResult):
                 return False
             placed = [res]
         else:
-            got = place_gang(state, req, j.spec.replicas, self.policy, self.rng, j.spec.job_id)
+            got = place_gang(state, req, j.spec.replicas, self.ctl.placement, self.rng,
+                             j.spec.job_id)
             if not isinstance(got, list):
                 return False
             placed = got
@@ -409,7 +365,7 @@ class ClusterSim:
     def _tau(self, j: JobRun, on_spot: bool) -> float:
         """The job's checkpoint interval for this start (``recovery.checkpoint_interval``)."""
         return checkpoint_interval(
-            self.interval, checkpoints=self.sc.checkpointing and j.spec.checkpointable,
+            self.ctl.interval, checkpoints=self.sc.checkpointing and j.spec.checkpointable,
             fixed_interval_s=self.sc.checkpoint_interval_s, checkpoint_cost_s=j.ckpt_cost,
             node_gpus=sum(self.cloud.nodes[n].gpus for n in {b.node for b, _ in j.binds}),
             gpu_mtbf_s=self.gpu_mtbf_s, on_spot=on_spot, reclaims=self.tally.reclaims,
@@ -435,7 +391,7 @@ class ClusterSim:
         j.binds = []
         self.running -= 1
         self._freed = True
-        self.scan.pod_moved()
+        self.ctl.scan.pod_moved()
         self._want_pass()
 
     def _on_finish(self, payload: tuple[int, int]) -> None:
@@ -477,16 +433,16 @@ class ClusterSim:
             self._periodic += 1
             self._at(self.now + self.fail_rng.exponential(self.gpu_mtbf_s / node.gpus), FAIL,
                      name)
-        self._scan_at(self.scan.node_ready(self.now))
+        self._scan_at(self.ctl.scan.node_ready(self.now))
         self._freed = True
         self._want_pass()
 
     def _node_changed(self, node: SimNode) -> None:
         became = self.nodes.changed(node, self.now)
         if became is Became.EMPTY:
-            self._scan_at(self.scan.node_empty(self.now, node.name in self.fleet.fallback))
+            self._scan_at(self.ctl.scan.node_empty(self.now, node.name in self.fleet.fallback))
         elif became is Became.UNDERUSED:
-            self._scan_at(self.scan.node_underused(self.now))
+            self._scan_at(self.ctl.scan.node_underused(self.now))
 
     def _allocations(self, name: str) -> list[Allocation]:
         """The binds on node ``name`` (to rebuild the snapshot with)."""
@@ -496,7 +452,7 @@ class ClusterSim:
     def _retire(self, node: SimNode) -> None:
         """Take a node out of scheduling (drain); billing continues until _end_node."""
         if self.nodes.retire(node, self.now, self._allocations):
-            self.scan.capacity_booting_changed()
+            self.ctl.scan.capacity_booting_changed()
 
     def _compact(self) -> None:
         self.nodes.compact(self._allocations)
@@ -528,7 +484,7 @@ class ClusterSim:
             self._replace(self.fleet.reclaimed(node.itype, node.mig, self.now),
                           self.sc.provisioning_delay_s)
         else:
-            self._scan_at(self.scan.node_gone(self.now))
+            self._scan_at(self.ctl.scan.node_gone(self.now))
 
     def _on_fail(self, name: str) -> None:
         """Unexpected hardware failure: no notice; running jobs lose the work since their last
@@ -576,7 +532,7 @@ class ClusterSim:
             self.tally.interruptions += 1
             if j.notice_s is None:
                 j.notice_s = self.now
-        self._apply([self.recovery.on_notice(view)])
+        self._apply([self.ctl.recovery.on_notice(view)])
         return True
 
     def _requeue(self, j: JobRun, plan: Requeue) -> None:
@@ -621,7 +577,7 @@ class ClusterSim:
             self._at(t, SCAN, t)
 
     def _on_scan(self, at: float) -> None:
-        self.scan.fired(at)
+        self.ctl.scan.fired(at)
         if self.finished:
             return
         if not self.sc.autoscaling:
@@ -632,12 +588,12 @@ class ClusterSim:
         if dl is not None and dl.arrivals_to_check():
             views = {i: self._deadline_view(self.jobs[i]) for i in dl.arrivals_to_check()}
             self._apply(dl.check_arrivals(views, self.now))
-        if self.scan.scale_up_due(self.now, bool(self.pending)):
+        if self.ctl.scan.scale_up_due(self.now, bool(self.pending)):
             launched = self._scale_up()
         self._disrupt()
         more_work = bool(self.running or self.nodes.booting or self.arrived < len(self.jobs)
                          or launched)
-        self._scan_at(self.scan.after_scan(
+        self._scan_at(self.ctl.scan.after_scan(
             self.now, bool(self.pending), more_work,
             lambda: min(self.jobs[i].enqueued_s for _, i in self.pending)))
 
@@ -654,14 +610,14 @@ class ClusterSim:
         if len(self.cloud.live) >= self.sc.max_nodes:
             return 0
         pods = []
-        for _, i in self.pending[: self.scale_up.max_pods]:
+        for _, i in self.pending[: self.ctl.scale_up.max_pods]:
             j = self.jobs[i]
             pods += pending_pods(j.spec, j.req, j.on_demand_only, now - j.enqueued_s, j.work_s,
-                                 bool(j.interruptions), now, self.guard_cfg)
+                                 bool(j.interruptions), now, self.ctl.guards)
         inflight = [InFlight(self.offers.shape(n.itype, n.mig), n.spot, n.zone)
                     for n in self.nodes.booting.values()]
-        reply = self.scale_up.plan(pods, self.offers.offers(now), inflight,
-                                   self.offers.markets(now), self.spot_strategy)
+        reply = self.ctl.scale_up.plan(pods, self.offers.offers(now), inflight,
+                                   self.offers.markets(now), self.ctl.spot_strategy)
         self.unprovisioned = reply.unprovisioned  # the last scan's, for reports and tests
         return self._apply(list(reply.launches))
 
@@ -681,7 +637,7 @@ class ClusterSim:
     def _disrupt(self) -> None:
         now = self.now
         unneeded = self.sc.scale_down_unneeded_s
-        kind, rescan = self.scan.disruption_due(
+        kind, rescan = self.ctl.scan.disruption_due(
             now, (n.empty_since for n in self.nodes.empty.values() if n.empty_since is not None),
             (n.underused_since for n in self.nodes.under.values() if n.underused_since is not None))
         self._scan_at(rescan)
@@ -700,7 +656,7 @@ class ClusterSim:
             return
         offers = self.offers.on_demand_offers(now) \
             if due_under and len(self.cloud.live) < self.sc.max_nodes else []
-        cmd = self.disruption.decide(views, now, offers)
+        cmd = self.ctl.disruption.decide(views, now, offers)
         if cmd is None:
             return
         self.tally.consolidations += sum(1 for d in cmd.decisions if isinstance(d, Preempt)
@@ -722,7 +678,7 @@ class ClusterSim:
         now = self.now
         pods = None if room_only else tuple(
             pod_view(j.spec, j.req, j.on_demand_only, j.progress(now)[0], j.ckpt_cost, now,
-                     self.guard_cfg)
+                     self.ctl.guards)
             for j in (self.jobs[i] for i in n.jobs))
         return node_view(self.state, n.name, self.offers.shape(n.itype, n.mig), n.spot,
                          n.usd_per_hour, pods, n.empty_since, n.underused_since)
