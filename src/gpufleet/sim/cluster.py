@@ -1,25 +1,30 @@
 """The simulation driver: a simulated cloud and cluster run by the control layer's decisions.
 
-The driver contract (what any driver, this one or the Kubernetes one, must do):
+The driver contract (what any driver, this one or the Kubernetes one, implements):
 
 1. *Events into state.* Turn the world's events (job submitted, node ready, spot notice, node
-   gone or failed, job done, checkpoint written) into the ``FleetState`` snapshot and the
-   driver's job records; nothing else reads the world.
-2. *Ask the control layer.* Admission (``control.admission``) on submit; the pending queue
-   (``control.queue``) for order and pins; the deadline guards (``control.deadline``) on arrival,
-   before scale-up and on every availability tick; the fixed-fleet plan (``control.fleet``);
-   checkpoint intervals (``recovery.exposure``); the placement, queueing, provisioning and
-   recovery policies. Each answers with data, mostly ``Decision``s.
-3. *Apply every Decision in one place* (``_apply``: one ``match`` over ``Launch``,
-   ``Terminate``, ``Pin``, ``Preempt``), skipping one the world has overtaken (a node no longer
-   ready, a job no longer running), and report the reaction back as events.
+   gone or failed, job done, checkpoint written) into the ``FleetState`` snapshot and the job
+   records; nothing else reads the world. Here: ``sim.nodes`` (node lifecycle and snapshot
+   rows), ``sim.books`` (ledger and series), the handlers below.
+2. *Ask the control layer, with the clock and the snapshot.* Admission (``control.admission``)
+   on submit; the pending queue (``control.queue``); the deadline guards (``control.deadline``)
+   on arrival, before scale-up and on every availability tick (``market_signal``); when to
+   scan and which steps are due (``control.scan``: the driver reports node and demand changes
+   and schedules the time it answers); offers and views for scale-up and disruption
+   (``control.offers``, ``control.views``); the fixed fleet (``control.fleet``) and keeping it
+   at size (``control.replacement``); checkpoint intervals (``recovery``); the placement,
+   queueing, provisioning and recovery policies. Each answers with data: ``Decision``s, a
+   ``Replacement``, a time. The spot market is read through ``market.view.SpotMarketView``.
+3. *Apply every Decision in one place* (``_apply``: one ``match`` over ``Bind``, ``Launch``,
+   ``Terminate``, ``Pin``, ``Preempt``, ``Requeue``), skipping one the world has overtaken (a
+   node no longer ready, a job no longer running), and report the reaction back as events. A
+   ``Replacement`` is applied by ``_replace`` (its launches in order until the cloud accepts
+   one, as a fleet request with prioritised overrides would).
 
-Still decided here and due to move to ``gpufleet.control`` (issue 10): scan timing (when
-scale-up and disruption run, ``_on_scan``/``_disrupt``/``_node_changed`` timers), the views
-they see (``_view``, ``_fresh_offers``), fixed-fleet node replacement and spot rebalance
-(``_replace_node``, ``_on_gone``/``_on_fail``, ``_rebalance``), and the ``Requeue``
-a recovery strategy returns is applied in ``_interrupt`` (with the lost-work books), not yet in
-``_apply``.
+What stays here is bookkeeping and the world: the event loop, which job is where, the lost-work
+and allocation books, and guards that are the world's limits (``max_nodes``). Left for later:
+the fixed-fleet ``max_nodes`` cap and the disruption candidate set (every node with room plus
+the due candidates) are still chosen in ``_scale_up``/``_disrupt``.
 
 Hot-path notes (82k Philly jobs must replay in well under a minute): a scheduling pass runs once
 per timestamp at most; when no capacity was freed since the last pass only the newly arrived
@@ -36,15 +41,8 @@ import numpy as np
 
 from gpufleet.catalog.gpus import default_gpu_catalog
 from gpufleet.catalog.instances import InstanceType
-from gpufleet.control.admission import (
-    effective_request,
-    request_now,
-    tolerates_spot,
-)
-from gpufleet.control.deadline import (
-    DeadlineView,
-    market_signal,
-)
+from gpufleet.control.admission import effective_request, request_now, tolerates_spot
+from gpufleet.control.deadline import DeadlineView, market_signal
 from gpufleet.control.fleet import fixed_fleet
 from gpufleet.control.offers import OfferBook
 from gpufleet.control.queue import PendingQueue, effective_shape
@@ -63,17 +61,9 @@ from gpufleet.decisions import (
 )
 from gpufleet.placement import PlacementResult
 from gpufleet.placement.mig import bind_masks
-from gpufleet.provisioning import (
-    InFlight,
-    NodeView,
-    Unprovisioned,
-)
+from gpufleet.provisioning import InFlight, NodeView, Unprovisioned
 from gpufleet.queueing.gang import place_gang
-from gpufleet.recovery import (
-    NoticeView,
-    SpotExposure,
-    checkpoint_interval,
-)
+from gpufleet.recovery import NoticeView, SpotExposure, checkpoint_interval
 from gpufleet.sim.books import Series, Tally, held_milli
 from gpufleet.sim.cloud import SimCloud, SimNode
 from gpufleet.sim.controls import controls_for, deadline_guards
@@ -345,21 +335,11 @@ class ClusterSim:
             self._start(j)
 
     def _start(self, j: JobRun) -> None:
-        now = self.now
-        j.state = RUNNING
-        j.bound_s = now
-        j.seg_start = now
-        j.overhead = j.spec.restart_overhead_s if j.interruptions else 0.0
-        j.ckpt_tau = self._tau(j, j.on_spot)
-        if j.first_start_s is None:
-            j.first_start_s = now
-        if j.notice_s is not None:
-            rec = now + j.overhead - j.notice_s
+        rec = j.start(self.now, self._tau(j, j.on_spot))
+        if rec is not None:
             self.tally.recoveries.append(rec)
             self._recent_recoveries.append(rec)
-            j.notice_s = None
         self.running += 1
-        j.version += 1
         self._at(j.finish_time(), FINISH, (j.idx, j.version))
 
     def _tau(self, j: JobRun, on_spot: bool) -> float:
@@ -541,15 +521,10 @@ class ClusterSim:
         now = self.now
         done, saved = j.progress(now)
         self.tally.lose(j, max(0.0, done - plan.resume_work_s))
-        j.interruptions += 1
-        j.work_s = plan.resume_work_s
-        j.requeued = plan.ahead_of_new_work
+        j.requeue(plan.resume_work_s, plan.ahead_of_new_work, plan.checkpoint_now, saved)
         if plan.on_demand_only:
             self._set_on_demand_only(j, True)
-        j.version += 1  # the pending FINISH is stale now
         if plan.checkpoint_now:
-            j.leaving = True  # progress is settled now (work_s)
-            j.saved_s = min(saved, plan.resume_work_s)
             self._at(now + j.ckpt_cost, CKPT_DONE, (j.idx, j.version))
         else:
             self._stop(j, now)
