@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
 
-from gpufleet.catalog.spot_prices import latest_prices, load_spot_prices
+from gpufleet.catalog.instances import default_instance_catalog
+from gpufleet.catalog.spot_prices import (
+    SpotPrice,
+    latest_prices,
+    load_spot_prices,
+    spot_price_table,
+)
 from gpufleet.errors import InputError
 
 HEADER = "az_id\tinstance_type\tproduct\tprice_usd_per_hour\ttimestamp\n"
@@ -79,3 +86,19 @@ def test_non_utf8_snapshot(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="not UTF-8") as exc:
         load_spot_prices(f)
     assert exc.value.line == 2
+
+
+def test_spot_price_table_maps_az_ids_in_letter_order() -> None:
+    ts = datetime(2022, 5, 31, 18, 0)
+    rows = [
+        SpotPrice("use1-az1", "p3.2xlarge", "Linux/UNIX", Decimal("3.06"), ts),
+        SpotPrice("use1-az2", "p3.2xlarge", "Linux/UNIX", Decimal("0.918"), ts),
+        SpotPrice("usw2-az1", "p3.2xlarge", "Linux/UNIX", Decimal("0.9"), ts),
+    ]
+    table = spot_price_table(rows, default_instance_catalog())
+    assert table[("p3.2xlarge", "us-east-1a")] == 3.06
+    assert table[("p3.2xlarge", "us-east-1b")] == 0.918
+    assert table[("p3.2xlarge", "us-east-1c")] == pytest.approx((3.06 + 0.918) / 2)
+    assert table[("p3.2xlarge", "us-west-2a")] == 0.9
+    assert table[("p3.2xlarge", "us-east-2a")] == 0.918  # no us-east-2 rows: overall median
+    assert ("p3.16xlarge", "us-east-1a") not in table

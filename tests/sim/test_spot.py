@@ -1,15 +1,11 @@
 from __future__ import annotations
 
-from datetime import datetime
-from decimal import Decimal
-
 import numpy as np
 import pytest
 
 from gpufleet.catalog.instances import default_instance_catalog
-from gpufleet.catalog.spot_prices import SpotPrice
 from gpufleet.errors import InputError
-from gpufleet.sim.spot import Availability, PricePath, load_availability_dir, spot_price_table
+from gpufleet.sim.spot import Availability, PricePath, load_availability_dir
 
 
 def test_next_drop_and_history_wrap_around() -> None:
@@ -30,22 +26,6 @@ def test_price_path_first_above_and_integral() -> None:
     assert p.first_above(7300.0, 3.0) is None  # only ticks from 10800 on: price 1.0
     # 1800 s at 1.0 + 3600 s at 2.0 + 1800 s at 5.0 = 0.5 + 2 + 2.5
     assert p.integral_usd(1800.0, 9000.0) == pytest.approx(5.0)
-
-
-def test_spot_price_table_maps_az_ids_in_letter_order() -> None:
-    ts = datetime(2022, 5, 31, 18, 0)
-    rows = [
-        SpotPrice("use1-az1", "p3.2xlarge", "Linux/UNIX", Decimal("3.06"), ts),
-        SpotPrice("use1-az2", "p3.2xlarge", "Linux/UNIX", Decimal("0.918"), ts),
-        SpotPrice("usw2-az1", "p3.2xlarge", "Linux/UNIX", Decimal("0.9"), ts),
-    ]
-    table = spot_price_table(rows, default_instance_catalog())
-    assert table[("p3.2xlarge", "us-east-1a")] == 3.06
-    assert table[("p3.2xlarge", "us-east-1b")] == 0.918
-    assert table[("p3.2xlarge", "us-east-1c")] == pytest.approx((3.06 + 0.918) / 2)
-    assert table[("p3.2xlarge", "us-west-2a")] == 0.9
-    assert table[("p3.2xlarge", "us-east-2a")] == 0.918  # no us-east-2 rows: overall median
-    assert ("p3.16xlarge", "us-east-1a") not in table
 
 
 def test_real_availability_traces_load(shared_data) -> None:

@@ -1,23 +1,35 @@
 """AWS spot price snapshots (``az_id, instance_type, product, price, timestamp`` TSV).
 
 Rows for instance types not in the catalog are kept (the snapshot covers inf1, dl1…); callers
-join on the instance types they know.
+join on the instance types they know (``spot_price_table``).
+
+Zone names in the snapshot are AZ ids (``use1-az2``); ``spot_price_table`` maps them to the
+catalog's zone names in letter order (``us-east-1a`` = ``use1-az1``, …) — AZ-id mapping is per
+AWS account, so this is a stated assumption, not a fact. A zone without a row takes its region's
+median, a region without rows the median over all regions; a type without any row has no spot
+offer.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from gpufleet.catalog.instances import InstanceCatalog
 from gpufleet.errors import InputError
 from gpufleet.inputfile import read_text
 
 COLUMNS = ("az_id", "instance_type", "product", "price_usd_per_hour", "timestamp")
+REGION_OF_AZ_ID = {"use1": "us-east-1", "use2": "us-east-2", "usw1": "us-west-1",
+                   "usw2": "us-west-2"}
 MAX_PRICE = Decimal(10_000)  # USD/hour; the dearest GPU instance lists at ~$100/hour
 
 
@@ -92,3 +104,28 @@ def latest_prices(prices: list[SpotPrice]) -> dict[tuple[str, str], Decimal]:
         if key not in best or p.timestamp > best[key].timestamp:
             best[key] = p
     return {k: v.price_per_hour for k, v in best.items()}
+
+
+def spot_price_table(
+    prices: Iterable[SpotPrice], catalog: InstanceCatalog
+) -> dict[tuple[str, str], float]:
+    """(instance_type, catalog zone) → USD/hour, mapped from AZ ids as the module doc says."""
+    by_type: dict[str, dict[str, float]] = {}
+    for (it, az), price in latest_prices(list(prices)).items():
+        by_type.setdefault(it, {})[az] = float(price)
+    out: dict[tuple[str, str], float] = {}
+    for it in catalog:
+        rows = by_type.get(it.name)
+        if not rows or it.provider != "aws":
+            continue
+        overall = float(np.median(list(rows.values())))
+        for zone in it.zones:
+            region, letter = zone[:-1], zone[-1]
+            az_prefix = next((k for k, v in REGION_OF_AZ_ID.items() if v == region), None)
+            az = f"{az_prefix}-az{ord(letter) - ord('a') + 1}" if az_prefix else ""
+            if az in rows:
+                out[(it.name, zone)] = rows[az]
+                continue
+            regional = [v for k, v in rows.items() if az_prefix and k.startswith(az_prefix)]
+            out[(it.name, zone)] = float(np.median(regional)) if regional else overall
+    return out

@@ -9,7 +9,11 @@ the driver applies. Nothing here reads a clock or touches the world: the time is
 * ``queue``: the pending queue, its order and the on-demand pin.
 * ``deadline`` (with ``deadline_guard``): the deadline controller and its guards, as ``Pin`` and
   ``Preempt`` decisions.
-* ``fleet`` (with ``sizing``): a fixed (non-autoscaled) fleet's node groups and sizes.
+* ``fleet`` (with ``sizing``): a fixed (non-autoscaled) fleet's node groups and sizes;
+  ``replacement``: keeping them at size (node replacement, on-demand fallback, spot rebalance).
+* ``scan``: when the autoscaler's scan runs and which of its steps (scale-up, disruption) are due.
+* ``offers``: what the fleet could launch now (on-demand zone choice, cheapest spot zone);
+  ``views``: what scale-up and disruption see of pending jobs and nodes.
 
 Checkpoint-interval choice lives with the recovery strategies (``gpufleet.recovery.exposure``).
 """

@@ -26,6 +26,7 @@ two prices of the reference type (``spot_reference_type``: the smallest spot-off
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,6 +40,7 @@ from gpufleet.market.deadline import (
     DeadlinePolicy,
     safety_net,
 )
+from gpufleet.market.view import SpotMarketView
 from gpufleet.traces.jobs import JobSpec
 
 MOVE_REASON = "deadline: move to on-demand"
@@ -103,6 +105,21 @@ def spot_reference_type(offered: dict[str, int]) -> str | None:
     if not offered:
         return None
     return min(offered, key=lambda n: (offered[n], n))
+
+
+def market_signal(
+    gpus: Mapping[str, int], on_demand_usd: Mapping[str, float], market: SpotMarketView | None,
+    now: float,
+) -> tuple[bool, float, float]:
+    """The tick's market inputs: spot available now, its price and the on-demand price, all of
+    the reference type (``gpus``/``on_demand_usd``: per instance type of the fleet). Without a
+    spot market: available, free, one dollar (the ratio is what the policies read)."""
+    m = market
+    ref = spot_reference_type({n: g for n, g in gpus.items() if m is not None and m.zones(n)})
+    if m is None or ref is None:
+        return True, 0.0, 1.0
+    avail = bool(m.signal(ref, now, 1)[-1])
+    return avail, m.best_price(ref, now) or 0.0, on_demand_usd[ref]
 
 
 class DeadlineGuards:

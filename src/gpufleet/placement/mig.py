@@ -13,9 +13,11 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from gpufleet.catalog.gpus import MigProfile, MigSpec
+from gpufleet.catalog.gpus import GpuCatalog, MigProfile, MigSpec
+from gpufleet.decisions import Bind
 from gpufleet.placement.result import MigAssignment
 from gpufleet.placement.view import PodView
+from gpufleet.state import FleetState
 
 
 def _profiles_by_model(view: PodView, profile: str) -> dict[int, MigProfile]:
@@ -95,3 +97,19 @@ def choose_mig(view: PodView, row: int) -> MigAssignment | None:
         return None
     g, st = best
     return MigAssignment(g, profile, st, prof.slice_mask(st), prof.compute)
+
+
+def bind_masks(
+    state: FleetState, bind: Bind, catalog: GpuCatalog
+) -> tuple[tuple[int, int, int], ...]:
+    """(gpu, memory-slice mask, compute slices) per MIG slot of ``bind``: what the state books
+    for it, derived from the ``Bind`` alone (its node's GPU model and the catalog's profile).
+    A slot the node's model does not offer is a bug, not bad input."""
+    if not bind.mig:
+        return ()
+    row = state.index[bind.node]
+    spec = catalog[state.model_names[state.model_id[row]]].mig
+    if spec is None:
+        raise ValueError(f"{bind.node} has no MIG GPUs: {bind!r}")
+    return tuple((slot.gpu, spec.profiles[slot.profile].slice_mask(slot.start),
+                  spec.profiles[slot.profile].compute) for slot in bind.mig)

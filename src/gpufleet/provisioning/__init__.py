@@ -15,6 +15,8 @@ from gpufleet.provisioning.scale_up import (
     Offer,
     PendingPod,
     ScaleUpPolicy,
+    ScaleUpReply,
+    Unprovisioned,
     one_zone,
     score,
 )
@@ -33,6 +35,8 @@ __all__ = [
     "PendingPod",
     "PodView",
     "ScaleUpPolicy",
+    "ScaleUpReply",
+    "Unprovisioned",
     "fits_shape",
     "gpu_milli_of",
     "on_demand_zone",

@@ -83,6 +83,24 @@ class InFlight:
 
 
 @dataclass(frozen=True, slots=True)
+class Unprovisioned:
+    """A pending pod scale-up found no launch for, and why (an expected "no", as data)."""
+
+    job_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleUpReply:
+    """Scale-up's answer: the launches, and the pods none of them is for because no offer
+    fits them or every fitting one was declined (pods below the trigger are simply not
+    considered yet, so not listed)."""
+
+    launches: tuple[Launch, ...] = ()
+    unprovisioned: tuple[Unprovisioned, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class ScaleUpPolicy:
     gpu_threshold: float = 2.0
     max_wait_s: float = 60.0
@@ -96,16 +114,29 @@ class ScaleUpPolicy:
         markets: Mapping[str, Sequence[ZoneMarket]] | None = None,
         spot_strategy: SpotStrategy | None = None,
     ) -> list[Launch]:
+        """The launches for ``pending`` (``plan`` without the pods left over)."""
+        return list(self.plan(pending, offers, inflight, markets, spot_strategy).launches)
+
+    def plan(
+        self,
+        pending: Sequence[PendingPod],
+        offers: Sequence[Offer],
+        inflight: Sequence[InFlight] = (),
+        markets: Mapping[str, Sequence[ZoneMarket]] | None = None,
+        spot_strategy: SpotStrategy | None = None,
+    ) -> ScaleUpReply:
+        """Launches for the pending pods the booting nodes do not absorb, once the trigger
+        fires, and the pods no launch is for."""
         pods = list(pending[: self.max_pods])
         uncovered = _absorb(pods, inflight)
         if not uncovered:
-            return []
+            return ScaleUpReply()
         gpus = sum(gpu_milli_of(p.request) for p in uncovered) / GPU_MILLI
         oldest = max(p.waited_s for p in uncovered)
         if gpus < self.gpu_threshold and oldest < self.max_wait_s and not any(
             p.urgent for p in uncovered
         ):
-            return []
+            return ScaleUpReply()
         groups: dict[tuple, list[PendingPod]] = {}
         for p in uncovered:
             r = p.request
@@ -113,9 +144,14 @@ class ScaleUpPolicy:
                    r.mig_profile is not None, p.job_id if p.gang_size > 1 else "")
             groups.setdefault(key, []).append(p)
         out: list[Launch] = []
+        left: list[Unprovisioned] = []
         for key in sorted(groups, key=repr):
-            out.extend(self._launch_group(groups[key], offers, markets or {}, spot_strategy))
-        return out
+            plan, why = self._launch_group(groups[key], offers, markets or {}, spot_strategy)
+            out.extend(plan)
+            if why:
+                ids = dict.fromkeys(p.job_id for p in groups[key])
+                left.extend(Unprovisioned(i, why) for i in ids)
+        return ScaleUpReply(tuple(out), tuple(left))
 
     def _launch_group(
         self,
@@ -123,7 +159,8 @@ class ScaleUpPolicy:
         offers: Sequence[Offer],
         markets: Mapping[str, Sequence[ZoneMarket]],
         spot_strategy: SpotStrategy | None,
-    ) -> list[Launch]:
+    ) -> tuple[list[Launch], str]:
+        """The group's launches, or [] and why none."""
         reqs = [p.request for p in pods]
         spot_ok = pods[0].spot_ok
         usable = [
@@ -152,9 +189,11 @@ class ScaleUpPolicy:
                     plan = one_zone(plan)
             if plan:
                 if offer.shape.mig:
-                    return [dc_replace(x, mig_config=MIG_CONFIG) for x in plan]
-                return plan
-        return []
+                    return [dc_replace(x, mig_config=MIG_CONFIG) for x in plan], ""
+                return plan, ""
+        if not ranked:
+            return [], "no offer fits"
+        return [], "the spot strategy found no zone and no on-demand offer fits"
 
 
 def one_zone(plan: Sequence[Launch]) -> list[Launch]:

@@ -1,25 +1,30 @@
 """The simulation driver: a simulated cloud and cluster run by the control layer's decisions.
 
-The driver contract (what any driver, this one or the Kubernetes one, must do):
+The driver contract (what any driver, this one or the Kubernetes one, implements):
 
 1. *Events into state.* Turn the world's events (job submitted, node ready, spot notice, node
-   gone or failed, job done, checkpoint written) into the ``FleetState`` snapshot and the
-   driver's job records; nothing else reads the world.
-2. *Ask the control layer.* Admission (``control.admission``) on submit; the pending queue
-   (``control.queue``) for order and pins; the deadline guards (``control.deadline``) on arrival,
-   before scale-up and on every availability tick; the fixed-fleet plan (``control.fleet``);
-   checkpoint intervals (``recovery.exposure``); the placement, queueing, provisioning and
-   recovery policies. Each answers with data, mostly ``Decision``s.
-3. *Apply every Decision in one place* (``_apply``: one ``match`` over ``Launch``,
-   ``Terminate``, ``Pin``, ``Preempt``), skipping one the world has overtaken (a node no longer
-   ready, a job no longer running), and report the reaction back as events.
+   gone or failed, job done, checkpoint written) into the ``FleetState`` snapshot and the job
+   records; nothing else reads the world. Here: ``sim.nodes`` (node lifecycle and snapshot
+   rows), ``sim.books`` (ledger and series), the handlers below.
+2. *Ask the control layer, with the clock and the snapshot.* Admission (``control.admission``)
+   on submit; the pending queue (``control.queue``); the deadline guards (``control.deadline``)
+   on arrival, before scale-up and on every availability tick (``market_signal``); when to
+   scan and which steps are due (``control.scan``: the driver reports node and demand changes
+   and schedules the time it answers); offers and views for scale-up and disruption
+   (``control.offers``, ``control.views``); the fixed fleet (``control.fleet``) and keeping it
+   at size (``control.replacement``); checkpoint intervals (``recovery``); the placement,
+   queueing, provisioning and recovery policies. Each answers with data: ``Decision``s, a
+   ``Replacement``, a time. The spot market is read through ``market.view.SpotMarketView``.
+3. *Apply every Decision in one place* (``_apply``: one ``match`` over ``Bind``, ``Launch``,
+   ``Terminate``, ``Pin``, ``Preempt``, ``Requeue``), skipping one the world has overtaken (a
+   node no longer ready, a job no longer running), and report the reaction back as events. A
+   ``Replacement`` is applied by ``_replace`` (its launches in order until the cloud accepts
+   one, as a fleet request with prioritised overrides would).
 
-Still decided here and due to move to ``gpufleet.control`` (issue 10): scan timing (when
-scale-up and disruption run, ``_on_scan``/``_disrupt``/``_node_changed`` timers), the views
-they see (``_view``, ``_fresh_offers``), fixed-fleet node replacement and spot rebalance
-(``_replace_node``, ``_on_gone``/``_on_fail``, ``_rebalance``), and the ``Requeue``
-a recovery strategy returns is applied in ``_interrupt`` (with the lost-work books), not yet in
-``_apply``.
+What stays here is bookkeeping and the world: the event loop, which job is where, the lost-work
+and allocation books, and guards that are the world's limits (``max_nodes``). Left for later:
+the fixed-fleet ``max_nodes`` cap and the disruption candidate set (every node with room plus
+the due candidates) are still chosen in ``_scale_up``/``_disrupt``.
 
 Hot-path notes (82k Philly jobs must replay in well under a minute): a scheduling pass runs once
 per timestamp at most; when no capacity was freed since the last pass only the newly arrived
@@ -30,32 +35,20 @@ pending work or a node may become removable.
 
 from __future__ import annotations
 
-import math
-from collections import Counter
-from dataclasses import dataclass, field
 from decimal import Decimal
 
 import numpy as np
 
-from gpufleet.catalog.commitments import on_demand_rate
 from gpufleet.catalog.gpus import default_gpu_catalog
 from gpufleet.catalog.instances import InstanceType
-from gpufleet.control.admission import (
-    SPOT_TAINT,
-    effective_request,
-    request_now,
-    tolerates_spot,
-)
-from gpufleet.control.deadline import (
-    DeadlineGuards,
-    DeadlineView,
-    GuardConfig,
-    movable,
-    spot_reference_type,
-    urgent,
-)
+from gpufleet.control.admission import effective_request, request_now, tolerates_spot
+from gpufleet.control.deadline import DeadlineView, market_signal
 from gpufleet.control.fleet import fixed_fleet
+from gpufleet.control.offers import OfferBook
 from gpufleet.control.queue import PendingQueue, effective_shape
+from gpufleet.control.replacement import FixedFleet, Replacement
+from gpufleet.control.scan import Disrupt
+from gpufleet.control.views import node_view, pending_pods, pod_view
 from gpufleet.decisions import (
     Bind,
     CapacityType,
@@ -63,38 +56,23 @@ from gpufleet.decisions import (
     Launch,
     Pin,
     Preempt,
+    Requeue,
     Terminate,
 )
-from gpufleet.market.bidding import get_spot_strategy
-from gpufleet.placement import PlacementResult, get_policy
-from gpufleet.provisioning import (
-    MIG_CONFIG,
-    MIG_CONFIG_LABEL,
-    DisruptionPolicy,
-    InFlight,
-    NodeShape,
-    NodeView,
-    Offer,
-    PendingPod,
-    PodView,
-    ScaleUpPolicy,
-    on_demand_zone,
-)
-from gpufleet.queueing import BackfillPass
+from gpufleet.placement import PlacementResult
+from gpufleet.placement.mig import bind_masks
+from gpufleet.provisioning import InFlight, NodeView, Unprovisioned
 from gpufleet.queueing.gang import place_gang
-from gpufleet.recovery import (
-    IntervalPolicy,
-    NoticeView,
-    SpotExposure,
-    checkpoint_interval,
-    get_recovery_strategy,
-)
-from gpufleet.sim.cloud import MICRO, SimCloud, SimNode
+from gpufleet.recovery import NoticeView, SpotExposure, checkpoint_interval
+from gpufleet.sim.books import Series, Tally, held_milli
+from gpufleet.sim.cloud import SimCloud, SimNode
+from gpufleet.sim.controls import controls_for, deadline_guards
 from gpufleet.sim.engine import Engine
 from gpufleet.sim.jobrun import DONE, INF, PENDING, RUNNING, JobRun
+from gpufleet.sim.nodes import Allocation, Became, SimFleet
 from gpufleet.sim.scenario import Scenario
 from gpufleet.sim.spot import SpotMarket
-from gpufleet.state import GPU_MILLI, FleetState, NodeInfo, ResourceRequest
+from gpufleet.state import GPU_MILLI, FleetState
 from gpufleet.traces.jobs import JobSpec
 
 # event kinds (dispatch table index) and priorities at equal times
@@ -103,38 +81,6 @@ PRIO = {FINISH: 0, GONE: 0, CKPT_DONE: 0, READY: 1, NOTICE: 1, FAIL: 1, ARRIVAL:
         PASS: 5, SCAN: 6, SAMPLE: 9}
 # events that do not keep a run alive: when only these are left, nothing else can happen
 PASSIVE = (SAMPLE, DEADLINE, FAIL)
-
-
-@dataclass(slots=True)
-class Series:
-    """Time series for the report (one row per sample)."""
-
-    t: list[float] = field(default_factory=list)
-    alloc_gpus: list[float] = field(default_factory=list)
-    od_gpus: list[int] = field(default_factory=list)
-    spot_gpus: list[int] = field(default_factory=list)
-    cost_usd: list[float] = field(default_factory=list)
-    pending: list[int] = field(default_factory=list)
-    interruptions: list[int] = field(default_factory=list)
-
-
-@dataclass(slots=True)
-class Tally:
-    """Exact integrals and counters (not sampled)."""
-
-    alloc_gpu_s: float = 0.0
-    useful_gpu_s: float = 0.0
-    interruptions: int = 0
-    reclaims: int = 0
-    lost_gpu_s: float = 0.0
-    recoveries: list[float] = field(default_factory=list)
-    cost_by_tenant_micro: Counter = field(default_factory=Counter)
-    launches_failed: int = 0
-    consolidations: int = 0
-    deadline_switches: int = 0
-    node_failures: int = 0
-    replacements: int = 0  # nodes launched by multi-node consolidation
-    failure_interruptions: int = 0
 
 
 class ClusterSim:
@@ -155,27 +101,23 @@ class ClusterSim:
         self.fail_rng = np.random.default_rng([seed, 104729])
         self.gpu_mtbf_s = (scenario.gpu_mtbf_hours * 3600.0
                            if scenario.gpu_mtbf_hours is not None else None)
-        self.cloud = SimCloud()
-        self.state = FleetState()
         self.market = market if scenario.spot else None
         self.gpu_catalog = default_gpu_catalog()
         self.types = {t.name: t for t in types}
         self.tally = Tally()
         self.series = Series()
-        self.policy = self._placement_policy(jobs)
-        self.recovery = get_recovery_strategy(scenario.recovery)
-        self.interval = IntervalPolicy()
-        self.scale_up = ScaleUpPolicy(scenario.pending_gpu_threshold, scenario.max_pending_wait_s)
-        self.disruption = DisruptionPolicy(
-            scenario.scale_down_unneeded_s, scenario.utilization_threshold, scenario.consolidation,
-            multi_node=scenario.multi_node_consolidation,
-        )
-        self.spot_strategy = get_spot_strategy(scenario.spot_strategy) if scenario.spot else None
-        self.backfill = BackfillPass(scenario.starvation_s)
+        self.ctl = controls_for(scenario)
+        self.typical = self.ctl.typical
         self._shapes: dict[tuple, int] = {}
         self.jobs = [self._job(i, s) for i, s in enumerate(jobs)]
-        self._mig_jobs = any(j.req.mig_profile is not None for j in self.jobs)
+        self.offers = OfferBook(self.types, self.market,
+                                mig=any(j.req.mig_profile is not None for j in self.jobs))
+        self.fleet = FixedFleet(self.offers, self.market, self.ctl.spot_strategy)
+        self.exposure = SpotExposure()
+        self.nodes = SimFleet(self.market, self.offers, scenario.pricing,
+                              scenario.utilization_threshold, self.exposure)
         self.pending = PendingQueue()
+        self.unprovisioned: tuple[Unprovisioned, ...] = ()  # the last scale-up's leftovers
         self.running = 0
         self.done = 0
         self.arrived = 0
@@ -183,31 +125,13 @@ class ClusterSim:
         self._freed = True
         self._blocked: set[int] = set()
         self._pass_at: float | None = None
-        self._scans: set[float] = set()
-        self._last_consolidation = -INF
-        self._last_due_n = 0
-        self._changed = True
-        self.exposure = SpotExposure()
         self._recent_recoveries: list[float] = []
         self.finished = False
         self.end_s: float | None = None
-        self.guard_cfg = GuardConfig(scenario.autoscaling, scenario.checkpointing,
-                                     scenario.provisioning_delay_s, scenario.max_pending_wait_s)
-        self.deadlines: DeadlineGuards | None = None
+        self.deadlines = deadline_guards(scenario, jobs, self.market is not None,
+                                         self.market.availability_gap(scenario.price_tick_s)
+                                         if self.market is not None else 0.0, self.ctl.guards)
         self._periodic = 0
-        self._dead_rows = 0
-        self._empty: dict[str, SimNode] = {}
-        self._under: dict[str, SimNode] = {}
-        self._shape_cache: dict[tuple[str, bool], NodeShape] = {}
-        self._booting: dict[str, SimNode] = {}
-        self._fallback: set[str] = set()
-        self._demand_changed = True
-        self._last_scale_up = -INF
-        self._offer_cache: tuple[tuple[int, int], list[Offer]] | None = None
-        # on-demand nodes per (type, zone), for the zone choice (provisioning.on_demand_zone)
-        self._od_nodes: Counter = Counter()
-        self._od_version = 0
-        self._home_zone: dict[str, str] = {}  # fixed fleets: the node group's one zone
         self._handlers = [
             self._on_arrival, self._on_finish, self._on_ready, self._on_notice, self._on_gone,
             self._on_scan, self._on_pass, self._on_sample, self._on_ckpt_done, self._on_deadline,
@@ -218,18 +142,10 @@ class ClusterSim:
         self._periodic_at(0.0, SAMPLE)
         if not scenario.autoscaling:
             self._fixed_fleet(jobs)
-        self._setup_deadlines()
+        if self.deadlines is not None:
+            self._periodic_at(0.0, DEADLINE)
 
     # -- setup --------------------------------------------------------------------------------
-    def _placement_policy(self, jobs: list[JobSpec]) -> object:
-        from gpufleet.placement import DEFAULT_POLICY
-        from gpufleet.placement.typical import TypicalLearner
-
-        name = self.sc.placement or (DEFAULT_POLICY if self.sc.packing else "spread")
-        # FGD's typical tasks are learned from arrived jobs only (_on_arrival), never the trace
-        self.typical = TypicalLearner()
-        return get_policy(name)
-
     def _job(self, i: int, spec: JobSpec) -> JobRun:
         req = effective_request(spec, self.sc.sharing, self.sc.spot)
         key = (req, spec.replicas)
@@ -243,49 +159,35 @@ class ClusterSim:
             sharing=self.sc.sharing, spot=self.sc.spot, fixed_nodes=self.sc.fixed_nodes,
             quantile=self.sc.fixed_size_quantile,
         )
-        for g in groups:
-            it = g.instance_type
-            # a static cluster is one placement group, so one zone: chosen once, kept for
-            # replacements (gangs must fit inside one zone)
-            self._home_zone.setdefault(it.name, self._od_zone(it))
-            for k in range(g.nodes):
-                self._replace_node(it, spot=self.sc.spot and k >= g.on_demand_nodes, delay=0.0,
-                                   mig=g.mig)
+        for rep in self.fleet.initial(groups, self.sc.spot):
+            self._replace(rep, delay=0.0)
 
-    def _replace_node(self, it: InstanceType, spot: bool, delay: float, mig: bool = False) -> None:
-        """Fixed-size node group: launch one node, spot where the strategy finds a zone."""
-        if spot and self.market is not None and self.spot_strategy is not None:
-            plan = self.spot_strategy.plan(it.name, self.market.markets(it.name, self.now), 1)
-            for launch in plan:
-                if self._launch_one(it, launch.zone, True, launch.max_price, delay, mig):
-                    return
-        zone = self._home_zone.get(it.name) or self._od_zone(it)
-        node = self._launch_one(it, zone, False, None, delay, mig)
-        if spot and node is not None:
-            self._fallback.add(node.name)  # wanted spot: rebalanced when spot comes back
-
-    def _setup_deadlines(self) -> None:
-        if not (self.sc.spot and self.sc.deadline_policy and self.market is not None):
-            return
-        if not any(j.spec.deadline_s is not None and j.spec.interruptible for j in self.jobs):
-            return
-        from gpufleet.market.deadline import DEFAULT_DEADLINE_POLICY, get_deadline_policy
-
-        name = self.sc.deadline_policy
-        policy = get_deadline_policy(DEFAULT_DEADLINE_POLICY if name == "default" else name)
-        self.deadlines = DeadlineGuards(policy, self._availability_gap(), self.guard_cfg)
-        self._periodic_at(0.0, DEADLINE)
-
-    def _availability_gap(self) -> float:
-        m = self.market
-        if m is not None and m.mode == "trace" and m.avail:
-            return float(min(a.gap_s for a in m.avail.values()))
-        return self.sc.price_tick_s
+    def _replace(self, rep: Replacement, delay: float) -> bool:
+        """Apply a fixed-fleet replacement: its launches in order until the cloud accepts one,
+        then its ``Terminate`` (if any). False: every launch was refused."""
+        for launch in rep.launches:
+            node = self._launch_one(self.types[launch.instance_type], launch.zone,
+                                    launch.capacity_type == CapacityType.SPOT, launch.max_price,
+                                    delay, launch.mig_config is not None)
+            if node is not None:
+                self.fleet.launched(node.name, launch, rep)
+                if rep.terminate is not None:  # an empty node: nothing to drain, it ends now
+                    self._end_node(self.cloud.nodes[rep.terminate.node], self.now)
+                return True
+        return False
 
     # -- engine plumbing ----------------------------------------------------------------------
     @property
     def now(self) -> float:
         return self.engine.now
+
+    @property
+    def state(self) -> FleetState:
+        return self.nodes.state
+
+    @property
+    def cloud(self) -> SimCloud:
+        return self.nodes.cloud
 
     def _at(self, t: float, kind: int, payload: object = None) -> None:
         self.engine.schedule(t, kind, payload, PRIO[kind])
@@ -328,10 +230,8 @@ class ClusterSim:
         j.state = PENDING
         self.pending.push(j, self.now)
         self._new.append(j.idx)
-        self._demand_changed = True
         self._want_pass()
-        if self.sc.autoscaling:
-            self._ensure_scan(self.now)
+        self._scan_at(self.ctl.scan.demand(self.now))
 
     def _set_on_demand_only(self, j: JobRun, flag: bool) -> None:
         if j.on_demand_only == flag:
@@ -344,9 +244,7 @@ class ClusterSim:
         self._want_pass()
         # a different request now: scale-up must look again (the pinned pod's spot node, if one
         # is booting, no longer absorbs it)
-        self._demand_changed = True
-        if self.sc.autoscaling:
-            self._ensure_scan(self.now)
+        self._scan_at(self.ctl.scan.demand(self.now))
 
     def _on_arrival(self, idx: int) -> None:
         self.arrived += 1
@@ -354,7 +252,7 @@ class ClusterSim:
         if j.req.mig_profile is None:  # MIG pods take slices: no part in milli fragmentation
             tasks = self.typical.observe(j.req)
             if tasks is not None:
-                self.policy.set_typical_tasks(tasks)  # type: ignore[attr-defined]
+                self.ctl.placement.set_typical_tasks(tasks)  # type: ignore[attr-defined]
         dl = self.deadlines
         if dl is not None and dl.watches(j.spec, tolerates_spot(j.req)):
             self._apply(dl.on_arrival(idx, self._deadline_view(j), self.now))
@@ -391,77 +289,63 @@ class ClusterSim:
         self._new.clear()
         if not cand:
             return
-        res = self.backfill.run(
+        res = self.ctl.backfill.run(
             cand, self.now, self._try_start, len(self.pending.shapes), self._blocked
         )
         self._blocked = res.blocked
 
     def _try_start(self, idx: int) -> bool:
+        """Place a pending job (all replicas of a gang or none): its ``Bind``s are applied."""
         j = self.jobs[idx]
         req = request_now(j.req, j.on_demand_only)
         state = self.state
         if j.spec.replicas == 1:
-            res = self.policy.place(state, req, self.rng)  # type: ignore[attr-defined]
+            res = self.ctl.placement.place(state, req, self.rng)  # type: ignore[attr-defined]
             if not isinstance(res, PlacementResult):
                 return False
             placed = [res]
         else:
-            got = place_gang(state, req, j.spec.replicas, self.policy, self.rng, j.spec.job_id)
+            got = place_gang(state, req, j.spec.replicas, self.ctl.placement, self.rng,
+                             j.spec.job_id)
             if not isinstance(got, list):
                 return False
             placed = got
-        self.pending.remove(j)
-        self._start(j, req, placed)
+        self._apply([res.to_bind(state, f"{j.spec.job_id}#{r}") for r, res in enumerate(placed)])
         return True
 
-    def _start(self, j: JobRun, req: ResourceRequest, placed: list[PlacementResult]) -> None:
-        now = self.now
-        state = self.state
-        j.binds = []
-        on_spot = False
-        held = 0
-        for r, res in enumerate(placed):
-            bind = res.to_bind(state, f"{j.spec.job_id}#{r}")
-            masks = res.mig_masks()
-            state.allocate(req, bind, masks)
-            j.binds.append((bind, masks))
-            held += self._held_milli(bind, masks)
-            node = self.cloud.nodes[bind.node]
-            node.jobs[j.idx] = node.jobs.get(j.idx, 0) + 1
-            node.alloc_milli += j.replica_milli
-            self._node_changed(node)
-            on_spot = on_spot or node.spot
-        j.on_spot = on_spot
-        j.state = RUNNING
-        j.bound_s = now
-        j.held_milli = held
-        j.seg_start = now
-        j.overhead = j.spec.restart_overhead_s if j.interruptions else 0.0
-        j.ckpt_tau = self._tau(j, on_spot)
-        if j.first_start_s is None:
-            j.first_start_s = now
-        if j.notice_s is not None:
-            rec = now + j.overhead - j.notice_s
+    def _bind(self, bind: Bind) -> None:
+        """Apply one replica's ``Bind`` (MIG slices from its slots); the job starts with the
+        last replica's."""
+        j = self._job_by_id(bind.job_id.rpartition("#")[0])
+        assert j is not None and j.state == PENDING, bind
+        if not j.binds:
+            self.pending.remove(j)
+            j.held_milli = 0
+            j.on_spot = False
+        masks = bind_masks(self.state, bind, self.gpu_catalog)
+        self.state.allocate(request_now(j.req, j.on_demand_only), bind, masks)
+        j.binds.append((bind, masks))
+        node = self.cloud.nodes[bind.node]
+        j.held_milli += held_milli(bind, masks, node, self.gpu_catalog)
+        node.jobs[j.idx] = node.jobs.get(j.idx, 0) + 1
+        node.alloc_milli += j.replica_milli
+        self._node_changed(node)
+        j.on_spot = j.on_spot or node.spot
+        if len(j.binds) == j.spec.replicas:
+            self._start(j)
+
+    def _start(self, j: JobRun) -> None:
+        rec = j.start(self.now, self._tau(j, j.on_spot))
+        if rec is not None:
             self.tally.recoveries.append(rec)
             self._recent_recoveries.append(rec)
-            j.notice_s = None
         self.running += 1
-        j.version += 1
         self._at(j.finish_time(), FINISH, (j.idx, j.version))
-
-    def _held_milli(self, bind: Bind, masks: tuple[tuple[int, int, int], ...]) -> int:
-        """Milli-GPU a bind actually holds: its GPUs × milli each, or for MIG the instances'
-        compute slices as a share of their GPU (the allocation ledger's unit)."""
-        if bind.mig:
-            mig = self.gpu_catalog[self.cloud.nodes[bind.node].itype.gpu_model].mig
-            slices = mig.compute_slices if mig is not None else 1
-            return sum(compute * GPU_MILLI // slices for _, _, compute in masks)
-        return len(bind.gpus) * bind.milli_per_gpu
 
     def _tau(self, j: JobRun, on_spot: bool) -> float:
         """The job's checkpoint interval for this start (``recovery.checkpoint_interval``)."""
         return checkpoint_interval(
-            self.interval, checkpoints=self.sc.checkpointing and j.spec.checkpointable,
+            self.ctl.interval, checkpoints=self.sc.checkpointing and j.spec.checkpointable,
             fixed_interval_s=self.sc.checkpoint_interval_s, checkpoint_cost_s=j.ckpt_cost,
             node_gpus=sum(self.cloud.nodes[n].gpus for n in {b.node for b, _ in j.binds}),
             gpu_mtbf_s=self.gpu_mtbf_s, on_spot=on_spot, reclaims=self.tally.reclaims,
@@ -471,11 +355,7 @@ class ClusterSim:
     def _stop(self, j: JobRun, at: float) -> None:
         """Release j's GPUs at ``at`` and book its allocated GPU-time (the ledger: bind to
         release × milli-GPU held) and cost share."""
-        seg = max(0.0, at - j.bound_s)
-        held = seg * j.held_milli / GPU_MILLI
-        j.alloc_gpu_s += held
-        self.tally.alloc_gpu_s += held
-        j.held_milli = 0
+        self.tally.release(j, [self.cloud.nodes[b.node] for b, _ in j.binds], at)
         j.leaving = False
         per_replica = j.replica_milli
         for bind, masks in j.binds:
@@ -487,16 +367,11 @@ class ClusterSim:
             else:
                 node.jobs.pop(j.idx, None)
             node.alloc_milli -= per_replica
-            if node.gpus:
-                share = per_replica / (GPU_MILLI * node.gpus)
-                self.tally.cost_by_tenant_micro[j.spec.tenant] += int(
-                    node.usd_per_hour * MICRO * share * seg / 3600.0
-                )
             self._node_changed(node)
         j.binds = []
         self.running -= 1
         self._freed = True
-        self._changed = True
+        self.ctl.scan.pod_moved()
         self._want_pass()
 
     def _on_finish(self, payload: tuple[int, int]) -> None:
@@ -515,164 +390,55 @@ class ClusterSim:
         if self.done == len(self.jobs):
             self._finish()
 
-    # -- nodes --------------------------------------------------------------------------------
+    # -- nodes (the world side: sim.nodes) ------------------------------------------------
     def _launch_one(
         self, it: InstanceType, zone: str, spot: bool, max_price: Decimal | None, delay: float,
         mig: bool = False,
     ) -> SimNode | None:
-        now = self.now
-        m = self.market
-        if spot:
-            if m is None or not m.available(it.name, zone, now):
-                self.tally.launches_failed += 1
-                return None
-            price = m.price(it.name, zone, now)
-        else:
-            price = on_demand_rate(it, self.sc.pricing)
-        bid = float(max_price) if max_price is not None else None
-        node = self.cloud.launch(it, zone, spot, price, now, delay, bid, mig=mig)
-        if not spot:
-            self._od_nodes[(it.name, zone)] += 1
-            self._od_version += 1
-        self._booting[node.name] = node
+        node, notice = self.nodes.launch(it, zone, spot, max_price, self.now, delay, mig)
+        if node is None:
+            self.tally.launches_failed += 1
+            return None
         self._at(node.ready_s, READY, node.name)
-        if spot and m is not None:
-            t = m.reclaim_time(it.name, zone, now, bid)
-            if t is not None:
-                self._at(max(t, now), NOTICE, node.name)
+        if notice is not None:
+            self._at(notice, NOTICE, node.name)
         return node
 
     def _on_ready(self, name: str) -> None:
-        node = self.cloud.nodes[name]
-        if node.state != "provisioning":
+        node = self.nodes.ready(name, self.now)
+        if node is None:
             return
-        del self._booting[name]
-        self._demand_changed = True
-        it = node.itype
-        gm = self.gpu_catalog[it.gpu_model]
-        labels = {"nvidia.com/gpu.product": it.gpu_model,
-                  "karpenter.sh/capacity-type": "spot" if node.spot else "on-demand",
-                  "topology.kubernetes.io/zone": node.zone}
-        mig_kw: dict = {}
-        if node.mig and gm.mig is not None:
-            labels[MIG_CONFIG_LABEL] = MIG_CONFIG
-            labels["nvidia.com/mig.strategy"] = "mixed"
-            mig_kw = dict(mig_gpus=range(it.gpus), mig_compute_slices=gm.mig.compute_slices)
-        info = NodeInfo(
-            name=name, instance_type=it.name, zone=node.zone,
-            capacity_type=CapacityType.SPOT if node.spot else CapacityType.ON_DEMAND,
-            labels=labels,
-            taints=frozenset({SPOT_TAINT}) if node.spot else frozenset(),
-        )
-        self.state.add_node(
-            name, gpu_model=it.gpu_model, num_gpus=it.gpus, cpu_milli=it.cpu_milli,
-            memory_mib=it.memory_mib, gpu_memory_mib=gm.memory_mib,
-            nvlink_domains=it.nvlink_domain_of(), cuda_driver=it.cuda_driver, info=info,
-            **mig_kw,
-        )
-        node.state = "ready"
-        node.ready_s = self.now
-        if self.gpu_mtbf_s is not None and it.gpus:
+        if self.gpu_mtbf_s is not None and node.gpus:
             # exponential time to failure, rate = GPUs / GPU-MTBF; passive (see PASSIVE)
             self._periodic += 1
-            self._at(self.now + self.fail_rng.exponential(self.gpu_mtbf_s / it.gpus), FAIL, name)
-        node.empty_since = self.now
-        self._empty[name] = node
-        if node.spot:
-            self.exposure.node_ready(node.ready_s)
-        if self.sc.autoscaling:
-            self._ensure_scan(self.now + self.sc.scale_down_unneeded_s)
+            self._at(self.now + self.fail_rng.exponential(self.gpu_mtbf_s / node.gpus), FAIL,
+                     name)
+        self._scan_at(self.ctl.scan.node_ready(self.now))
         self._freed = True
         self._want_pass()
 
     def _node_changed(self, node: SimNode) -> None:
-        now = self.now
-        if node.state != "ready":
-            return
-        if not node.jobs:
-            if node.empty_since is None:
-                node.empty_since = now
-                self._empty[node.name] = node
-                if self.sc.autoscaling:
-                    self._ensure_scan(now + self.sc.scale_down_unneeded_s)
-                elif node.name in self._fallback:
-                    self._ensure_scan(now)
-            node.underused_since = None
-            self._under.pop(node.name, None)
-            return
-        if node.empty_since is not None:
-            node.empty_since = None
-            del self._empty[node.name]
-        under = node.alloc_milli < self.sc.utilization_threshold * GPU_MILLI * node.gpus
-        if under and node.underused_since is None:
-            node.underused_since = now
-            self._under[node.name] = node
-            if self.sc.autoscaling and self.sc.consolidation:
-                self._ensure_scan(now + self.sc.scale_down_unneeded_s)
-        elif not under and node.underused_since is not None:
-            node.underused_since = None
-            del self._under[node.name]
+        became = self.nodes.changed(node, self.now)
+        if became is Became.EMPTY:
+            self._scan_at(self.ctl.scan.node_empty(self.now, node.name in self.fleet.fallback))
+        elif became is Became.UNDERUSED:
+            self._scan_at(self.ctl.scan.node_underused(self.now))
+
+    def _allocations(self, name: str) -> list[Allocation]:
+        """The binds on node ``name`` (to rebuild the snapshot with)."""
+        return [(self.jobs[i].req, b, m) for i in self.cloud.nodes[name].jobs
+                for b, m in self.jobs[i].binds if b.node == name]
 
     def _retire(self, node: SimNode) -> None:
         """Take a node out of scheduling (drain); billing continues until _end_node."""
-        if node.state == "ready":
-            self.state.remove_node(node.name)
-            self._empty.pop(node.name, None)
-            self._under.pop(node.name, None)
-            if node.spot:
-                self.exposure.node_gone(node.ready_s)
-            self._dead_rows += 1
-            if self._dead_rows > 256 and self._dead_rows > 2 * len(self.state.index):
-                self._compact()
-            if node.spot:
-                self.exposure.close(self.now - node.ready_s)
-        if self._booting.pop(node.name, None) is not None:
-            self._demand_changed = True
-        node.state = "draining"
+        if self.nodes.retire(node, self.now, self._allocations):
+            self.ctl.scan.capacity_booting_changed()
 
     def _compact(self) -> None:
-        """Rebuild FleetState without dead rows (rows are never reused; an autoscaled fleet
-        launches tens of thousands of nodes over months, and every placement is a pass over all
-        rows). Live nodes keep their order; running jobs' binds are re-applied by node name."""
-        old = self.state
-        new = FleetState(max_gpus=old.max_gpus, capacity=max(64, 2 * len(old.index)))
-        for name in sorted(old.index, key=old.index.__getitem__):
-            i = old.index[name]
-            info = old.nodes[i]
-            g = int(old.num_gpus[i])
-            node = self.cloud.nodes[name]
-            it = node.itype
-            new.add_node(
-                name, gpu_model=it.gpu_model, num_gpus=g, cpu_milli=int(old.cpu_total[i]),
-                memory_mib=int(old.mem_total[i]), gpu_memory_mib=int(old.gpu_mem_total[i, 0]),
-                nvlink_domains=[int(x) for x in old.nvlink_domain[i, :g]],
-                cuda_driver=int(old.cuda_driver[i]),
-                mig_gpus=[k for k in range(g) if old.mig_enabled[i, k]], info=info,
-                mig_compute_slices=int(old.mig_compute_total[i, :g].max(initial=0)) or 7,
-            )
-        for name in new.index:
-            for idx in self.cloud.nodes[name].jobs:
-                j = self.jobs[idx]
-                for bind, masks in j.binds:
-                    if bind.node == name:
-                        new.allocate(j.req, bind, masks)
-        self.state = new
-        self._dead_rows = 0
+        self.nodes.compact(self._allocations)
 
     def _end_node(self, node: SimNode, at: float) -> None:
-        if node.state == "gone":
-            return
-        if node.state == "ready":
-            self._retire(node)
-        if not node.spot:
-            self._od_nodes[(node.itype.name, node.zone)] -= 1
-            self._od_version += 1
-        bill = None
-        if node.spot and self.market is not None and self.market.mode == "price":
-            bill = round(
-                self.market.cost_usd(node.itype.name, node.zone, node.launched_s, at) * MICRO
-            )
-        self.cloud.end(node, at, bill)
+        self.nodes.end(node, at, self._allocations)
 
     def _on_notice(self, name: str) -> None:
         node = self.cloud.nodes[name]
@@ -695,10 +461,10 @@ class ClusterSim:
                 self._ckpt_done_now(j, failed=True)
         self._end_node(node, self.now)
         if not self.sc.autoscaling and node.reclaimed and not self._all_done():
-            self._replace_node(node.itype, spot=True, delay=self.sc.provisioning_delay_s,
-                               mig=node.mig)
-        elif self.sc.autoscaling:
-            self._ensure_scan(self.now)
+            self._replace(self.fleet.reclaimed(node.itype, node.mig, self.now),
+                          self.sc.provisioning_delay_s)
+        else:
+            self._scan_at(self.ctl.scan.node_gone(self.now))
 
     def _on_fail(self, name: str) -> None:
         """Unexpected hardware failure: no notice; running jobs lose the work since their last
@@ -720,10 +486,8 @@ class ClusterSim:
                 self._ckpt_done_now(j, failed=idx in leaving)
         self._end_node(node, self.now)
         if not self.sc.autoscaling and not self._all_done():
-            spot = node.spot or name in self._fallback
-            self._fallback.discard(name)
-            self._replace_node(node.itype, spot=spot, delay=self.sc.provisioning_delay_s,
-                               mig=node.mig)
+            rep = self.fleet.failed(name, node.itype, node.spot, node.mig, self.now)
+            self._replace(rep, self.sc.provisioning_delay_s)
         # an autoscaled fleet replaces the capacity through scale-up: requeueing the node's jobs
         # (above) scans at once
 
@@ -734,39 +498,37 @@ class ClusterSim:
     def _interrupt(self, j: JobRun, notice: float, why: str, graceful: bool = False) -> bool:
         """Interrupt a running job once per leave: a job already leaving (checkpointing at an
         earlier notice, e.g. from another node of its gang) is not interrupted again — its
-        progress was settled then. Returns whether the job was interrupted now."""
+        progress was settled then. The recovery strategy's ``Requeue`` is applied by ``_apply``.
+        Returns whether the job was interrupted now."""
         if j.state != RUNNING or j.leaving:
             return False
-        now = self.now
-        done, saved = j.progress(now)
+        done, saved = j.progress(self.now)
         view = NoticeView(
             job_id=j.spec.job_id, checkpointable=j.spec.checkpointable and self.sc.checkpointing,
             work_done_s=done, last_checkpoint_s=saved, checkpoint_cost_s=j.ckpt_cost,
             notice_s=notice, interruptions=j.interruptions + 1, on_spot=j.on_spot,
         )
-        plan = self.recovery.on_notice(view)  # a Requeue, applied here with the job's books
-        lost = max(0.0, done - plan.resume_work_s)
-        j.lost_work_s += lost
-        self.tally.lost_gpu_s += lost * j.gpus
-        if not graceful:
+        if not graceful:  # a preemption we asked for is not an interruption the job suffered
             self.tally.interruptions += 1
             if j.notice_s is None:
-                j.notice_s = now
-        j.interruptions += 1
-        j.work_s = plan.resume_work_s
-        j.requeued = plan.ahead_of_new_work
+                j.notice_s = self.now
+        self._apply([self.ctl.recovery.on_notice(view)])
+        return True
+
+    def _requeue(self, j: JobRun, plan: Requeue) -> None:
+        """Apply a recovery strategy's ``Requeue``: book the work lost, then leave the nodes
+        now or after a checkpoint (the GPUs stay held until it is written)."""
+        now = self.now
+        done, saved = j.progress(now)
+        self.tally.lose(j, max(0.0, done - plan.resume_work_s))
+        j.requeue(plan.resume_work_s, plan.ahead_of_new_work, plan.checkpoint_now, saved)
         if plan.on_demand_only:
             self._set_on_demand_only(j, True)
-        j.version += 1  # the pending FINISH is stale now
         if plan.checkpoint_now:
-            # progress is settled now (work_s); the GPUs stay held until the checkpoint is written
-            j.leaving = True
-            j.saved_s = min(saved, plan.resume_work_s)
             self._at(now + j.ckpt_cost, CKPT_DONE, (j.idx, j.version))
         else:
             self._stop(j, now)
             self._enqueue(j)
-        return True
 
     def _on_ckpt_done(self, payload: tuple[int, int]) -> None:
         idx, version = payload
@@ -779,25 +541,18 @@ class ClusterSim:
         job falls back to its previous checkpoint and the work since is lost)."""
         if failed:
             kept = min(j.work_s, j.saved_s if j.leaving else j.progress(self.now)[1])
-            lost = j.work_s - kept
-            j.lost_work_s += lost
-            self.tally.lost_gpu_s += lost * j.gpus
+            self.tally.lose(j, j.work_s - kept)
             j.work_s = kept
         self._stop(j, self.now)
         self._enqueue(j)
 
     # -- autoscaler scan ----------------------------------------------------------------------
-    def _ensure_scan(self, t: float) -> None:
-        iv = self.sc.scan_interval_s
-        at = math.ceil(t / iv) * iv
-        if at < self.now:
-            at = self.now
-        if at not in self._scans:
-            self._scans.add(at)
-            self._at(at, SCAN, at)
+    def _scan_at(self, t: float | None) -> None:
+        if t is not None:
+            self._at(t, SCAN, t)
 
     def _on_scan(self, at: float) -> None:
-        self._scans.discard(at)
+        self.ctl.scan.fired(at)
         if self.finished:
             return
         if not self.sc.autoscaling:
@@ -808,110 +563,38 @@ class ClusterSim:
         if dl is not None and dl.arrivals_to_check():
             views = {i: self._deadline_view(self.jobs[i]) for i in dl.arrivals_to_check()}
             self._apply(dl.check_arrivals(views, self.now))
-        if self.pending and (
-            self._demand_changed
-            or self.now - self._last_scale_up >= self.sc.max_pending_wait_s
-        ):
-            # nothing new since the last look and no pod crossed the wait trigger: same answer
-            self._demand_changed = False
-            self._last_scale_up = self.now
+        if self.ctl.scan.scale_up_due(self.now, bool(self.pending)):
             launched = self._scale_up()
         self._disrupt()
-        inflight = bool(self._booting)
-        more_work = self.running or inflight or self.arrived < len(self.jobs) or launched
-        if self.pending and more_work:
-            self._ensure_scan(self.now + self.sc.scan_interval_s)
-        elif self.pending and not launched:  # below the GPU threshold: look again when the
-            oldest = min(self.jobs[i].enqueued_s for _, i in self.pending)  # wait trigger fires
-            if oldest + self.sc.max_pending_wait_s > self.now:  # (a lone 1-GPU or CPU-only job
-                self._ensure_scan(max(oldest, self._last_scale_up)  # was stranded)
-                                  + self.sc.max_pending_wait_s)
+        more_work = bool(self.running or self.nodes.booting or self.arrived < len(self.jobs)
+                         or launched)
+        self._scan_at(self.ctl.scan.after_scan(
+            self.now, bool(self.pending), more_work,
+            lambda: min(self.jobs[i].enqueued_s for _, i in self.pending)))
 
     def _rebalance(self) -> None:
-        """Fixed spot fleet: swap an empty on-demand fallback node for spot when a zone has
-        capacity again (EC2 Auto Scaling's capacity rebalancing, in spirit)."""
-        if self.market is None or self.spot_strategy is None:
-            return
-        for name in sorted(self._fallback):
-            node = self.cloud.nodes[name]
-            if node.state != "ready" or node.jobs:
-                continue
-            it = node.itype
-            plan = self.spot_strategy.plan(it.name, self.market.markets(it.name, self.now), 1)
-            if not plan:
+        """Fixed spot fleet: empty fallback nodes back to spot (``control.replacement``); a
+        refused launch ends the round (the market is out)."""
+        idle = [(n.name, n.itype, n.mig) for n in self.nodes.empty.values()]
+        for rep in self.fleet.rebalance(idle, self.now):
+            if not self._replace(rep, self.sc.provisioning_delay_s):
                 return
-            launched = False
-            for launch in plan:
-                if self._launch_one(it, launch.zone, True, launch.max_price,
-                                    self.sc.provisioning_delay_s, node.mig):
-                    launched = True
-                    break
-            if not launched:
-                return
-            self._fallback.discard(name)
-            self._end_node(node, self.now)
-
-    def _offers(self) -> list[Offer]:
-        """Offers change only when a spot market ticks or the on-demand fleet changes (the
-        on-demand zone depends on it); cached until then."""
-        tick = int(self.now // self.market.tick_s) if self.market is not None else 0
-        key = (tick, self._od_version)
-        if self._offer_cache is not None and self._offer_cache[0] == key:
-            return self._offer_cache[1]
-        out = self._fresh_offers()
-        self._offer_cache = (key, out)
-        return out
-
-    def _od_zone(self, it: InstanceType) -> str:
-        """Zone for the next on-demand node of ``it`` (the pure rule in provisioning.zones)."""
-        price = float(it.usd_per_hour)
-        counts = {z: self._od_nodes[(it.name, z)] for z in it.zones}
-        return on_demand_zone(it.zones, dict.fromkeys(it.zones, price), counts)
-
-    def _fresh_offers(self) -> list[Offer]:
-        out = []
-        now = self.now
-        for it in self.types.values():
-            mig_capable = self._mig_jobs and self.gpu_catalog[it.gpu_model].mig is not None
-            for mig in (False, True) if mig_capable else (False,):
-                shape = self._shape(it, mig)
-                out.append(Offer(it.name, CapacityType.ON_DEMAND, shape, float(it.usd_per_hour),
-                                 self._od_zone(it)))
-                if self.market is not None:
-                    p = self.market.best_price(it.name, now)
-                    if p is not None:
-                        out.append(Offer(it.name, CapacityType.SPOT, shape, p))
-        return out
-
-    def _shape(self, it: InstanceType, mig: bool = False) -> NodeShape:
-        shape = self._shape_cache.get((it.name, mig))
-        if shape is None:
-            shape = NodeShape.of(it, mig)
-            self._shape_cache[(it.name, mig)] = shape
-        return shape
 
     def _scale_up(self) -> int:
         now = self.now
         if len(self.cloud.live) >= self.sc.max_nodes:
             return 0
         pods = []
-        for _, i in self.pending[: self.scale_up.max_pods]:
+        for _, i in self.pending[: self.ctl.scale_up.max_pods]:
             j = self.jobs[i]
-            req = request_now(j.req, j.on_demand_only)
-            spot_ok = tolerates_spot(req)
-            hurry = urgent(j.spec, j.work_s, bool(j.interruptions), now, self.guard_cfg)
-            for _r in range(j.spec.replicas):
-                pods.append(PendingPod(j.spec.job_id, req, spot_ok, now - j.enqueued_s, hurry,
-                                       j.spec.replicas))
-        inflight = [InFlight(self._shape(n.itype, n.mig), n.spot, n.zone)
-                    for n in self._booting.values()]
-        markets = {}
-        if self.market is not None:
-            markets = {name: self.market.markets(name, now) for name in self.types
-                       if self.market.zones(name)}
-        launches = self.scale_up.decide(pods, self._offers(), inflight, markets,
-                                        self.spot_strategy)
-        return self._apply(launches)
+            pods += pending_pods(j.spec, j.req, j.on_demand_only, now - j.enqueued_s, j.work_s,
+                                 bool(j.interruptions), now, self.ctl.guards)
+        inflight = [InFlight(self.offers.shape(n.itype, n.mig), n.spot, n.zone)
+                    for n in self.nodes.booting.values()]
+        reply = self.ctl.scale_up.plan(pods, self.offers.offers(now), inflight,
+                                   self.offers.markets(now), self.ctl.spot_strategy)
+        self.unprovisioned = reply.unprovisioned  # the last scan's, for reports and tests
+        return self._apply(list(reply.launches))
 
     def _apply_launch(self, launch: Launch) -> int:
         it = self.types[launch.instance_type]
@@ -929,26 +612,12 @@ class ClusterSim:
     def _disrupt(self) -> None:
         now = self.now
         unneeded = self.sc.scale_down_unneeded_s
-        due_empty = any(now - n.empty_since >= unneeded for n in self._empty.values()
-                        if n.empty_since is not None)
-        recheck = self.sc.consolidation_recheck_s
-        due_n = sum(
-            1 for n in self._under.values()
-            if n.underused_since is not None and now - n.underused_since >= unneeded
-        ) if self.sc.consolidation else 0
-        under_due = due_n > 0
-        # same pods and no new candidate since the last look: same answer (more candidates can
-        # make multi-node consolidation possible without any pod having moved)
-        fresh = self._changed or due_n > self._last_due_n
-        due_under = under_due and fresh and now - self._last_consolidation >= recheck
-        if not (due_empty or due_under):
-            if under_due:
-                self._ensure_scan(max(now, self._last_consolidation) + recheck)
-            return
+        kind, rescan = self.ctl.scan.disruption_due(
+            now, (n.empty_since for n in self.nodes.empty.values() if n.empty_since is not None),
+            (n.underused_since for n in self.nodes.under.values() if n.underused_since is not None))
+        self._scan_at(rescan)
+        due_under = kind is Disrupt.UNDERUSED
         if due_under:
-            self._last_consolidation = now
-            self._changed = False
-            self._last_due_n = due_n
             # candidates plus every node with room to take their pods; full nodes cannot help
             views = [
                 self._view(n, room_only=n.underused_since is None
@@ -956,11 +625,13 @@ class ClusterSim:
                 for n in self.cloud.live.values()
                 if n.state == "ready" and n.alloc_milli < GPU_MILLI * n.gpus
             ]
+        elif kind is Disrupt.EMPTY:
+            views = [self._view(n) for n in self.nodes.empty.values()]
         else:
-            views = [self._view(n) for n in self._empty.values()]
-        offers = [o for o in self._offers() if o.capacity_type == CapacityType.ON_DEMAND] \
+            return
+        offers = self.offers.on_demand_offers(now) \
             if due_under and len(self.cloud.live) < self.sc.max_nodes else []
-        cmd = self.disruption.decide(views, now, offers)
+        cmd = self.ctl.disruption.decide(views, now, offers)
         if cmd is None:
             return
         self.tally.consolidations += sum(1 for d in cmd.decisions if isinstance(d, Preempt)
@@ -977,38 +648,15 @@ class ClusterSim:
         return self._by_id.get(job_id)
 
     def _view(self, n: SimNode, room_only: bool = False) -> NodeView:
-        """The disruption policy's view of a node; ``room_only``: a node that can only receive
-        pods (not a candidate yet), so its own pods are not listed — a driver shortcut that
-        keeps consolidation checks cheap on large fleets."""
-        row = self.state.index[n.name]
-        st = self.state
-        mig_kw: dict = {}
-        if n.mig:
-            mig_kw = dict(mig_used=tuple(st.mig_used[row, : n.gpus].tolist()),
-                          mig_compute_used=tuple(st.mig_compute_used[row, : n.gpus].tolist()))
-        if room_only:
-            return NodeView(
-                n.name, self._shape(n.itype, n.mig), n.spot,
-                tuple(st.free_milli[row, : n.gpus].tolist()),
-                int(st.cpu_free[row]), int(st.mem_free[row]), (), None, None, **mig_kw,
-                usd_per_hour=n.usd_per_hour,
-            )
-        pods = tuple(
-            PodView(self.jobs[i].spec.job_id, self.jobs[i].req,
-                    self.jobs[i].spec.checkpointable and self.jobs[i].spec.replicas == 1
-                    and self.sc.checkpointing and self._move_fits(self.jobs[i]),
-                    tolerates_spot(request_now(self.jobs[i].req, self.jobs[i].on_demand_only)))
-            for i in n.jobs
-        )
-        return NodeView(
-            n.name, self._shape(n.itype, n.mig), n.spot,
-            tuple(int(x) for x in st.free_milli[row, : n.gpus]),
-            int(st.cpu_free[row]), int(st.mem_free[row]), pods, n.empty_since,
-            n.underused_since, **mig_kw, usd_per_hour=n.usd_per_hour,
-        )
-
-    def _move_fits(self, j: JobRun) -> bool:
-        return movable(j.spec, j.progress(self.now)[0], j.ckpt_cost, self.now, self.guard_cfg)
+        """The disruption policy's view of a node (``room_only``: not a candidate yet, it can
+        only receive pods: ``control.views.node_view``)."""
+        now = self.now
+        pods = None if room_only else tuple(
+            pod_view(j.spec, j.req, j.on_demand_only, j.progress(now)[0], j.ckpt_cost, now,
+                     self.ctl.guards)
+            for j in (self.jobs[i] for i in n.jobs))
+        return node_view(self.state, n.name, self.offers.shape(n.itype, n.mig), n.spot,
+                         n.usd_per_hour, pods, n.empty_since, n.underused_since)
 
     # -- deadline-aware spot fallback ---------------------------------------------------------
     def _on_deadline(self, _: object) -> None:
@@ -1016,12 +664,9 @@ class ClusterSim:
         if self._all_done() or dl is None:
             return
         now = self.now
-        m = self.market
-        ref = spot_reference_type({n: t.gpus for n, t in self.types.items()
-                                   if m is not None and m.zones(n)})
-        avail = bool(m.signal(ref, now, 1)[-1]) if (m is not None and ref) else True
-        spot_p = (m.best_price(ref, now) if m is not None and ref else None) or 0.0
-        od_p = float(self.types[ref].usd_per_hour) if ref else 1.0
+        avail, spot_p, od_p = market_signal(
+            {n: t.gpus for n, t in self.types.items()},
+            {n: float(t.usd_per_hour) for n, t in self.types.items()}, self.market, now)
         views = {i: self._deadline_view(self.jobs[i]) for i in dl.live
                  if self.jobs[i].state in (PENDING, RUNNING)}
         self._apply(dl.tick(views, now, avail, spot_p, od_p))
@@ -1034,6 +679,8 @@ class ClusterSim:
         launched = 0
         for d in decisions:
             match d:
+                case Bind():
+                    self._bind(d)
                 case Launch():
                     launched += self._apply_launch(d)
                 case Terminate(node=name, only_if_empty=empty_only):
@@ -1053,28 +700,19 @@ class ClusterSim:
                     j = self._job_by_id(job_id)
                     if j is not None and j.state == RUNNING:
                         self._interrupt(j, INF, reason, graceful=True)
+                case Requeue(job_id):
+                    j = self._job_by_id(job_id)
+                    if j is not None and j.state == RUNNING and not j.leaving:
+                        self._requeue(j, d)
                 case _:
                     raise TypeError(f"decision not applied here: {d!r}")
         return launched
 
     # -- sampling -----------------------------------------------------------------------------
     def _on_sample(self, _: object) -> None:
-        s = self.series
         now = self.now
-        s.t.append(now)
-        od = spot = alloc = 0
-        for n in self.cloud.live.values():
-            alloc += n.alloc_milli
-            if n.spot:
-                spot += n.gpus
-            else:
-                od += n.gpus
-        s.alloc_gpus.append(alloc / GPU_MILLI)
-        s.od_gpus.append(od)
-        s.spot_gpus.append(spot)
-        s.cost_usd.append(self.cloud.accrued_usd(now))
-        s.pending.append(len(self.pending))
-        s.interruptions.append(self.tally.interruptions)
+        self.series.sample(now, self.cloud.live.values(), self.cloud.accrued_usd(now),
+                           len(self.pending), self.tally.interruptions)
         self._periodic_at(now + self.sc.sample_interval_s, SAMPLE)
 
     def take_recoveries(self) -> tuple[float, ...]:

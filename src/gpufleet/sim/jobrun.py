@@ -104,6 +104,37 @@ class JobRun:
     def gpus(self) -> float:
         return self.gpu_milli / GPU_MILLI
 
+    def start(self, now: float, tau: float) -> float | None:
+        """Its last replica is bound: a running segment starts at ``now`` (the restart overhead
+        first after an interruption, then a checkpoint every ``tau``). Returns the recovery time
+        (notice to running again) when a notice interrupted it, else None."""
+        self.state = RUNNING
+        self.bound_s = now
+        self.seg_start = now
+        self.overhead = self.spec.restart_overhead_s if self.interruptions else 0.0
+        self.ckpt_tau = tau
+        if self.first_start_s is None:
+            self.first_start_s = now
+        rec = None
+        if self.notice_s is not None:
+            rec = now + self.overhead - self.notice_s
+            self.notice_s = None
+        self.version += 1
+        return rec
+
+    def requeue(self, resume_work_s: float, ahead_of_new_work: bool, checkpoint_now: bool,
+                saved_s: float) -> None:
+        """Interrupted: progress settles at ``resume_work_s``; with ``checkpoint_now`` it keeps
+        its GPUs (leaving) until the checkpoint is written, falling back to ``saved_s`` if that
+        fails."""
+        self.interruptions += 1
+        self.work_s = resume_work_s
+        self.requeued = ahead_of_new_work
+        self.version += 1  # the pending FINISH is stale now
+        if checkpoint_now:
+            self.leaving = True
+            self.saved_s = min(saved_s, resume_work_s)
+
     def progress(self, now: float) -> tuple[float, float]:
         """(work done, work saved by the last complete checkpoint) at ``now``."""
         if self.leaving:

@@ -18,7 +18,7 @@ from typing import Any
 
 from rich.table import Table
 
-from gpufleet.sim.cluster import Series
+from gpufleet.sim.books import Series
 from gpufleet.sim.scenario import BASELINES, CHAIN, LEVERS
 from gpufleet.sim.summary import late_share
 

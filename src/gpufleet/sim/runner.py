@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from gpufleet.catalog.instances import InstanceType, default_instance_catalog
-from gpufleet.catalog.spot_prices import load_spot_prices
+from gpufleet.catalog.spot_prices import load_spot_prices, spot_price_table
 from gpufleet.control.admission import mig_models
 from gpufleet.datapaths import data_dir
 from gpufleet.errors import InputError
@@ -31,7 +31,6 @@ from gpufleet.sim.spot import (
     fit_thinning_dir,
     load_availability_dir,
     ou_path,
-    spot_price_table,
 )
 from gpufleet.sim.summary import summarize
 from gpufleet.traces.jobs import JobSpec

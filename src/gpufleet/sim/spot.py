@@ -26,10 +26,8 @@ pooled over the pairs otherwise; every size above one GPU uses it (4-GPU nodes h
 their own, so they are treated like 8-GPU ones: conservative). The chain is seeded per (run
 seed, zone, family, size), so every scenario of a run sees the same spot market.
 
-Zone names in the price snapshot are AZ ids (``use1-az2``); they are mapped to the catalog's zone
-names in letter order (``us-east-1a`` = ``use1-az1``, …) — AZ-id mapping is per AWS account, so
-this is a stated assumption, not a fact. A zone without a row takes its region's median, a
-region without rows the median over all regions; a type without any row has no spot offer.
+Spot prices per catalog zone come from ``catalog.spot_prices.spot_price_table`` (AZ ids mapped
+to zone names there).
 """
 
 from __future__ import annotations
@@ -44,15 +42,12 @@ from pathlib import Path
 
 import numpy as np
 
-from gpufleet.catalog.instances import InstanceCatalog, InstanceType
-from gpufleet.catalog.spot_prices import SpotPrice, latest_prices
+from gpufleet.catalog.instances import InstanceType
 from gpufleet.errors import InputError
 from gpufleet.market.bidding import ZoneMarket
 from gpufleet.traces.spot_availability import load_availability
 
 PROTECTION_S = 3600.0  # Aliyun's spot protection period
-REGION_OF_AZ_ID = {"use1": "us-east-1", "use2": "us-east-2", "usw1": "us-west-1",
-                   "usw2": "us-west-2"}
 TRACE_NAME = re.compile(r"^(?P<zone>[a-z]+-[a-z]+-\d[a-z])_(?P<gpu>[a-z0-9]+)_(?P<n>\d+)\.json$")
 GPU_FAMILY = {"v100": ("V100-16GB",), "k80": ("K80",), "a100": ("A100-40GB",), "t4": ("T4",)}
 
@@ -257,33 +252,10 @@ def load_availability_dir(path: Path) -> dict[tuple[str, int, str], Availability
     return out
 
 
-def spot_price_table(
-    prices: Iterable[SpotPrice], catalog: InstanceCatalog
-) -> dict[tuple[str, str], float]:
-    """(instance_type, catalog zone) → USD/hour, mapped from AZ ids as the module doc says."""
-    by_type: dict[str, dict[str, float]] = {}
-    for (it, az), price in latest_prices(list(prices)).items():
-        by_type.setdefault(it, {})[az] = float(price)
-    out: dict[tuple[str, str], float] = {}
-    for it in catalog:
-        rows = by_type.get(it.name)
-        if not rows or it.provider != "aws":
-            continue
-        overall = float(np.median(list(rows.values())))
-        for zone in it.zones:
-            region, letter = zone[:-1], zone[-1]
-            az_prefix = next((k for k, v in REGION_OF_AZ_ID.items() if v == region), None)
-            az = f"{az_prefix}-az{ord(letter) - ord('a') + 1}" if az_prefix else ""
-            if az in rows:
-                out[(it.name, zone)] = rows[az]
-                continue
-            regional = [v for k, v in rows.items() if az_prefix and k.startswith(az_prefix)]
-            out[(it.name, zone)] = float(np.median(regional)) if regional else overall
-    return out
-
-
 class SpotMarket:
-    """Per (instance type, zone): spot price and reclaim process; answers the driver's questions."""
+    """Per (instance type, zone): spot price and reclaim process. Answers the control layer's
+    questions as ``gpufleet.market.view.SpotMarketView`` (``markets``, ``best_price``, ``signal``)
+    and the simulated cloud's (``available``, ``price``, ``reclaim_time``, ``cost_usd``)."""
 
     def __init__(
         self,
@@ -348,6 +320,13 @@ class SpotMarket:
             hit = rule.apply(one, rng, f"{one.name} thinned for {gpus} GPUs")
             self._thinned[key] = hit
         return hit
+
+    def availability_gap(self, default_s: float) -> float:
+        """The availability process's tick: the shortest trace gap (``default_s`` in price
+        mode, or without traces)."""
+        if self.mode == "trace" and self.avail:
+            return float(min(a.gap_s for a in self.avail.values()))
+        return default_s
 
     def zones(self, instance_type: str) -> list[str]:
         return self._zones.get(instance_type, [])

@@ -2,9 +2,10 @@
 
 A method reads a :class:`DisruptionSnapshot` and returns a :class:`Command` or None ("nothing to
 do here" is not an error). Methods are tried in the policy's ordered list and the first that acts
-wins (Karpenter's ``disruption`` controller). Spot rebalance (today ``ClusterSim._rebalance``:
-move work off a spot node whose market turned bad before the reclaim) fits the same shape: its
-snapshot adds the market view, its command launches a replacement and drains the node.
+wins (Karpenter's ``disruption`` controller). Spot rebalance is not one of them: it swaps a fixed
+fleet's empty on-demand *fallback* node for spot (``gpufleet.control.replacement``), so it reads
+the node group's memory (which nodes wanted spot) and the spot market rather than this snapshot,
+and its answer is a ``Replacement`` (launch first, then terminate; a refused launch aborts it).
 """
 
 from __future__ import annotations

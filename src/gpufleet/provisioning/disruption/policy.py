@@ -6,9 +6,10 @@ The list (Karpenter's ``disruption`` controller shape; the order is this project
 2. **single-node consolidation** — one node drained per scan, its pods into existing room;
 3. **multi-node consolidation** — several nodes at once plus at most one cheaper replacement;
    after single-node, only a group *with* a replacement can succeed where single-node failed,
-   so this is in practice the replacing method, and the costliest to compute (last);
-4. spot rebalance — still in the simulator's driver (``ClusterSim._rebalance``); it moves to a
-   :class:`~gpufleet.provisioning.disruption.method.DisruptionMethod` with the control layer.
+   so this is in practice the replacing method, and the costliest to compute (last).
+
+Spot rebalance is not in this list: it acts on fixed fleets only, reading the node group's
+fallback nodes and the spot market (``gpufleet.control.replacement``; see ``method``).
 
 Replace-with-cheaper for a single node is not implemented. "Cannot consolidate" is ``None``,
 not an error. The driver re-validates a command (:meth:`Command.validate`) against the state

@@ -1,0 +1,66 @@
+"""What the provisioning policies see: pending pods for scale-up, nodes and pods for disruption.
+
+A ``PendingPod`` is a queued job's replica as it asks now (a job pinned to on-demand no longer
+tolerates spot) and whether its deadline cannot wait for scale-up's trigger (``urgent``).
+
+A ``NodeView`` reads the node's free room from ``FleetState`` (the snapshot every driver keeps)
+and takes from the driver only what the snapshot does not hold: the node's shape, price and
+since when it has been empty or underused, and its pods. Whether a pod may be moved is a rule,
+so it is decided here (``pod_view``), not in a driver.
+"""
+
+from __future__ import annotations
+
+from gpufleet.control.admission import request_now, tolerates_spot
+from gpufleet.control.deadline import GuardConfig, movable, urgent
+from gpufleet.provisioning import NodeShape, NodeView, PendingPod, PodView
+from gpufleet.state import FleetState, ResourceRequest
+from gpufleet.traces.jobs import JobSpec
+
+
+def pending_pods(
+    spec: JobSpec, req: ResourceRequest, on_demand_only: bool, waited_s: float, work_s: float,
+    interrupted: bool, now: float, cfg: GuardConfig,
+) -> list[PendingPod]:
+    """One ``PendingPod`` per replica of a queued job (``work_s``: work already done)."""
+    ask = request_now(req, on_demand_only)
+    hurry = urgent(spec, work_s, interrupted, now, cfg)
+    ok = tolerates_spot(ask)
+    # distinct objects: scale-up tells replicas apart by identity
+    return [PendingPod(spec.job_id, ask, ok, waited_s, hurry, spec.replicas)
+            for _ in range(spec.replicas)]
+
+
+def pod_view(
+    spec: JobSpec, req: ResourceRequest, on_demand_only: bool, done_s: float,
+    checkpoint_cost_s: float, now: float, cfg: GuardConfig,
+) -> PodView:
+    """A running job as consolidation sees it: movable only if it is a single checkpointing
+    pod whose move cannot cost its deadline (``deadline.movable``); spot-tolerant as it asks
+    now (a job pinned to on-demand is not)."""
+    move = (spec.checkpointable and spec.replicas == 1 and cfg.checkpointing
+            and movable(spec, done_s, checkpoint_cost_s, now, cfg))
+    return PodView(spec.job_id, req, move, tolerates_spot(request_now(req, on_demand_only)))
+
+
+def node_view(
+    state: FleetState, name: str, shape: NodeShape, spot: bool, usd_per_hour: float,
+    pods: tuple[PodView, ...] | None, empty_since: float | None = None,
+    underused_since: float | None = None,
+) -> NodeView:
+    """The node ``name`` as of ``state``. ``pods`` None: a node that can only receive pods (not
+    a candidate), so its pods are not listed and it counts as neither empty nor underused — a
+    shortcut that keeps consolidation cheap on large fleets."""
+    row = state.index[name]
+    g = shape.gpus
+    mig_kw: dict = {}
+    if shape.mig:
+        mig_kw = dict(mig_used=tuple(state.mig_used[row, :g].tolist()),
+                      mig_compute_used=tuple(state.mig_compute_used[row, :g].tolist()))
+    if pods is None:
+        return NodeView(name, shape, spot, tuple(state.free_milli[row, :g].tolist()),
+                        int(state.cpu_free[row]), int(state.mem_free[row]), (), None, None,
+                        **mig_kw, usd_per_hour=usd_per_hour)
+    return NodeView(name, shape, spot, tuple(int(x) for x in state.free_milli[row, :g]),
+                    int(state.cpu_free[row]), int(state.mem_free[row]), pods, empty_since,
+                    underused_since, **mig_kw, usd_per_hour=usd_per_hour)

@@ -1,0 +1,58 @@
+"""What scale-up and disruption see: pending pods per replica, movable pods, node room."""
+
+from __future__ import annotations
+
+from gpufleet.control.admission import SPOT_TAINT
+from gpufleet.control.deadline import GuardConfig
+from gpufleet.control.views import node_view, pending_pods, pod_view
+from gpufleet.provisioning import NodeShape
+from gpufleet.state import FleetState, ResourceRequest
+from gpufleet.traces.jobs import JobSpec
+
+CFG = GuardConfig(autoscaling=True, checkpointing=True, provisioning_delay_s=120.0,
+                  max_pending_wait_s=60.0)
+REQ = ResourceRequest(cpu_milli=1000, memory_mib=1024, num_gpu=1,
+                      tolerations=frozenset({SPOT_TAINT}))
+
+
+def spec(**kw: object) -> JobSpec:
+    return JobSpec(**{"job_id": "j", "submit_s": 0.0, "duration_s": 3600.0, "request": REQ,
+                      **kw})  # type: ignore[arg-type]
+
+
+def test_one_distinct_pod_per_replica_as_the_job_asks_now() -> None:
+    pods = pending_pods(spec(replicas=3), REQ, False, 30.0, 0.0, False, 30.0, CFG)
+    assert len(pods) == 3 and len({id(p) for p in pods}) == 3  # scale-up tells them apart
+    assert all(p.spot_ok and p.gang_size == 3 and p.waited_s == 30.0 for p in pods)
+    (pinned,) = pending_pods(spec(), REQ, True, 0.0, 0.0, False, 0.0, CFG)
+    assert not pinned.spot_ok and SPOT_TAINT not in pinned.request.tolerations
+
+
+def test_urgent_when_the_deadline_cannot_wait_for_the_trigger_and_a_boot() -> None:
+    tight = spec(deadline_s=3600.0 + 100.0)
+    assert pending_pods(tight, REQ, False, 0.0, 0.0, False, 0.0, CFG)[0].urgent
+    loose = spec(deadline_s=3 * 3600.0)
+    assert not pending_pods(loose, REQ, False, 0.0, 0.0, False, 0.0, CFG)[0].urgent
+
+
+def test_only_single_checkpointing_pods_move() -> None:
+    assert pod_view(spec(), REQ, False, 0.0, 30.0, 0.0, CFG).movable
+    assert not pod_view(spec(replicas=2), REQ, False, 0.0, 30.0, 0.0, CFG).movable
+    assert not pod_view(spec(checkpointable=False), REQ, False, 0.0, 30.0, 0.0, CFG).movable
+    off = GuardConfig(True, False, 120.0, 60.0)
+    assert not pod_view(spec(), REQ, False, 0.0, 30.0, 0.0, off).movable
+    # a deadline the move would cost (checkpoint + restart + boot) keeps the pod where it is
+    assert not pod_view(spec(deadline_s=3700.0), REQ, False, 0.0, 30.0, 0.0, CFG).movable
+
+
+def test_node_view_reads_the_room_from_the_snapshot() -> None:
+    state = FleetState()
+    state.add_node("n", gpu_model="V100-16GB", num_gpus=2, cpu_milli=16000, memory_mib=65536,
+                   gpu_memory_mib=16384)
+    shape = NodeShape("V100-16GB", 2, 16000, 65536, 16384)
+    pod = pod_view(spec(), REQ, False, 0.0, 30.0, 0.0, CFG)
+    v = node_view(state, "n", shape, True, 6.12, (pod,), None, 5.0)
+    assert v.free_milli == (1000, 1000) and v.cpu_free == 16000 and v.pods == (pod,)
+    assert v.underused_since == 5.0 and v.usd_per_hour == 6.12 and v.allocation == 0.0
+    room = node_view(state, "n", shape, True, 6.12, None, 1.0, 5.0)
+    assert room.pods == () and room.empty_since is None and room.underused_since is None
