@@ -13,7 +13,7 @@ no bind happened for ``settle_s``.
 * gpufleet runs its default policy with fractions (KAI's ``gpu-fraction`` annotation).
 * Both get the lab's client limit (``gpufleet.lab.cluster.CLIENT_QPS``/``CLIENT_BURST``): kube-
   scheduler through its ``clientConnection``, gpufleet through the same token bucket on every
-  write it makes (two per bind: the annotations and the binding).
+  write it makes (one per bind: the binding carries the GPU annotations).
 
 Measured per scheduler: pods submitted and bound; unallocated GPU % = 100 − (GPU milli the
 *bound pods asked for in the trace*) / capacity — a fraction rounded up to a whole GPU wastes the

@@ -27,7 +27,7 @@ from gpufleet.k8s.apply import Applier, Outcome
 from gpufleet.k8s.cycle import Refuse, plan_cycle
 from gpufleet.k8s.informer import Informer
 from gpufleet.k8s.leader import LeaderElector
-from gpufleet.k8s.pod_translation import assignment_annotations
+from gpufleet.k8s.pod_translation import binding_annotations
 from gpufleet.k8s.ratelimit import TokenBucket
 from gpufleet.k8s.settings import apply_levers, backfill_for, policy_for
 from gpufleet.k8s.snapshot import ParseCache, build_snapshot
@@ -164,9 +164,9 @@ class Controller:
                 if seen or now - t > self.assume_ttl_s:
                     del self._assumed[key]
                 else:
-                    ann = {k: v for k, v in assignment_annotations(bind).items() if v is not None}
                     meta = dict(p["metadata"])
-                    meta["annotations"] = {**(meta.get("annotations") or {}), **ann}
+                    had = meta.get("annotations") or {}
+                    meta["annotations"] = {**had, **binding_annotations(bind, had)}
                     p = {**p, "metadata": meta, "spec": {**p["spec"], "nodeName": bind.node}}
             t_ev = self._evicting.get(key)
             if t_ev is not None:
