@@ -38,3 +38,11 @@ def test_missing_or_broken_kubeconfig(tmp_path: Path) -> None:
 def test_lease_timings_must_be_ordered(tmp_path: Path) -> None:
     res = runner.invoke(app, ["controller", "--lease-duration", "5", "--renew-deadline", "6"])
     assert res.exit_code == 2 and "renew-deadline" in res.output
+
+
+def test_client_rate_limit_must_be_sane() -> None:
+    res = runner.invoke(app, ["controller", "--kube-api-qps", "nan"])
+    assert res.exit_code == 2 and "--kube-api-qps" in res.output
+    res = runner.invoke(app, ["controller", "--kube-api-qps", "200", "--kube-api-burst", "0"])
+    assert res.exit_code == 2 and "--kube-api-burst" in res.output
+    assert "Traceback" not in res.output
