@@ -24,6 +24,7 @@ p50/p99 of create → bound (client-side clocks: create returned → watch saw `
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 import threading
 import time
@@ -61,6 +62,8 @@ class BenchResult:
     latency_p50_s: float
     latency_p99_s: float
     wall_s: float
+    load_1m_start: float  # the machine's 1-minute load average when pods started arriving
+    load_1m_end: float
 
 
 def pod_manifest(name: str, req: ResourceRequest, scheduler: str) -> dict[str, Any]:
@@ -169,6 +172,7 @@ def run_one(
             created_at: dict[str, float] = {}
             names = [f"p{i:05d}" for i in range(len(seq))]
             log(f"{scheduler}: submitting {len(seq)} pods")
+            load_start = os.getloadavg()[0]
             t0 = time.monotonic()
 
             def create(i: int) -> None:
@@ -188,6 +192,7 @@ def run_one(
                 time.sleep(0.2)
             watch.stop.set()
             wall = time.monotonic() - t0
+            load_end = os.getloadavg()[0]
         finally:
             if ctl is not None:
                 ctl.stop()
@@ -204,6 +209,7 @@ def run_one(
         latency_p50_s=round(float(np.percentile(lat, 50)), 4) if len(lat) else float("nan"),
         latency_p99_s=round(float(np.percentile(lat, 99)), 4) if len(lat) else float("nan"),
         wall_s=round(wall, 2),
+        load_1m_start=round(load_start, 2), load_1m_end=round(load_end, 2),
     )
 
 

@@ -24,6 +24,7 @@ from kubernetes import client
 
 from gpufleet.decisions import Bind
 from gpufleet.k8s.apply import Applier, Outcome
+from gpufleet.k8s.connections import BASE_CONNECTIONS, client_with_pool
 from gpufleet.k8s.cycle import Refuse, plan_cycle
 from gpufleet.k8s.informer import Informer
 from gpufleet.k8s.leader import LeaderElector
@@ -61,7 +62,10 @@ class Controller:
         seed: int = 0,
         qps: float = 0.0,
         burst: int = 1,
+        workers: int = 8,
     ) -> None:
+        api = client_with_pool(api, workers + BASE_CONNECTIONS)  # no handshake per call
+        self.api = api
         self.core = client.CoreV1Api(api)
         self.scenario = scenario
         self.identity = identity or f"{socket.gethostname()}_{os.getpid()}"
@@ -76,7 +80,7 @@ class Controller:
                                      self.identity, lease_s, renew_deadline_s, retry_s) \
             if leader_elect else None
         self.applier = Applier(self.core, self.metrics, instance=self.identity,
-                               limiter=TokenBucket(qps, burst))
+                               limiter=TokenBucket(qps, burst), workers=workers)
         self.policy = policy_for(scenario, seed)
         self.backfill = backfill_for(scenario)
         self.rng = np.random.default_rng(seed)

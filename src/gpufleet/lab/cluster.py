@@ -433,11 +433,15 @@ def up(opts: LabOptions, log: Callable[[str], None] = lambda _m: None) -> LabInf
     return info
 
 
-def api_client(kubeconfig: Path) -> Any:
-    """A ``kubernetes.client.ApiClient`` for the lab (admin credentials)."""
+def api_client(kubeconfig: Path, connections: int = 32) -> Any:
+    """A ``kubernetes.client.ApiClient`` for the lab (admin credentials), with ``connections``
+    pooled so that the benchmark's and tests' client threads reuse their TLS connections."""
     from kubernetes import config
 
-    return config.new_client_from_config(config_file=str(kubeconfig))
+    from gpufleet.k8s.connections import client_with_pool
+
+    return client_with_pool(config.new_client_from_config(config_file=str(kubeconfig)),
+                            connections)
 
 
 def _default_service_account(api: Any) -> bool:
