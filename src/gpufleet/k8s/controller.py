@@ -62,7 +62,7 @@ class Controller:
         seed: int = 0,
         qps: float = 0.0,
         burst: int = 1,
-        workers: int = 8,
+        workers: int = 32,
     ) -> None:
         api = client_with_pool(api, workers + BASE_CONNECTIONS)  # no handshake per call
         self.api = api
