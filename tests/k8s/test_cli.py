@@ -53,3 +53,11 @@ def test_cloud_option_and_key_are_checked_before_any_connection(tmp_path: Path) 
     res = runner.invoke(app, ["controller", "--kubeconfig", str(kc), "--config", str(cfg)])
     assert res.exit_code == 2 and "registration_timeout_s" in res.output
     assert "Traceback" not in res.output
+
+
+def test_client_rate_limit_must_be_sane() -> None:
+    res = runner.invoke(app, ["controller", "--kube-api-qps", "nan"])
+    assert res.exit_code == 2 and "--kube-api-qps" in res.output
+    res = runner.invoke(app, ["controller", "--kube-api-qps", "200", "--kube-api-burst", "0"])
+    assert res.exit_code == 2 and "--kube-api-burst" in res.output
+    assert "Traceback" not in res.output

@@ -6,6 +6,7 @@ from gpufleet.decisions import Bind, MigSlot
 from gpufleet.k8s.pod_translation import (
     assignment_annotations,
     assignment_of,
+    binding_annotations,
     pod_info,
     tolerated,
     tolerates,
@@ -98,6 +99,20 @@ def test_annotations_round_trip_only_for_the_bound_node() -> None:
         assert assignment_of(ann, "elsewhere", b.job_id) is None  # stale: bound elsewhere
     assert assignment_of({"gpufleet.io/node": "n1", "gpufleet.io/gpus": "x"}, "n1", "k") is None
 
+
+
+def test_binding_annotations_clear_stale_keys_it_cannot_delete() -> None:
+    whole = Bind("ns/a", "n1", gpus=(2, 3), milli_per_gpu=1000)
+    mig = Bind("ns/c", "n2", gpus=(), milli_per_gpu=0, mig=(MigSlot(7, "3g.20gb", 4),))
+    # a fresh pod: only the keys that apply (a Binding cannot carry a deletion)
+    assert binding_annotations(whole, {}) == {"gpufleet.io/node": "n1", "gpufleet.io/gpus": "2,3",
+                                              "gpufleet.io/gpu-milli": "1000"}
+    assert "gpufleet.io/gpu-milli" not in binding_annotations(mig, {})
+    # stale keys already on the pod are written empty, and read back as absent
+    stale = {"gpufleet.io/mig": "0:1g.5gb@0", "gpufleet.io/gpu-milli": "250", "other": "x"}
+    for b in (whole, mig):
+        ann = {**stale, **binding_annotations(b, stale)}
+        assert assignment_of(ann, b.node, b.job_id) == b
 
 def test_tolerations_follow_kubernetes_rules() -> None:
     t = "karpenter.sh/capacity-type=spot:NoSchedule"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 import signal
 import threading
@@ -76,10 +77,19 @@ def controller(
     cloud: Annotated[str | None, typer.Option(
         help="Run the capacity loop on this cloud (kwok: the lab's) when the config names "
         "none.")] = None,
+    kube_api_qps: Annotated[float, typer.Option(
+        help="Client-side limit on API writes a second, as client-go's --kube-api-qps "
+             "(0: none).")] = 0.0,
+    kube_api_burst: Annotated[int, typer.Option(help="Burst of that limit.")] = 1,
 ) -> None:
     """Schedule pods with `spec.schedulerName: gpufleet` using gpufleet's policies."""
     logging.basicConfig(level=log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not (math.isfinite(kube_api_qps) and kube_api_qps >= 0):
+        raise InputError(f"expected a finite number >= 0, got {kube_api_qps}",
+                         field="--kube-api-qps")
+    if kube_api_burst < 1:
+        raise InputError(f"expected a burst >= 1, got {kube_api_burst}", field="--kube-api-burst")
     scenario = load_config(config_file)
     if cloud is not None and scenario.cloud is None:
         if cloud not in ("kwok", "aws", "aliyun"):
@@ -92,7 +102,7 @@ def controller(
         api_client(kubeconfig), scenario, identity=identity,
         lease_namespace=lease_namespace or default_lease_namespace(), lease_name=lease_name,
         leader_elect=leader_elect, lease_s=lease_duration, renew_deadline_s=renew_deadline,
-        retry_s=retry_period,
+        retry_s=retry_period, qps=kube_api_qps, burst=kube_api_burst,
     )
     stop = threading.Event()
 

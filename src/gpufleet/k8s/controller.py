@@ -26,12 +26,13 @@ from kubernetes.client.exceptions import ApiException
 from gpufleet.decisions import Bind
 from gpufleet.k8s.apply import Applier, Outcome
 from gpufleet.k8s.capacity_setup import build_capacity
+from gpufleet.k8s.connections import BASE_CONNECTIONS, client_with_pool
 from gpufleet.k8s.cost import LiveFleet, LiveFleetCollector, PriceBook
 from gpufleet.k8s.cycle import Refuse, plan_cycle
 from gpufleet.k8s.drainer import Drainer
 from gpufleet.k8s.informer import Informer
 from gpufleet.k8s.leader import LeaderElector
-from gpufleet.k8s.pod_translation import assignment_annotations
+from gpufleet.k8s.pod_translation import binding_annotations
 from gpufleet.k8s.ratelimit import TokenBucket
 from gpufleet.k8s.settings import apply_levers, backfill_for, policy_for
 from gpufleet.k8s.snapshot import ParseCache, Snapshot, build_snapshot
@@ -67,7 +68,10 @@ class Controller:
         burst: int = 1,
         prices: PriceBook | None = None,
         capacity_namespace: str | None = None,
+        workers: int = 32,
     ) -> None:
+        api = client_with_pool(api, workers + BASE_CONNECTIONS)  # no handshake per call
+        self.api = api
         self.core = client.CoreV1Api(api)
         self.scenario = scenario
         self.identity = identity or f"{socket.gethostname()}_{os.getpid()}"
@@ -82,7 +86,7 @@ class Controller:
                                      self.identity, lease_s, renew_deadline_s, retry_s) \
             if leader_elect else None
         self.applier = Applier(self.core, self.metrics, instance=self.identity,
-                               limiter=TokenBucket(qps, burst))
+                               limiter=TokenBucket(qps, burst), workers=workers)
         self.fleet = LiveFleet(prices)  # cost and fleet metrics under the simulator's names
         self.metrics.registry.register(LiveFleetCollector(
             self.fleet, self.nodes.objects, self.pods.objects,
@@ -181,9 +185,9 @@ class Controller:
                 if seen or now - t > self.assume_ttl_s:
                     del self._assumed[key]
                 else:
-                    ann = {k: v for k, v in assignment_annotations(bind).items() if v is not None}
                     meta = dict(p["metadata"])
-                    meta["annotations"] = {**(meta.get("annotations") or {}), **ann}
+                    had = meta.get("annotations") or {}
+                    meta["annotations"] = {**had, **binding_annotations(bind, had)}
                     p = {**p, "metadata": meta, "spec": {**p["spec"], "nodeName": bind.node}}
             t_ev = self._evicting.get(key)
             if t_ev is not None:

@@ -42,7 +42,7 @@ POD_GROUP_LABELS = ("scheduling.x-k8s.io/pod-group", "pod-group.scheduling.sigs.
 MIN_AVAILABLE_KEYS = ("scheduling.x-k8s.io/min-available",
                       "pod-group.scheduling.sigs.k8s.io/min-available")
 
-# what gpufleet writes on a pod before binding it (docs/kubernetes.md)
+# what gpufleet's binding writes on a pod with its node (docs/kubernetes.md)
 ANN_NODE = "gpufleet.io/node"  # the node the GPU assignment below belongs to
 ANN_GPUS = "gpufleet.io/gpus"  # GPU indices on that node, "0,1"
 ANN_GPU_MILLI = "gpufleet.io/gpu-milli"  # milli-GPU taken on each of them (1000 = whole)

@@ -158,6 +158,10 @@ def node_object(spec: GpuNodeSpec, catalog: GpuCatalog | None = None) -> dict[st
         "kubernetes.io/hostname": spec.name,
         "kubernetes.io/os": "linux",
         "kubernetes.io/arch": "amd64",
+        # the deprecated twins a kubelet's node also has: without them the controller-manager's
+        # node lifecycle controller adds them, one more write per node at start-up
+        "beta.kubernetes.io/os": "linux",
+        "beta.kubernetes.io/arch": "amd64",
         "type": "kwok",
         LABEL_CAPACITY_TYPE: spec.capacity_type,
     }

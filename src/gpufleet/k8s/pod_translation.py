@@ -112,21 +112,21 @@ def assignment_of(ann: Mapping[str, str], node: str, key: str) -> Bind | None:
     if not node or ann.get(names.ANN_NODE) != node:
         return None
     try:
-        if names.ANN_MIG in ann:
+        if ann.get(names.ANN_MIG):  # empty: cleared (see binding_annotations)
             gpu, _, rest = ann[names.ANN_MIG].partition(":")
             profile, _, start = rest.partition("@")
             slot = MigSlot(int(gpu), profile, int(start))
             return Bind(job_id=key, node=node, gpus=(), milli_per_gpu=0, mig=(slot,))
         gpus_txt = ann.get(names.ANN_GPUS, "")
         gpus = tuple(int(g) for g in gpus_txt.split(",") if g.strip())
-        milli = int(ann.get(names.ANN_GPU_MILLI, GPU_MILLI))
+        milli = int(ann.get(names.ANN_GPU_MILLI) or GPU_MILLI)
         return Bind(job_id=key, node=node, gpus=gpus, milli_per_gpu=milli)
     except ValueError:
         return None
 
 
 def assignment_annotations(bind: Bind) -> dict[str, str | None]:
-    """What we write on a pod before binding it (None deletes a stale key)."""
+    """The GPU assignment of ``bind`` as annotations (None: the key does not apply to it)."""
     out: dict[str, str | None] = {names.ANN_NODE: bind.node}
     if bind.mig:
         m = bind.mig[0]
@@ -139,6 +139,18 @@ def assignment_annotations(bind: Bind) -> dict[str, str | None]:
         out[names.ANN_GPU_MILLI] = str(bind.milli_per_gpu)
     return out
 
+
+
+def binding_annotations(bind: Bind, current: Mapping[str, str]) -> dict[str, str]:
+    """The annotations a ``Binding`` carries onto the pod with its node, in the same write.
+
+    The API server only adds or overwrites a Binding's annotations — it cannot delete one — so
+    a key that does not apply to this assignment but is already on the pod (say, a stale
+    ``gpufleet.io/mig`` a user copied in) is written empty, which :func:`assignment_of` reads
+    as absent.
+    """
+    return {k: "" if v is None else v for k, v in assignment_annotations(bind).items()
+            if v is not None or k in current}
 
 def request_of(
     pod: Mapping[str, Any], cat: GpuCatalog

@@ -1,9 +1,9 @@
 """Nodes + pods from the API → a FleetState with every running pod's GPUs already taken.
 
 Level-triggered by construction: the snapshot is rebuilt from the API objects alone, so after a
-restart (or a failover) GPU assignments come back from the annotations gpufleet wrote on each pod
-before binding it. A bound pod without our annotations (another scheduler's, or bound before its
-annotations landed) gets GPUs picked the way placement's Reserve step would, on its node.
+restart (or a failover) GPU assignments come back from the annotations gpufleet's binding put on
+each pod (in the same update as its node). A bound pod without our annotations (another
+scheduler's) gets GPUs picked the way placement's Reserve step would, on its node.
 """
 
 from __future__ import annotations

@@ -8,8 +8,10 @@ V100 nodes (one spot) for whole-GPU and gang jobs, and a 4×T4 node for fraction
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -66,37 +68,63 @@ def parse_nodes_option(value: str | None) -> list[GpuNodeSpec]:
     return [spec_from_openb(n) for n in load_nodes(path)]
 
 
-def create_nodes(api_client: Any, specs: Iterable[GpuNodeSpec]) -> list[str]:
-    """Create the Node objects (KWOK then marks them Ready); returns their names."""
+def create_nodes(api_client: Any, specs: Iterable[GpuNodeSpec], workers: int = 8) -> list[str]:
+    """Create the Node objects (KWOK then marks them Ready); returns their names.
+
+    ``workers`` creates run at once (a fleet of a thousand nodes would otherwise spend tens of
+    seconds in round trips); responses are not deserialised into models.
+    """
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
     core = client.CoreV1Api(api_client)
-    names: list[str] = []
-    for spec in specs:
+    specs = list(specs)
+
+    def create(spec: GpuNodeSpec) -> str:
         try:
-            core.create_node(body=node_object(spec))
+            core.create_node(body=node_object(spec), _preload_content=False)
         except ApiException as exc:
             if exc.status != 409:  # already there: a restarted lab keeps its nodes
                 raise LabError(f"creating node {spec.name}: {exc.status} {exc.reason}") from exc
-        names.append(spec.name)
-    return names
+        return spec.name
+
+    if workers <= 1 or len(specs) <= 1:
+        return [create(s) for s in specs]
+    with ThreadPoolExecutor(workers, thread_name_prefix="lab-create-node") as pool:
+        return list(pool.map(create, specs))
 
 
-def wait_nodes_ready(api_client: Any, names: Sequence[str], timeout_s: float = 120.0) -> None:
-    """Wait until KWOK has marked every named node Ready (bounded; names the laggards)."""
+def ready_node_names(api_client: Any, page: int = 500) -> set[str]:
+    """Names of the nodes whose Ready condition is True (paged list, raw JSON)."""
     from kubernetes import client
 
     core = client.CoreV1Api(api_client)
+    ready: set[str] = set()
+    cont: str | None = None
+    while True:
+        kw: dict[str, Any] = {"limit": page, "_preload_content": False}
+        if cont:
+            kw["_continue"] = cont
+        body = json.loads(core.list_node(**kw).data)
+        for n in body.get("items") or ():
+            conds = (n.get("status") or {}).get("conditions") or ()
+            if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds):
+                ready.add(n["metadata"]["name"])
+        cont = (body.get("metadata") or {}).get("continue")
+        if not cont:
+            return ready
+
+
+def wait_nodes_ready(api_client: Any, names: Sequence[str], timeout_s: float = 120.0) -> None:
+    """Wait until KWOK has marked every named node Ready (bounded; names the laggards).
+
+    Polls every 0.25 s, or every second for a fleet of hundreds (each poll lists them all).
+    """
     want = set(names)
+    poll_s = 0.25 if len(want) < 200 else 1.0
     deadline = time.monotonic() + timeout_s
     while True:
-        ready = {
-            n.metadata.name
-            for n in core.list_node().items
-            if any(c.type == "Ready" and c.status == "True" for c in (n.status.conditions or []))
-        }
-        missing = want - ready
+        missing = want - ready_node_names(api_client)
         if not missing:
             return
         if time.monotonic() >= deadline:
@@ -105,4 +133,4 @@ def wait_nodes_ready(api_client: Any, names: Sequence[str], timeout_s: float = 1
                 f"kwok: {len(missing)} node(s) not Ready after {timeout_s:.0f} s ({shown}); "
                 "see logs/kwok.log"
             )
-        time.sleep(0.25)
+        time.sleep(poll_s)
