@@ -76,6 +76,8 @@ def controller(
     cloud: Annotated[str | None, typer.Option(
         help="Run the capacity loop on this cloud (kwok: the lab's) when the config names "
         "none.")] = None,
+    cloud_config: Annotated[Path | None, typer.Option(
+        help="With --cloud aws|aliyun: the provider's config file (docs/cloud.md).")] = None,
 ) -> None:
     """Schedule pods with `spec.schedulerName: gpufleet` using gpufleet's policies."""
     logging.basicConfig(level=log_level.upper(),
@@ -84,7 +86,11 @@ def controller(
     if cloud is not None and scenario.cloud is None:
         if cloud not in ("kwok", "aws", "aliyun"):
             raise InputError(f"expected kwok, aws or aliyun, got {cloud!r}", field="--cloud")
-        scenario = scenario.model_copy(update={"cloud": CloudSettings(name=cloud)})
+        if cloud != "kwok" and cloud_config is None:
+            raise InputError(f"--cloud {cloud} needs --cloud-config (the provider's config "
+                             "file)", field="--cloud-config")
+        settings = {cloud: str(cloud_config)} if cloud != "kwok" else {}
+        scenario = scenario.model_copy(update={"cloud": CloudSettings(name=cloud, **settings)})
     if not retry_period < renew_deadline < lease_duration:
         raise InputError("expected retry-period < renew-deadline < lease-duration",
                          field="lease-duration")
