@@ -11,10 +11,12 @@ One :meth:`CapacityController.reconcile` per cycle, in this order:
    an unrecorded gpufleet instance with no Node past that time (a leak). A gpufleet Node whose
    instance is gone is deleted.
 2. **Interruptions.** Each ``provider.interruptions()`` event marks its Node through the one
-   convention (:func:`gpufleet.k8s.interruption.mark_interrupted_instance`, the node agent's
-   too) and is acknowledged after. Cordoning, evicting and terminating a marked Node is the
-   drain's job alone (:class:`gpufleet.k8s.drainer.Drainer`), which hands each drained Node back
-   to :meth:`CapacityController.terminate` — the instance is deleted through the provider.
+   convention of :mod:`gpufleet.k8s.interruption` (``node_for_instance`` + ``mark_node``, what
+   ``mark_interrupted_instance`` does, keeping whether *this* call marked it for the metric; the
+   node agent writes the same mark) and is acknowledged after. Cordoning, evicting and
+   terminating a marked Node is the drain's job alone (:class:`gpufleet.k8s.drainer.Drainer`),
+   which hands each drained Node back to :meth:`CapacityController.terminate` — the instance is
+   deleted through the provider.
 3. **Scale up.** The pods the cycle refused → :class:`gpufleet.provisioning.ScaleUpPolicy` (the
    simulator's code; spot only for pods tolerating spot, the scenario's spot strategy) minus the
    capacity still booting → each ``Launch`` node gets a record *written before* the provider is
