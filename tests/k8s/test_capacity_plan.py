@@ -152,7 +152,7 @@ def test_cloud_settings_are_validated_with_the_field_named(tmp_path) -> None:
 
 
 def test_only_pods_still_running_on_the_node_are_evicted() -> None:
-    from gpufleet.k8s.interruption_drain import pods_to_evict
+    from gpufleet.k8s.capacity_plan import pods_to_evict
 
     def p(name: str, node: str, phase: str = "Running", **meta: object) -> dict:
         return {"metadata": {"name": name, "namespace": "ns", **meta},
@@ -160,6 +160,7 @@ def test_only_pods_still_running_on_the_node_are_evicted() -> None:
 
     pods = [p("run", "n1"), p("done", "n1", "Succeeded"), p("other", "n2"),
             p("going", "n1", deletionTimestamp="2026-01-01T00:00:00Z"),
-            p("ds", "n1", ownerReferences=[{"kind": "DaemonSet", "name": "agent"}]),
+            p("ds", "n1", ownerReferences=[{"kind": "DaemonSet", "name": "agent",
+                                         "controller": True}]),
             p("job", "n1", ownerReferences=[{"kind": "Job", "name": "j"}])]
     assert pods_to_evict("n1", pods) == [("ns", "run"), ("ns", "job")]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from gpufleet.cli import _register, app
@@ -61,3 +62,61 @@ def test_client_rate_limit_must_be_sane() -> None:
     res = runner.invoke(app, ["controller", "--kube-api-qps", "200", "--kube-api-burst", "0"])
     assert res.exit_code == 2 and "--kube-api-burst" in res.output
     assert "Traceback" not in res.output
+
+
+def _kubeconfig(tmp_path: Path) -> Path:
+    kc = tmp_path / "kc"
+    kc.write_text(
+        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n")
+    return kc
+
+
+AWS_INLINE = ("{region: us-east-1, zones: {us-east-1a: subnet-0abc12345}, "
+              "launch_template: {name: gpufleet-nodes}, instance_types: [g5.xlarge], "
+              "endpoint_url: 'http://127.0.0.1:1', max_attempts: 1}")
+
+
+def test_aws_without_a_credential_is_one_line_and_exit_2(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controller asks the cloud for its offerings at start (its cost prices): with nothing in
+    boto3's chain that is CredentialsError, one line, exit 2 — not a warning loop later."""
+    import os
+
+    for var in list(os.environ):
+        if var.startswith("AWS_"):
+            monkeypatch.delenv(var)
+    for name in ("credentials", "config"):
+        (tmp_path / name).write_text("")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    cfg = tmp_path / "aws.yaml"
+    cfg.write_text(f"name: live\nprovider: aws\ncloud: {{name: aws, aws: {AWS_INLINE}}}\n")
+    res = runner.invoke(app, ["controller", "--kubeconfig", str(_kubeconfig(tmp_path)),
+                              "--config", str(cfg)])
+    assert res.exit_code == 2, res.output
+    assert "no credentials found" in res.output and "Traceback" not in res.output
+    assert len(res.output.strip().splitlines()) == 1
+
+
+def test_provider_settings_are_required_and_validated(tmp_path: Path) -> None:
+    kc = str(_kubeconfig(tmp_path))
+    missing = tmp_path / "missing.yaml"
+    missing.write_text("name: live\ncloud: {name: aws}\n")
+    res = runner.invoke(app, ["controller", "--kubeconfig", kc, "--config", str(missing)])
+    assert res.exit_code == 2 and "'aws' settings" in res.output
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: live\ncloud: {name: aws, aws: {region: moon-1, zones: {}}}\n")
+    res = runner.invoke(app, ["controller", "--kubeconfig", kc, "--config", str(bad)])
+    assert res.exit_code == 2 and "cloud.aws" in res.output and "region" in res.output
+    ali = tmp_path / "aliyun.yaml"
+    ali.write_text("region: cn-hangzhou\nzones: {cn-hangzhou-h: vsw-1}\n")  # no launch source
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(f"name: live\ncloud: {{name: aliyun, aliyun: '{ali}'}}\n")
+    res = runner.invoke(app, ["controller", "--kubeconfig", kc, "--config", str(cfg)])
+    assert res.exit_code == 2 and "aliyun.yaml" in res.output
+    assert "launch_template_id" in res.output and "Traceback" not in res.output
+    res = runner.invoke(app, ["controller", "--kubeconfig", kc, "--cloud", "aws"])
+    assert res.exit_code == 2 and "--cloud-config" in res.output

@@ -10,8 +10,13 @@ One :meth:`CapacityController.reconcile` per cycle, in this order:
    Node has not registered within ``registration_timeout_s`` of its launch is deleted, and so is
    an unrecorded gpufleet instance with no Node past that time (a leak). A gpufleet Node whose
    instance is gone is deleted.
-2. **Interruptions.** Each ``provider.interruptions()`` event marks its Node
-   (``k8s.interruption_drain``) and is acknowledged after; every marked Node's pods are evicted.
+2. **Interruptions.** Each ``provider.interruptions()`` event marks its Node through the one
+   convention of :mod:`gpufleet.k8s.interruption` (``node_for_instance`` + ``mark_node``, what
+   ``mark_interrupted_instance`` does, keeping whether *this* call marked it for the metric; the
+   node agent writes the same mark) and is acknowledged after. Cordoning, evicting and
+   terminating a marked Node is the drain's job alone (:class:`gpufleet.k8s.drainer.Drainer`),
+   which hands each drained Node back to :meth:`CapacityController.terminate` — the instance is
+   deleted through the provider.
 3. **Scale up.** The pods the cycle refused → :class:`gpufleet.provisioning.ScaleUpPolicy` (the
    simulator's code; spot only for pods tolerating spot, the scenario's spot strategy) minus the
    capacity still booting → each ``Launch`` node gets a record *written before* the provider is
@@ -43,7 +48,8 @@ from gpufleet.cloud.provider import (
 )
 from gpufleet.decisions import CapacityType, Terminate
 from gpufleet.k8s import capacity_plan as plan
-from gpufleet.k8s import interruption_drain as drain
+from gpufleet.k8s import names
+from gpufleet.k8s.interruption import mark_from_event, mark_node, node_for_instance
 from gpufleet.k8s.launch_records import LaunchRecord, LaunchRecords, new_token
 from gpufleet.k8s.snapshot import Snapshot
 from gpufleet.market.bidding import SpotStrategy, get_spot_strategy
@@ -53,6 +59,8 @@ from gpufleet.sim.scenario import Scenario
 log = logging.getLogger(__name__)
 
 GONE = (InstanceState.TERMINATING, InstanceState.TERMINATED)
+# the ``source`` a provider's events write into the interruption mark (k8s.interruption.SOURCES)
+MARK_SOURCE = {"aws": "aws-sqs", "aliyun": "aliyun", "kwok": "kwok"}
 REGISTRATION_BUCKETS = (1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 900)
 
 
@@ -87,6 +95,26 @@ def _managed(node: Mapping[str, Any]) -> bool:
     return ((node.get("metadata") or {}).get("labels") or {}).get(TAG_MANAGED) == "true"
 
 
+def _marked(node: Mapping[str, Any]) -> bool:
+    """Carries the interruption annotation (even one that does not parse: the drain owns it)."""
+    return names.ANN_INTERRUPTION in ((node.get("metadata") or {}).get("annotations") or {})
+
+
+def _evict(core: client.CoreV1Api, namespace: str, name: str) -> bool:
+    """Evict one pod left on a node scale-down is removing (the Eviction API, so budgets hold);
+    False when a budget refused (the node is retried next cycle)."""
+    body = client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace=namespace))
+    try:
+        core.create_namespaced_pod_eviction(name, namespace, body)
+    except ApiException as exc:
+        if exc.status == 404:
+            return True
+        if exc.status == 429:
+            return False
+        raise
+    return True
+
+
 @dataclass
 class ReconcileReport:
     """What one reconcile did (tests and logs read it)."""
@@ -97,8 +125,7 @@ class ReconcileReport:
     timed_out: list[str] = field(default_factory=list)  # instance ids
     leaked: list[str] = field(default_factory=list)
     terminated: list[str] = field(default_factory=list)  # node names
-    interrupted: list[str] = field(default_factory=list)
-    evicted: list[str] = field(default_factory=list)
+    interrupted: list[str] = field(default_factory=list)  # node names this loop marked
 
 
 class CapacityController:
@@ -141,7 +168,7 @@ class CapacityController:
         if out.resumed or out.timed_out or out.leaked:  # converging changed the instances
             instances = self.provider.list()
         live = [i for i in instances if i.state not in GONE]
-        self._interruptions(live, by_pid, nodes, pods, now, out)
+        self._interruptions(live, nodes, out)
         if self.sc.autoscaling:
             self._scale_up(snap, refused, live, booting, nodes, now, out)
         self._scale_down(snap, live, by_pid, nodes, pods, now, out)
@@ -205,31 +232,47 @@ class CapacityController:
         self.metrics.in_flight.set(len(booting))
         return booting
 
-    def _interruptions(self, live: list[Instance], by_pid: Mapping[str, Mapping[str, Any]],
-                       nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]],
-                       now: float, out: ReconcileReport) -> None:
-        by_id = {i.instance_id: i for i in live}
+    def _interruptions(self, live: list[Instance], nodes: Sequence[Mapping[str, Any]],
+                       out: ReconcileReport) -> None:
+        """Mark the Node of each provider event (once, whoever is first), then acknowledge it:
+        the mark is the record, so a crash before the acknowledgement re-delivers the event and
+        marking again is a no-op. The drain acts on the mark."""
+        source = MARK_SOURCE.get(self.provider.name, self.provider.name)
         for ev in self.provider.interruptions():
-            inst = by_id.get(ev.instance_id)
-            node = by_pid.get(inst.provider_id) if inst is not None else None
-            if node is not None:
-                name = node["metadata"]["name"]
-                if drain.mark_interrupted(self.core, name, str(ev.kind), ev.deadline, now,
-                                          self.provider.name):
-                    self.metrics.interruptions.labels(kind=str(ev.kind)).inc()
-                    out.interrupted.append(name)
+            name = node_for_instance(nodes, ev.instance_id)
+            if name is not None and mark_node(self.core, name, mark_from_event(
+                    ev, source, self.clock())):
+                self.metrics.interruptions.labels(kind=str(ev.kind)).inc()
+                out.interrupted.append(name)
             self.provider.acknowledge(ev)  # recorded on the Node (or the Node is gone)
         pids = {i.provider_id for i in live}
         for n in nodes:
-            name = n["metadata"]["name"]
-            if drain.is_marked(n) or name in out.interrupted:
-                for ns, pod in drain.pods_to_evict(name, pods):
-                    if drain.evict(self.core, ns, pod):
-                        out.evicted.append(f"{ns}/{pod}")
             pid = (n.get("spec") or {}).get("providerID")
             if _managed(n) and pid and pid not in pids and not n["metadata"].get(
                     "deletionTimestamp"):
-                self._delete_node(name)  # its instance is gone (reclaimed, deleted outside)
+                self._delete_node(n["metadata"]["name"])  # its instance is gone (reclaimed,
+                # or deleted outside gpufleet)
+
+    def terminate(self, t: Terminate) -> None:
+        """The drain's ``Terminate`` for a drained Node: delete its instance through the provider
+        (only one of gpufleet's: ``list`` returns no other; deleting one already going is no
+        error) and then the Node. Idempotent, so a retry after a crash is harmless."""
+        pid = None
+        try:
+            node = self.core.read_node(t.node)
+            pid = node.spec.provider_id if node.spec is not None else None
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+        for inst in self.provider.list():
+            if inst.state in GONE:
+                continue
+            if (pid and inst.provider_id == pid) or inst.instance_id == t.node:
+                self.provider.delete(inst.instance_id)
+                self.metrics.terminations.labels(reason="interruption").inc()
+                log.info("deleted instance %s of drained node %s", inst.instance_id, t.node)
+        self.empty.since.pop(t.node, None)
+        self._delete_node(t.node)
 
     def _scale_up(self, snap: Snapshot, refused: Sequence[str], live: list[Instance],
                   booting: list[Instance], nodes: Sequence[Mapping[str, Any]], now: float,
@@ -292,12 +335,12 @@ class CapacityController:
             if node is None or not _managed(node) or i.instance_type not in self.types:
                 continue
             meta = node["metadata"]
-            if meta.get("deletionTimestamp") or drain.is_marked(node) or not _ready(node):
+            if meta.get("deletionTimestamp") or _marked(node) or not _ready(node):
                 continue
             managed[meta["name"]] = (self.types[i.instance_type],
                                      i.capacity_type == CapacityType.SPOT)
             inst_of[meta["name"]] = i
-        busy = {name for name in managed if drain.pods_to_evict(name, pods)}
+        busy = {name for name in managed if plan.pods_to_evict(name, pods)}
         since = self.empty.update(managed, busy, now)
         cmd = self.disruption.decide(plan.node_views(snap, managed, since), now)
         if cmd is None:
@@ -305,11 +348,11 @@ class CapacityController:
         for d in cmd.decisions:
             if not isinstance(d, Terminate) or d.node not in inst_of:
                 continue
-            if d.only_if_empty and drain.pods_to_evict(d.node, pods):
+            if d.only_if_empty and plan.pods_to_evict(d.node, pods):
                 continue
             self._cordon(d.node)
-            for ns, pod in drain.pods_to_evict(d.node, pods):
-                drain.evict(self.core, ns, pod)
+            for ns, pod in plan.pods_to_evict(d.node, pods):
+                _evict(self.core, ns, pod)
             self.provider.delete(inst_of[d.node].instance_id)
             self._delete_node(d.node)
             self.empty.since.pop(d.node, None)

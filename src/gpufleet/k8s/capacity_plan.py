@@ -20,10 +20,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
+from typing import Any
 
 from gpufleet.catalog.instances import InstanceType
 from gpufleet.cloud.provider import Offering
 from gpufleet.decisions import CapacityType
+from gpufleet.k8s.drain import finished, stays_on_drain
 from gpufleet.k8s.pod_translation import PodInfo, tolerates
 from gpufleet.k8s.snapshot import Snapshot
 from gpufleet.market.bidding import ZoneMarket
@@ -148,4 +150,18 @@ def node_views(snap: Snapshot, managed: Mapping[str, tuple[InstanceType, bool]],
             name, NodeShape.of(it), spot, tuple(int(x) for x in st.free_milli[row, :gpus]),
             int(st.cpu_free[row]), int(st.mem_free[row]), tuple(pods.get(name, ())),
             empty_since.get(name), None, usd_per_hour=float(it.usd_per_hour)))
+    return out
+
+
+def pods_to_evict(node: str, pods: Iterable[Mapping[str, Any]]) -> list[tuple[str, str]]:
+    """(namespace, name) of the pods that still keep ``node`` busy: bound there, not finished,
+    not already terminating; DaemonSet and mirror pods go with the node (the drain's rule)."""
+    out = []
+    for p in pods:
+        meta = p.get("metadata") or {}
+        if (p.get("spec") or {}).get("nodeName") != node or meta.get("deletionTimestamp"):
+            continue
+        if finished(p) or stays_on_drain(p):
+            continue
+        out.append((meta.get("namespace", "default"), meta["name"]))
     return out

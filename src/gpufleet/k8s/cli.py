@@ -81,6 +81,8 @@ def controller(
         help="Client-side limit on API writes a second, as client-go's --kube-api-qps "
              "(0: none).")] = 0.0,
     kube_api_burst: Annotated[int, typer.Option(help="Burst of that limit.")] = 1,
+    cloud_config: Annotated[Path | None, typer.Option(
+        help="With --cloud aws|aliyun: the provider's config file (docs/cloud.md).")] = None,
 ) -> None:
     """Schedule pods with `spec.schedulerName: gpufleet` using gpufleet's policies."""
     logging.basicConfig(level=log_level.upper(),
@@ -94,7 +96,11 @@ def controller(
     if cloud is not None and scenario.cloud is None:
         if cloud not in ("kwok", "aws", "aliyun"):
             raise InputError(f"expected kwok, aws or aliyun, got {cloud!r}", field="--cloud")
-        scenario = scenario.model_copy(update={"cloud": CloudSettings(name=cloud)})
+        if cloud != "kwok" and cloud_config is None:
+            raise InputError(f"--cloud {cloud} needs --cloud-config (the provider's config "
+                             "file)", field="--cloud-config")
+        settings = {cloud: str(cloud_config)} if cloud != "kwok" else {}
+        scenario = scenario.model_copy(update={"cloud": CloudSettings(name=cloud, **settings)})
     if not retry_period < renew_deadline < lease_duration:
         raise InputError("expected retry-period < renew-deadline < lease-duration",
                          field="lease-duration")

@@ -24,12 +24,13 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gpufleet.decisions import Bind
-from gpufleet.k8s.apply import Applier, Outcome
+from gpufleet.k8s.apply import ApiErrors, Applier, Outcome
+from gpufleet.k8s.capacity import CapacityController
 from gpufleet.k8s.capacity_setup import build_capacity
 from gpufleet.k8s.connections import BASE_CONNECTIONS, client_with_pool
 from gpufleet.k8s.cost import LiveFleet, LiveFleetCollector, PriceBook
 from gpufleet.k8s.cycle import Refuse, plan_cycle
-from gpufleet.k8s.drainer import Drainer
+from gpufleet.k8s.drainer import PROVIDER_FAULTS, Drainer
 from gpufleet.k8s.informer import Informer
 from gpufleet.k8s.leader import LeaderElector
 from gpufleet.k8s.pod_translation import binding_annotations
@@ -45,6 +46,19 @@ log = logging.getLogger(__name__)
 def _key(obj: Mapping[str, Any]) -> str:
     m = obj["metadata"]
     return f"{m.get('namespace')}/{m['name']}"
+
+
+def offered_prices(capacity: CapacityController) -> PriceBook | None:
+    """The cost metrics' prices from the cloud's own offerings (its spot prices now, its
+    on-demand list) — asked once at start, which is also the credential preflight: a missing or
+    rejected credential is a ``CredentialsError`` here (one line, exit 2), not a warning in the
+    loop. An unreachable API for the lab's cloud falls back to the catalog's prices."""
+    try:
+        return PriceBook(offerings=capacity.provider.offerings())
+    except (*ApiErrors, *PROVIDER_FAULTS) as exc:
+        log.warning("cloud %s: no offerings at start (%s); catalog prices for cost metrics",
+                    capacity.provider.name, exc)
+        return None
 
 
 class Controller:
@@ -87,12 +101,15 @@ class Controller:
             if leader_elect else None
         self.applier = Applier(self.core, self.metrics, instance=self.identity,
                                limiter=TokenBucket(qps, burst), workers=workers)
+        # the live capacity loop, when the scenario names a cloud (k8s.capacity)
+        self.capacity = build_capacity(self.core, scenario, capacity_namespace or lease_namespace,
+                                       self.metrics.registry)
+        if prices is None and self.capacity is not None:
+            prices = offered_prices(self.capacity)
         self.fleet = LiveFleet(prices)  # cost and fleet metrics under the simulator's names
         self.metrics.registry.register(LiveFleetCollector(
             self.fleet, self.nodes.objects, self.pods.objects,
             lambda: self.is_leader and self.ready(), time.time))
-        self.drainer = Drainer(self.core, self.applier, self.metrics,
-                               on_recovery=self.fleet.add_recoveries)
         self.policy = policy_for(scenario, seed)
         self.backfill = backfill_for(scenario)
         self.rng = np.random.default_rng(seed)
@@ -105,9 +122,11 @@ class Controller:
         self._threads: list[threading.Thread] = []
         self._server = None
         self.cycles = 0
-        # the live capacity loop, when the scenario names a cloud (k8s.capacity)
-        self.capacity = build_capacity(self.core, scenario, capacity_namespace or lease_namespace,
-                                       self.metrics.registry)
+        # one drain for every marked Node; with a cloud, a drained Node's instance is deleted
+        # through the provider (capacity.terminate), else only the Node object goes
+        self.drainer = Drainer(self.core, self.applier, self.metrics,
+                               terminate=self.capacity.terminate if self.capacity else None,
+                               on_recovery=self.fleet.add_recoveries)
         self.capacity_interval_s = 1.0
         self._capacity_at = -float("inf")
 
@@ -256,3 +275,5 @@ class Controller:
         except ApiException as exc:
             log.warning("capacity loop: API error %s %s; retrying next cycle", exc.status,
                         exc.reason)
+        except PROVIDER_FAULTS as exc:
+            log.warning("capacity loop: %s; retrying next cycle", exc)

@@ -126,9 +126,10 @@ def apply_cordon(core: Any, c: Cordon) -> bool:
 
 
 def delete_node(core: Any, t: Terminate) -> bool:
-    """Termination until the capacity controller applies ``Terminate`` on this branch: delete the
-    Node object (the pod garbage collector then removes what was left bound to it). With a cloud
-    provider, the capacity controller deletes the instance too."""
+    """Termination without a cloud: delete the Node object (the pod garbage collector then removes
+    what was left bound to it). With a cloud, the controller hands ``Terminate`` to
+    :meth:`gpufleet.k8s.capacity.CapacityController.terminate` instead, which deletes the
+    instance through the provider and then the Node."""
     try:
         core.delete_node(t.node, _preload_content=False)
     except ApiException as exc:

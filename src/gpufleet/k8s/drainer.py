@@ -21,6 +21,11 @@ from gpufleet.k8s.telemetry import ControllerMetrics
 
 log = logging.getLogger(__name__)
 
+# what a provider raises for an infrastructure fault (cloud.aws.AwsApiError and
+# cloud.aliyun.AliyunError are RuntimeErrors; urllib3/socket faults are OSErrors): logged, and the
+# marked Node — still marked — is terminated again on a later cycle
+PROVIDER_FAULTS = (RuntimeError, OSError)
+
 
 class Drainer:
     def __init__(self, core: Any, applier: Applier, metrics: ControllerMetrics, *,
@@ -57,7 +62,7 @@ class Drainer:
         for t in plan.terminate:
             try:
                 self.terminate(t)
-            except ApiErrors as exc:
+            except (*ApiErrors, *PROVIDER_FAULTS) as exc:
                 log.warning("terminate %s: %s", t.node, exc)
                 continue
             self.metrics.drained.inc()

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gpufleet.catalog.yamlfile import read_yaml_document, validation_to_input_error
 from gpufleet.errors import InputError
@@ -80,6 +80,19 @@ class CloudSettings(BaseModel):
     name: Literal["kwok", "aws", "aliyun"] = "kwok"
     registration_timeout_s: float = Field(default=900.0, gt=0, le=DAY_S)
     kwok: KwokSettings = KwokSettings()
+    # The provider's own settings, required for that cloud: a mapping with the keys of its config
+    # file (gpufleet.cloud.aws_config.AwsConfig / gpufleet.cloud.aliyun.AliyunConfig), or the
+    # path of that file. Validated when the controller builds the provider (one line naming the
+    # field, exit 2), so the simulator never imports a cloud SDK.
+    aws: dict[str, Any] | str | None = None
+    aliyun: dict[str, Any] | str | None = None
+
+    @model_validator(mode="after")
+    def _provider_settings(self) -> CloudSettings:
+        if self.name in ("aws", "aliyun") and getattr(self, self.name) is None:
+            raise ValueError(f"cloud {self.name!r} needs its {self.name!r} settings: a mapping "
+                             "or the path of its config file (docs/cloud.md)")
+        return self
 
 
 class Scenario(BaseModel):
