@@ -14,12 +14,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from live_wait import wait_for
 
 from gpufleet.cloud.provider import Interruption, InterruptionKind
 from gpufleet.k8s import names
@@ -33,15 +34,6 @@ from gpufleet.k8s.interruption import (
 
 pytestmark = pytest.mark.live
 
-
-def wait_for(what: str, pred: Callable[[], Any], timeout: float = 30.0) -> Any:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        got = pred()
-        if got:
-            return got
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 class Imds:

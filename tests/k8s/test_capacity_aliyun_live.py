@@ -17,7 +17,7 @@ import importlib.util
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -26,6 +26,7 @@ import pytest
 import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from live_wait import wait_for
 
 from gpufleet.catalog.instances import default_instance_catalog
 from gpufleet.cloud.provider import TAG_MANAGED
@@ -43,15 +44,6 @@ TYPE = "ecs.gn7i-c8g1.2xlarge"
 VSWITCHES = {"vsw-hz-h": "cn-hangzhou-h", "vsw-hz-i": "cn-hangzhou-i"}
 POOL = "gpufleet.io/nodepool"
 
-
-def wait_for(what: str, pred: Callable[[], Any], timeout: float = 30.0) -> Any:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        got = pred()
-        if got:
-            return got
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def _loopback() -> ModuleType:

@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from live_wait import wait_for
 
 from gpufleet.decisions import Bind
 from gpufleet.k8s.apply import Applier
@@ -37,15 +37,6 @@ T4 = {"nvidia.com/gpu.product": "Tesla-T4"}
 V100 = {"nvidia.com/gpu.product": "Tesla-V100-SXM2-16GB"}
 ZONE = "topology.kubernetes.io/zone"
 
-
-def wait_for(what: str, pred: Callable[[], Any], timeout: float = 30.0) -> Any:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        got = pred()
-        if got:
-            return got
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def gpu_pod(name: str, limits: dict | None = None, *, ann: dict | None = None,

@@ -10,12 +10,12 @@ from __future__ import annotations
 import json
 import time
 import urllib.request
-from collections.abc import Callable
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
 import pytest
+from live_wait import wait_for
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpufleet.catalog.instances import default_instance_catalog
@@ -29,15 +29,6 @@ pytestmark = pytest.mark.live
 ZONE = "topology.kubernetes.io/zone"
 SPOT_PRICE = 1.5
 
-
-def wait_for(what: str, pred: Callable[[], Any], timeout: float = 60.0) -> Any:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        got = pred()
-        if got:
-            return got
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def epoch(text: str) -> float:

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from live_wait import wait_for
 
 from gpufleet.cloud.provider import InterruptionKind
 from gpufleet.k8s.controller import Controller
@@ -26,15 +26,6 @@ from gpufleet.sim.scenario import default_scenario
 pytestmark = pytest.mark.live
 ZONE = "topology.kubernetes.io/zone"
 
-
-def wait_for(what: str, pred: Callable[[], Any], timeout: float = 60.0) -> Any:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        got = pred()
-        if got:
-            return got
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def job(name: str, zone: str) -> dict:

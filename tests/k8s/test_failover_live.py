@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from live_wait import wait_for
 
 from gpufleet.k8s.snapshot import build_snapshot
 
@@ -25,15 +26,6 @@ pytestmark = pytest.mark.live
 
 LEASE_S = 4
 
-
-def wait_for(what: str, pred: Any, timeout: float) -> Any:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        got = pred()
-        if got:
-            return got
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def pod(name: str, zone: str) -> dict:
