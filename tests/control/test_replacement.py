@@ -9,7 +9,7 @@ import numpy as np
 from gpufleet.catalog.instances import InstanceType, default_instance_catalog
 from gpufleet.control.fleet import NodeGroup
 from gpufleet.control.offers import OfferBook
-from gpufleet.control.replacement import FixedFleet
+from gpufleet.control.replacement import FixedFleet, replaces_lost_node
 from gpufleet.decisions import CapacityType, Terminate
 from gpufleet.market.bidding import ZoneMarket, get_spot_strategy
 from gpufleet.provisioning import MIG_CONFIG
@@ -95,3 +95,17 @@ def test_a_failed_fallback_is_replaced_as_what_it_was_meant_to_be() -> None:
     assert f.fallback == set()
     plain = f.failed("n2", P3, spot=False, mig=False, now=0.0)
     assert not plain.wants_spot and len(plain.launches) == 1
+
+
+def test_lost_nodes_replaced_only_in_a_fixed_fleet_with_work_left() -> None:
+    # a fixed fleet keeps its size: reclaimed and failed nodes come back
+    assert replaces_lost_node(False, True, reclaimed=True, failed=False)
+    assert replaces_lost_node(False, True, reclaimed=False, failed=True)
+    # a node the fleet let go itself (emptiness, rebalance) is not replaced
+    assert not replaces_lost_node(False, True, reclaimed=False, failed=False)
+    # nothing left to run: no replacement
+    assert not replaces_lost_node(False, False, reclaimed=True, failed=False)
+    assert not replaces_lost_node(False, False, reclaimed=False, failed=True)
+    # an autoscaled fleet replaces capacity through scale-up, never here
+    assert not replaces_lost_node(True, True, reclaimed=True, failed=False)
+    assert not replaces_lost_node(True, True, reclaimed=False, failed=True)

@@ -10,7 +10,7 @@ from gpufleet.decisions import Bind
 from gpufleet.placement import fit
 from gpufleet.placement.filters import DEFAULT_FILTERS
 from gpufleet.placement.fit import NodeRoom, fits
-from gpufleet.placement.mig import choose_mig
+from gpufleet.placement.mig import bind_masks, choose_mig
 from gpufleet.placement.view import pod_view
 from gpufleet.state import FleetState, NodeInfo, ResourceRequest
 
@@ -89,8 +89,8 @@ def random_fleet(seed: int, nodes: int = 30) -> FleetState:
             view = pod_view(s, req, cat)
             slot = choose_mig(view, row)
             if slot is not None and s.cpu_free[row] >= 1000:
-                s.allocate(req, Bind(f"j{j}", f"n{row}", ()),
-                           [(slot.gpu, slot.mask, slot.compute)])
+                bind = Bind(f"j{j}", f"n{row}", (), mig=(slot,))
+                s.allocate(req, bind, bind_masks(s, bind, cat))
     return s
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from gpufleet.catalog.gpus import default_gpu_catalog
 from gpufleet.decisions import Bind, MigSlot
-from gpufleet.placement import get_policy
+from gpufleet.placement import PlacementResult, get_policy
 from gpufleet.placement.mig import bind_masks
 from gpufleet.state import FleetState, ResourceRequest
 
@@ -35,5 +35,14 @@ def test_masks_from_the_bind_match_the_placement(profile: str) -> None:
     state = mig_state()
     req = ResourceRequest(cpu_milli=1000, memory_mib=1024, num_gpu=1, mig_profile=profile)
     res = get_policy("bestfit").place(state, req, np.random.default_rng(0))
-    bind = res.to_bind(state, "j#0")  # type: ignore[union-attr]
-    assert bind_masks(state, bind, default_gpu_catalog()) == res.mig_masks()  # type: ignore[union-attr]
+    assert isinstance(res, PlacementResult)
+    bind = res.to_bind(state, "j#0")
+    assert bind.mig == res.mig and len(bind.mig) == 1
+    (slot,) = bind.mig
+    masks = bind_masks(state, bind, default_gpu_catalog())
+    (g, mask, compute), = masks
+    assert g == slot.gpu and compute == int(profile[0])
+    slices = {"1g.5gb": 1, "2g.10gb": 2, "3g.20gb": 4, "7g.40gb": 8}[profile]  # A100 memory
+    assert mask == ((1 << slices) - 1) << slot.start
+    state.allocate(req, bind, masks)  # the slices the Bind names are now taken
+    assert int(state.mig_used[state.index["n"], g]) & mask == mask

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from gpufleet.catalog.gpus import default_gpu_catalog
 from gpufleet.decisions import Bind
 from gpufleet.errors import InputError
 from gpufleet.placement import (
@@ -15,6 +16,7 @@ from gpufleet.placement import (
     get_policy,
     list_policies,
 )
+from gpufleet.placement.mig import bind_masks
 from gpufleet.state import FleetState, NodeInfo, ResourceRequest
 
 from .conftest import REQUESTS, random_cluster
@@ -55,7 +57,8 @@ def test_every_policy_places_validly_and_never_mutates(name: str) -> None:
         assert len(res.gpus) == req.num_gpu
         for g in res.gpus:
             assert state.free_milli[res.row, g] >= res.milli_per_gpu
-        state.allocate(req, res.to_bind(state, f"j{i}"), res.mig_masks())
+        bind = res.to_bind(state, f"j{i}")
+        state.allocate(req, bind, bind_masks(state, bind, default_gpu_catalog()))
 
 
 def test_same_seed_same_decisions() -> None:
@@ -166,7 +169,7 @@ def test_mig_follows_placement_rules() -> None:
         starts.append(m.start)
         bind = res.to_bind(s, f"m{i}")
         assert bind.mig[0].profile == prof and bind.gpus == ()
-        s.allocate(req, bind, res.mig_masks())
+        s.allocate(req, bind, bind_masks(s, bind, default_gpu_catalog()))
     assert starts[2] in (0, 4)
     half = range(starts[2], starts[2] + 4)
     assert starts[0] not in half and starts[1] not in half and starts[0] != starts[1]

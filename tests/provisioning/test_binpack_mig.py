@@ -6,7 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from gpufleet.catalog.gpus import default_gpu_catalog
 from gpufleet.placement import PlacementResult, get_policy
+from gpufleet.placement.mig import bind_masks
 from gpufleet.provisioning import Bin, NodeShape, fits_shape, gpu_milli_of, pack
 from gpufleet.state import FleetState, ResourceRequest
 
@@ -86,6 +88,7 @@ def test_same_choice_as_placement() -> None:
             took = b.take(req)
             assert took == isinstance(res, PlacementResult)
             if took:
-                state.allocate(req, res.to_bind(state, f"j{k}"), res.mig_masks())
+                bind = res.to_bind(state, f"j{k}")
+                state.allocate(req, bind, bind_masks(state, bind, default_gpu_catalog()))
             assert b.mig_used == [int(x) for x in state.mig_used[0, :2]]
             assert b.mig_compute_used == [int(x) for x in state.mig_compute_used[0, :2]]

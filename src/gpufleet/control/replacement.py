@@ -114,3 +114,11 @@ class FixedFleet:
             cfg = MIG_CONFIG if mig else None
             yield Replacement(tuple(replace(x, count=1, mig_config=cfg) for x in plan), True,
                               Terminate(name, REBALANCE, only_if_empty=True))
+
+
+def replaces_lost_node(autoscaling: bool, work_left: bool, reclaimed: bool, failed: bool) -> bool:
+    """Whether a node that went away is replaced by a fixed-fleet ``Replacement``: a fixed fleet
+    keeps its size while work is left, so a node reclaimed by spot or lost to a failure is
+    replaced; one the fleet itself let go (emptiness, rebalance) is not, and neither is any
+    node once every job is done. An autoscaled fleet replaces capacity through scale-up."""
+    return not autoscaling and work_left and (reclaimed or failed)

@@ -24,11 +24,13 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from gpufleet.catalog.gpus import default_gpu_catalog
 from gpufleet.decisions import Bind, Preempt
 from gpufleet.k8s.node_selector import Selector, matches
 from gpufleet.k8s.pod_translation import PodInfo, tolerated
 from gpufleet.k8s.snapshot import Snapshot
 from gpufleet.placement import PlacementResult
+from gpufleet.placement.mig import bind_masks
 from gpufleet.queueing import BackfillPass, queue_key
 from gpufleet.queueing.gang import place_gang
 from gpufleet.queueing.preemption import Victim, plan_preemption
@@ -191,7 +193,8 @@ def plan_cycle(
                 placed = got
         for p, res in zip(u.pods, placed, strict=True):
             bind = res.to_bind(state, p.key)
-            state.allocate(u.request, bind, res.mig_masks())
+            state.allocate(u.request, bind, bind_masks(state, bind, getattr(
+                policy, "catalog", None) or default_gpu_catalog()))
             plan.decisions.append(bind)
         return True
 

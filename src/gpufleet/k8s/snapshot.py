@@ -15,11 +15,11 @@ from typing import Any
 import numpy as np
 
 from gpufleet.catalog.gpus import GpuCatalog, default_gpu_catalog
-from gpufleet.decisions import Bind, MigSlot
+from gpufleet.decisions import Bind
 from gpufleet.k8s.node_translation import NodeSpec, node_spec
 from gpufleet.k8s.pod_translation import PodInfo, pod_info
 from gpufleet.placement.gpu_select import best_fit_gpu
-from gpufleet.placement.mig import choose_mig
+from gpufleet.placement.mig import bind_masks, choose_mig
 from gpufleet.placement.view import pod_view
 from gpufleet.state import FleetState, ResourceRequest
 
@@ -47,20 +47,20 @@ class Snapshot:
 
 
 def mig_masks(state: FleetState, bind: Bind, catalog: GpuCatalog) -> MigMasks | None:
-    """(gpu, slice mask, compute) per MIG slot of ``bind`` on its node's model; None if unknown."""
+    """(gpu, slice mask, compute) per MIG slot of ``bind`` on its node's model
+    (``placement.mig.bind_masks``); None when a slot does not exist there (a pod annotation is
+    input, so it is checked first)."""
     if not bind.mig:
         return ()
     row = state.index[bind.node]
     model = state.model_names[state.model_id[row]] if state.model_id[row] >= 0 else ""
     if model not in catalog or catalog[model].mig is None:
         return None
-    out = []
     for slot in bind.mig:
         prof = catalog.mig_profile(model, slot.profile)
         if prof is None or slot.start not in prof.starts or slot.gpu >= state.num_gpus[row]:
             return None
-        out.append((slot.gpu, prof.slice_mask(slot.start), prof.compute))
-    return tuple(out)
+    return bind_masks(state, bind, catalog)
 
 
 def _reserve(state: FleetState, req: ResourceRequest, node: str, key: str,
@@ -72,9 +72,8 @@ def _reserve(state: FleetState, req: ResourceRequest, node: str, key: str,
         slot = choose_mig(view, row)
         if slot is None:
             return None
-        bind = Bind(job_id=key, node=node, gpus=(), milli_per_gpu=0,
-                    mig=(MigSlot(slot.gpu, slot.profile, slot.start),))
-        return bind, ((slot.gpu, slot.mask, slot.compute),)
+        bind = Bind(job_id=key, node=node, gpus=(), milli_per_gpu=0, mig=(slot,))
+        return bind, bind_masks(state, bind, catalog)
     if req.num_gpu == 0:
         return Bind(job_id=key, node=node, gpus=(), milli_per_gpu=0), ()
     if int(view.gpu_ok[row].sum()) < req.num_gpu:

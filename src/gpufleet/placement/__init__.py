@@ -13,13 +13,12 @@ from gpufleet.placement.registry import (
     list_policies,
     register,
 )
-from gpufleet.placement.result import MigAssignment, PlacementResult, Status, Unschedulable
+from gpufleet.placement.result import PlacementResult, Status, Unschedulable
 from gpufleet.placement.typical import DEFAULT_TYPICAL_TASKS, typical_tasks_from
 
 __all__ = [
     "DEFAULT_POLICY",
     "DEFAULT_TYPICAL_TASKS",
-    "MigAssignment",
     "PlacementResult",
     "Policy",
     "Status",

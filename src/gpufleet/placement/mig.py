@@ -14,8 +14,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from gpufleet.catalog.gpus import GpuCatalog, MigProfile, MigSpec
-from gpufleet.decisions import Bind
-from gpufleet.placement.result import MigAssignment
+from gpufleet.decisions import Bind, MigSlot
 from gpufleet.placement.view import PodView
 from gpufleet.state import FleetState
 
@@ -73,7 +72,7 @@ def best_mig_slot(
     return None if best is None else (best[2], best[3])
 
 
-def choose_mig(view: PodView, row: int) -> MigAssignment | None:
+def choose_mig(view: PodView, row: int) -> MigSlot | None:
     """Pack: the fullest GPU that fits, at the start that keeps the most future placements open."""
     profile = view.req.mig_profile
     if profile is None:
@@ -96,7 +95,7 @@ def choose_mig(view: PodView, row: int) -> MigAssignment | None:
     if best is None:
         return None
     g, st = best
-    return MigAssignment(g, profile, st, prof.slice_mask(st), prof.compute)
+    return MigSlot(g, profile, st)
 
 
 def bind_masks(

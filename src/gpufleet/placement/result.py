@@ -22,32 +22,17 @@ class Status(Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class MigAssignment:
-    """One MIG instance: ``profile`` at memory-slice offset ``start`` of ``gpu``."""
-
-    gpu: int
-    profile: str
-    start: int
-    mask: int
-    compute: int
-
-
-@dataclass(frozen=True, slots=True)
 class PlacementResult:
     row: int
     gpus: tuple[int, ...]
     milli_per_gpu: int
-    mig: tuple[MigAssignment, ...] = ()
+    mig: tuple[MigSlot, ...] = ()  # MIG slots; their masks follow from the Bind (bind_masks)
 
     def to_bind(self, state: FleetState, job_id: str) -> Bind:
         node = state.nodes[self.row].name
         if self.mig:
-            slots = tuple(MigSlot(m.gpu, m.profile, m.start) for m in self.mig)
-            return Bind(job_id=job_id, node=node, gpus=(), milli_per_gpu=0, mig=slots)
+            return Bind(job_id=job_id, node=node, gpus=(), milli_per_gpu=0, mig=self.mig)
         return Bind(job_id=job_id, node=node, gpus=self.gpus, milli_per_gpu=self.milli_per_gpu)
-
-    def mig_masks(self) -> tuple[tuple[int, int, int], ...]:
-        return tuple((m.gpu, m.mask, m.compute) for m in self.mig)
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,9 @@ from dataclasses import replace
 
 import numpy as np
 
+from gpufleet.catalog.gpus import default_gpu_catalog
 from gpufleet.placement import PlacementResult, Unschedulable
+from gpufleet.placement.mig import bind_masks
 from gpufleet.state import GPU_MILLI, FleetState, ResourceRequest
 
 
@@ -83,7 +85,8 @@ def _place_all(
             if not isinstance(res, PlacementResult):
                 return Unschedulable(f"replica {r + 1}/{replicas}: {res.reason}", res.status)
             bind = res.to_bind(state, f"{job_id}#{r}")
-            masks = res.mig_masks()
+            masks = bind_masks(state, bind, getattr(policy, "catalog", None)
+                               or default_gpu_catalog())
             state.allocate(req, bind, masks)
             binds.append((bind, masks))
             placed.append(res)

@@ -4,27 +4,31 @@ The driver contract (what any driver, this one or the Kubernetes one, implements
 
 1. *Events into state.* Turn the world's events (job submitted, node ready, spot notice, node
    gone or failed, job done, checkpoint written) into the ``FleetState`` snapshot and the job
-   records; nothing else reads the world. Here: ``sim.nodes`` (node lifecycle and snapshot
-   rows), ``sim.books`` (ledger and series), the handlers below.
+   records; nothing else reads the world. Here: ``sim.events`` (event kinds and their order),
+   ``sim.nodes`` (node lifecycle and snapshot rows), ``sim.books`` (ledger and series),
+   ``sim.jobs`` (the job lifecycle: enqueue, bind, start, stop, finish, interrupt, requeue,
+   checkpoint, and the scheduling pass; ``ClusterSim`` inherits it), the node handlers below.
 2. *Ask the control layer, with the clock and the snapshot.* Admission (``control.admission``)
    on submit; the pending queue (``control.queue``); the deadline guards (``control.deadline``)
    on arrival, before scale-up and on every availability tick (``market_signal``); when to
    scan and which steps are due (``control.scan``: the driver reports node and demand changes
    and schedules the time it answers); offers and views for scale-up and disruption
-   (``control.offers``, ``control.views``); the fixed fleet (``control.fleet``) and keeping it
-   at size (``control.replacement``); checkpoint intervals (``recovery``); the placement,
-   queueing, provisioning and recovery policies. Each answers with data: ``Decision``s, a
-   ``Replacement``, a time. The spot market is read through ``market.view.SpotMarketView``.
+   (``control.offers``, ``control.views``); the node cap and the consolidation set
+   (``control.limits``); the fixed fleet (``control.fleet``), keeping it at size and whether a
+   lost node is replaced (``control.replacement``); checkpoint intervals (``recovery``); the
+   placement, queueing, provisioning and recovery policies. Each answers with data:
+   ``Decision``s, a ``Replacement``, a time, a yes or no. The spot market is read through
+   ``market.view.SpotMarketView``.
 3. *Apply every Decision in one place* (``_apply``: one ``match`` over ``Bind``, ``Launch``,
    ``Terminate``, ``Pin``, ``Preempt``, ``Requeue``), skipping one the world has overtaken (a
    node no longer ready, a job no longer running), and report the reaction back as events. A
    ``Replacement`` is applied by ``_replace`` (its launches in order until the cloud accepts
    one, as a fleet request with prioritised overrides would).
 
-What stays here is bookkeeping and the world: the event loop, which job is where, the lost-work
-and allocation books, and guards that are the world's limits (``max_nodes``). Left for later:
-the fixed-fleet ``max_nodes`` cap and the disruption candidate set (every node with room plus
-the due candidates) are still chosen in ``_scale_up``/``_disrupt``.
+What stays here is the world and its plumbing: the event loop, the node event handlers, which
+job is where, and ``_apply``. Left: ``JobLifecycle`` is a mixin that reads the driver's
+attributes (listed on it) rather than a component with its own narrow interface; the disruption
+and deadline *views* are still assembled here from ``SimNode``/``JobRun`` fields.
 
 Hot-path notes (82k Philly jobs must replay in well under a minute): a scheduling pass runs once
 per timestamp at most; when no capacity was freed since the last pass only the newly arrived
@@ -41,12 +45,13 @@ import numpy as np
 
 from gpufleet.catalog.gpus import default_gpu_catalog
 from gpufleet.catalog.instances import InstanceType
-from gpufleet.control.admission import effective_request, request_now, tolerates_spot
-from gpufleet.control.deadline import DeadlineView, market_signal
+from gpufleet.control.admission import effective_request, tolerates_spot
+from gpufleet.control.deadline import market_signal
 from gpufleet.control.fleet import fixed_fleet
+from gpufleet.control.limits import consolidation_set, may_launch
 from gpufleet.control.offers import OfferBook
-from gpufleet.control.queue import PendingQueue, effective_shape
-from gpufleet.control.replacement import FixedFleet, Replacement
+from gpufleet.control.queue import PendingQueue
+from gpufleet.control.replacement import FixedFleet, Replacement, replaces_lost_node
 from gpufleet.control.scan import Disrupt
 from gpufleet.control.views import node_view, pending_pods, pod_view
 from gpufleet.decisions import (
@@ -59,31 +64,33 @@ from gpufleet.decisions import (
     Requeue,
     Terminate,
 )
-from gpufleet.placement import PlacementResult
-from gpufleet.placement.mig import bind_masks
 from gpufleet.provisioning import InFlight, NodeView, Unprovisioned
-from gpufleet.queueing.gang import place_gang
-from gpufleet.recovery import NoticeView, SpotExposure, checkpoint_interval
-from gpufleet.sim.books import Series, Tally, held_milli
-from gpufleet.sim.cloud import SimCloud, SimNode
+from gpufleet.recovery import SpotExposure
+from gpufleet.sim.books import Series, Tally
+from gpufleet.sim.cloud import SimNode
 from gpufleet.sim.controls import controls_for, deadline_guards
 from gpufleet.sim.engine import Engine
-from gpufleet.sim.jobrun import DONE, INF, PENDING, RUNNING, JobRun
+from gpufleet.sim.events import (
+    ARRIVAL,
+    DEADLINE,
+    FAIL,
+    GONE,
+    NOTICE,
+    PASSIVE,
+    PRIO,
+    READY,
+    SAMPLE,
+    SCAN,
+)
+from gpufleet.sim.jobrun import INF, PENDING, RUNNING, JobRun
+from gpufleet.sim.jobs import JobLifecycle
 from gpufleet.sim.nodes import Allocation, Became, SimFleet
 from gpufleet.sim.scenario import Scenario
 from gpufleet.sim.spot import SpotMarket
-from gpufleet.state import GPU_MILLI, FleetState
 from gpufleet.traces.jobs import JobSpec
 
-# event kinds (dispatch table index) and priorities at equal times
-ARRIVAL, FINISH, READY, NOTICE, GONE, SCAN, PASS, SAMPLE, CKPT_DONE, DEADLINE, FAIL = range(11)
-PRIO = {FINISH: 0, GONE: 0, CKPT_DONE: 0, READY: 1, NOTICE: 1, FAIL: 1, ARRIVAL: 2, DEADLINE: 3,
-        PASS: 5, SCAN: 6, SAMPLE: 9}
-# events that do not keep a run alive: when only these are left, nothing else can happen
-PASSIVE = (SAMPLE, DEADLINE, FAIL)
 
-
-class ClusterSim:
+class ClusterSim(JobLifecycle):
     """One scenario over one workload; ``run_until`` advances it."""
 
     def __init__(
@@ -177,18 +184,6 @@ class ClusterSim:
         return False
 
     # -- engine plumbing ----------------------------------------------------------------------
-    @property
-    def now(self) -> float:
-        return self.engine.now
-
-    @property
-    def state(self) -> FleetState:
-        return self.nodes.state
-
-    @property
-    def cloud(self) -> SimCloud:
-        return self.nodes.cloud
-
     def _at(self, t: float, kind: int, payload: object = None) -> None:
         self.engine.schedule(t, kind, payload, PRIO[kind])
 
@@ -226,26 +221,6 @@ class ClusterSim:
         self.end_s = now
 
     # -- arrivals and the scheduling pass -----------------------------------------------------
-    def _enqueue(self, j: JobRun) -> None:
-        j.state = PENDING
-        self.pending.push(j, self.now)
-        self._new.append(j.idx)
-        self._want_pass()
-        self._scan_at(self.ctl.scan.demand(self.now))
-
-    def _set_on_demand_only(self, j: JobRun, flag: bool) -> None:
-        if j.on_demand_only == flag:
-            return
-        if j.state != PENDING:
-            j.on_demand_only = flag
-            return
-        self.pending.pin(j, flag)
-        self._freed = True
-        self._want_pass()
-        # a different request now: scale-up must look again (the pinned pod's spot node, if one
-        # is booting, no longer absorbs it)
-        self._scan_at(self.ctl.scan.demand(self.now))
-
     def _on_arrival(self, idx: int) -> None:
         self.arrived += 1
         j = self.jobs[idx]
@@ -257,138 +232,6 @@ class ClusterSim:
         if dl is not None and dl.watches(j.spec, tolerates_spot(j.req)):
             self._apply(dl.on_arrival(idx, self._deadline_view(j), self.now))
         self._enqueue(j)
-
-    def _deadline_view(self, j: JobRun) -> DeadlineView:
-        running = j.state == RUNNING
-        return DeadlineView(
-            j.spec, j.state == PENDING, running, j.on_demand_only, j.on_spot,
-            j.progress(self.now)[0] if running else j.work_s,
-            max(0.0, j.seg_start + j.overhead - self.now) if running else 0.0,
-        )
-
-    def _want_pass(self) -> None:
-        if self._pass_at != self.now:
-            self._pass_at = self.now
-            self._at(self.now, PASS)
-
-    def _on_pass(self, _: object) -> None:
-        self._pass_at = None
-        if not self.pending:
-            self._new.clear()
-            return
-        jobs = self.jobs
-        if self._freed:
-            self._freed = False
-            self._blocked = set()
-            cand = [(i, effective_shape(jobs[i]), jobs[i].enqueued_s) for _, i in self.pending]
-        else:
-            new = sorted(
-                (jobs[i] for i in self._new if jobs[i].state == PENDING), key=lambda j: j.key
-            )
-            cand = [(j.idx, effective_shape(j), j.enqueued_s) for j in new]
-        self._new.clear()
-        if not cand:
-            return
-        res = self.ctl.backfill.run(
-            cand, self.now, self._try_start, len(self.pending.shapes), self._blocked
-        )
-        self._blocked = res.blocked
-
-    def _try_start(self, idx: int) -> bool:
-        """Place a pending job (all replicas of a gang or none): its ``Bind``s are applied."""
-        j = self.jobs[idx]
-        req = request_now(j.req, j.on_demand_only)
-        state = self.state
-        if j.spec.replicas == 1:
-            res = self.ctl.placement.place(state, req, self.rng)  # type: ignore[attr-defined]
-            if not isinstance(res, PlacementResult):
-                return False
-            placed = [res]
-        else:
-            got = place_gang(state, req, j.spec.replicas, self.ctl.placement, self.rng,
-                             j.spec.job_id)
-            if not isinstance(got, list):
-                return False
-            placed = got
-        self._apply([res.to_bind(state, f"{j.spec.job_id}#{r}") for r, res in enumerate(placed)])
-        return True
-
-    def _bind(self, bind: Bind) -> None:
-        """Apply one replica's ``Bind`` (MIG slices from its slots); the job starts with the
-        last replica's."""
-        j = self._job_by_id(bind.job_id.rpartition("#")[0])
-        assert j is not None and j.state == PENDING, bind
-        if not j.binds:
-            self.pending.remove(j)
-            j.held_milli = 0
-            j.on_spot = False
-        masks = bind_masks(self.state, bind, self.gpu_catalog)
-        self.state.allocate(request_now(j.req, j.on_demand_only), bind, masks)
-        j.binds.append((bind, masks))
-        node = self.cloud.nodes[bind.node]
-        j.held_milli += held_milli(bind, masks, node, self.gpu_catalog)
-        node.jobs[j.idx] = node.jobs.get(j.idx, 0) + 1
-        node.alloc_milli += j.replica_milli
-        self._node_changed(node)
-        j.on_spot = j.on_spot or node.spot
-        if len(j.binds) == j.spec.replicas:
-            self._start(j)
-
-    def _start(self, j: JobRun) -> None:
-        rec = j.start(self.now, self._tau(j, j.on_spot))
-        if rec is not None:
-            self.tally.recoveries.append(rec)
-            self._recent_recoveries.append(rec)
-        self.running += 1
-        self._at(j.finish_time(), FINISH, (j.idx, j.version))
-
-    def _tau(self, j: JobRun, on_spot: bool) -> float:
-        """The job's checkpoint interval for this start (``recovery.checkpoint_interval``)."""
-        return checkpoint_interval(
-            self.ctl.interval, checkpoints=self.sc.checkpointing and j.spec.checkpointable,
-            fixed_interval_s=self.sc.checkpoint_interval_s, checkpoint_cost_s=j.ckpt_cost,
-            node_gpus=sum(self.cloud.nodes[n].gpus for n in {b.node for b, _ in j.binds}),
-            gpu_mtbf_s=self.gpu_mtbf_s, on_spot=on_spot, reclaims=self.tally.reclaims,
-            spot_exposure_s=self.exposure.at(self.now),
-        )
-
-    def _stop(self, j: JobRun, at: float) -> None:
-        """Release j's GPUs at ``at`` and book its allocated GPU-time (the ledger: bind to
-        release × milli-GPU held) and cost share."""
-        self.tally.release(j, [self.cloud.nodes[b.node] for b, _ in j.binds], at)
-        j.leaving = False
-        per_replica = j.replica_milli
-        for bind, masks in j.binds:
-            self.state.release(j.req, bind, masks)
-            node = self.cloud.nodes[bind.node]
-            cnt = node.jobs.get(j.idx, 0) - 1
-            if cnt > 0:
-                node.jobs[j.idx] = cnt
-            else:
-                node.jobs.pop(j.idx, None)
-            node.alloc_milli -= per_replica
-            self._node_changed(node)
-        j.binds = []
-        self.running -= 1
-        self._freed = True
-        self.ctl.scan.pod_moved()
-        self._want_pass()
-
-    def _on_finish(self, payload: tuple[int, int]) -> None:
-        idx, version = payload
-        j = self.jobs[idx]
-        if j.version != version or j.state != RUNNING:
-            return
-        self._stop(j, self.now)
-        j.state = DONE
-        j.work_s = j.spec.duration_s
-        j.finish_s = self.now
-        self.tally.useful_gpu_s += j.useful_gpu_s
-        self.done += 1
-        if self.deadlines is not None:
-            self.deadlines.done(idx)
-        if self.done == len(self.jobs):
-            self._finish()
 
     # -- nodes (the world side: sim.nodes) ------------------------------------------------
     def _launch_one(
@@ -460,7 +303,8 @@ class ClusterSim:
             if j.state == RUNNING and j.binds:
                 self._ckpt_done_now(j, failed=True)
         self._end_node(node, self.now)
-        if not self.sc.autoscaling and node.reclaimed and not self._all_done():
+        if replaces_lost_node(self.sc.autoscaling, not self._all_done(), node.reclaimed,
+                              failed=False):
             self._replace(self.fleet.reclaimed(node.itype, node.mig, self.now),
                           self.sc.provisioning_delay_s)
         else:
@@ -485,67 +329,14 @@ class ClusterSim:
             if j.state == RUNNING and j.binds:
                 self._ckpt_done_now(j, failed=idx in leaving)
         self._end_node(node, self.now)
-        if not self.sc.autoscaling and not self._all_done():
+        if replaces_lost_node(self.sc.autoscaling, not self._all_done(), reclaimed=False,
+                              failed=True):
             rep = self.fleet.failed(name, node.itype, node.spot, node.mig, self.now)
             self._replace(rep, self.sc.provisioning_delay_s)
         # an autoscaled fleet replaces the capacity through scale-up: requeueing the node's jobs
         # (above) scans at once
 
-    def _all_done(self) -> bool:
-        return self.done == len(self.jobs)
-
     # -- interruptions and recovery -----------------------------------------------------------
-    def _interrupt(self, j: JobRun, notice: float, why: str, graceful: bool = False) -> bool:
-        """Interrupt a running job once per leave: a job already leaving (checkpointing at an
-        earlier notice, e.g. from another node of its gang) is not interrupted again — its
-        progress was settled then. The recovery strategy's ``Requeue`` is applied by ``_apply``.
-        Returns whether the job was interrupted now."""
-        if j.state != RUNNING or j.leaving:
-            return False
-        done, saved = j.progress(self.now)
-        view = NoticeView(
-            job_id=j.spec.job_id, checkpointable=j.spec.checkpointable and self.sc.checkpointing,
-            work_done_s=done, last_checkpoint_s=saved, checkpoint_cost_s=j.ckpt_cost,
-            notice_s=notice, interruptions=j.interruptions + 1, on_spot=j.on_spot,
-        )
-        if not graceful:  # a preemption we asked for is not an interruption the job suffered
-            self.tally.interruptions += 1
-            if j.notice_s is None:
-                j.notice_s = self.now
-        self._apply([self.ctl.recovery.on_notice(view)])
-        return True
-
-    def _requeue(self, j: JobRun, plan: Requeue) -> None:
-        """Apply a recovery strategy's ``Requeue``: book the work lost, then leave the nodes
-        now or after a checkpoint (the GPUs stay held until it is written)."""
-        now = self.now
-        done, saved = j.progress(now)
-        self.tally.lose(j, max(0.0, done - plan.resume_work_s))
-        j.requeue(plan.resume_work_s, plan.ahead_of_new_work, plan.checkpoint_now, saved)
-        if plan.on_demand_only:
-            self._set_on_demand_only(j, True)
-        if plan.checkpoint_now:
-            self._at(now + j.ckpt_cost, CKPT_DONE, (j.idx, j.version))
-        else:
-            self._stop(j, now)
-            self._enqueue(j)
-
-    def _on_ckpt_done(self, payload: tuple[int, int]) -> None:
-        idx, version = payload
-        j = self.jobs[idx]
-        if j.version == version and j.state == RUNNING and j.binds:
-            self._ckpt_done_now(j, failed=False)
-
-    def _ckpt_done_now(self, j: JobRun, failed: bool) -> None:
-        """The job leaves its nodes after checkpointing (``failed``: a node died first, so the
-        job falls back to its previous checkpoint and the work since is lost)."""
-        if failed:
-            kept = min(j.work_s, j.saved_s if j.leaving else j.progress(self.now)[1])
-            self.tally.lose(j, j.work_s - kept)
-            j.work_s = kept
-        self._stop(j, self.now)
-        self._enqueue(j)
-
     # -- autoscaler scan ----------------------------------------------------------------------
     def _scan_at(self, t: float | None) -> None:
         if t is not None:
@@ -582,7 +373,7 @@ class ClusterSim:
 
     def _scale_up(self) -> int:
         now = self.now
-        if len(self.cloud.live) >= self.sc.max_nodes:
+        if not may_launch(len(self.cloud.live), self.sc.max_nodes):
             return 0
         pods = []
         for _, i in self.pending[: self.ctl.scale_up.max_pods]:
@@ -602,7 +393,7 @@ class ClusterSim:
         mig = launch.mig_config is not None
         n = 0
         for _ in range(launch.count):
-            if len(self.cloud.live) >= self.sc.max_nodes:
+            if not may_launch(len(self.cloud.live), self.sc.max_nodes):
                 break
             if self._launch_one(it, launch.zone, spot, launch.max_price,
                                 self.sc.provisioning_delay_s, mig):
@@ -618,34 +409,22 @@ class ClusterSim:
         self._scan_at(rescan)
         due_under = kind is Disrupt.UNDERUSED
         if due_under:
-            # candidates plus every node with room to take their pods; full nodes cannot help
-            views = [
-                self._view(n, room_only=n.underused_since is None
-                           or now - n.underused_since < unneeded)
-                for n in self.cloud.live.values()
-                if n.state == "ready" and n.alloc_milli < GPU_MILLI * n.gpus
-            ]
+            nodes = self.cloud.nodes
+            views = [self._view(nodes[name], room_only) for name, room_only in consolidation_set(
+                ((n.name, n.state == "ready", n.alloc_milli, n.gpus, n.underused_since)
+                 for n in self.cloud.live.values()), now, unneeded)]
         elif kind is Disrupt.EMPTY:
             views = [self._view(n) for n in self.nodes.empty.values()]
         else:
             return
         offers = self.offers.on_demand_offers(now) \
-            if due_under and len(self.cloud.live) < self.sc.max_nodes else []
+            if due_under and may_launch(len(self.cloud.live), self.sc.max_nodes) else []
         cmd = self.ctl.disruption.decide(views, now, offers)
         if cmd is None:
             return
         self.tally.consolidations += sum(1 for d in cmd.decisions if isinstance(d, Preempt)
                                          and self._running(d.job_id))
         self.tally.replacements += self._apply(list(cmd.decisions))
-
-    def _running(self, job_id: str) -> bool:
-        j = self._job_by_id(job_id)
-        return j is not None and j.state == RUNNING
-
-    def _job_by_id(self, job_id: str) -> JobRun | None:
-        if not hasattr(self, "_by_id"):
-            self._by_id = {j.spec.job_id: j for j in self.jobs}
-        return self._by_id.get(job_id)
 
     def _view(self, n: SimNode, room_only: bool = False) -> NodeView:
         """The disruption policy's view of a node (``room_only``: not a candidate yet, it can
@@ -714,8 +493,3 @@ class ClusterSim:
         self.series.sample(now, self.cloud.live.values(), self.cloud.accrued_usd(now),
                            len(self.pending), self.tally.interruptions)
         self._periodic_at(now + self.sc.sample_interval_s, SAMPLE)
-
-    def take_recoveries(self) -> tuple[float, ...]:
-        out = tuple(self._recent_recoveries)
-        self._recent_recoveries.clear()
-        return out

@@ -18,6 +18,7 @@ import numpy as np
 from gpufleet.catalog.gpus import GpuCatalog, default_gpu_catalog
 from gpufleet.errors import InputError
 from gpufleet.placement.fragmentation import TaskTable
+from gpufleet.placement.mig import bind_masks
 from gpufleet.placement.registry import get_policy
 from gpufleet.placement.result import PlacementResult
 from gpufleet.placement.typical import TypicalTasks, typical_tasks_from
@@ -112,7 +113,8 @@ def run_seed(
         res = policy.place(state, req, rng)
         got += req.total_gpu_milli
         if isinstance(res, PlacementResult):
-            state.allocate(req, res.to_bind(state, f"p{i}"), res.mig_masks())
+            bind = res.to_bind(state, f"p{i}")
+            state.allocate(req, bind, bind_masks(state, bind, catalog))
             alloc += req.total_gpu_milli
         else:
             failed += 1
