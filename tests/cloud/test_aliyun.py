@@ -1,6 +1,6 @@
 """The Aliyun provider, through the real ECS SDK, against the loopback ECS endpoint.
 
-The server (tests/cloud/ecs_loopback.py) recomputes every request's ACS3-HMAC-SHA256 signature
+The server (tests/support/ecs_loopback.py) recomputes every request's ACS3-HMAC-SHA256 signature
 from the test secret and checks the parameters before it acts, so each assertion here is on what
 the SDK really sent over HTTP.
 """
@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ecs_loopback import EcsError
 
 from gpufleet.catalog.instances import default_instance_catalog
 from gpufleet.cloud.aliyun import (
@@ -359,8 +360,7 @@ def test_interruptions_from_the_recycling_lock(ecs_server: Any, aliyun_credentia
 def test_throttling_is_retried_a_bounded_number_of_times(
     ecs_server: Any, aliyun_credentials: Any
 ) -> None:
-    loopback = sys.modules["gpufleet_tests_ecs_loopback"]
-    throttled = loopback.EcsError(400, "Throttling.User", "Request was denied due to flow control.")
+    throttled = EcsError(400, "Throttling.User", "Request was denied due to flow control.")
     ecs_server.inject = [("RunInstances", throttled), ("RunInstances", throttled)]
     inst = make_provider(ecs_server, max_attempts=3).create(request())
     assert isinstance(inst, Instance)

@@ -1,7 +1,7 @@
 """The whole loop on Aliyun ECS as the loopback server serves it, against the lab's API server.
 
 The real ``Controller`` runs with ``AliyunProvider`` (the real SDK, signed requests) on the
-loopback ECS endpoint of ``tests/cloud/ecs_loopback.py``, its settings given as the path of the
+loopback ECS endpoint of ``tests/support/ecs_loopback.py``, its settings given as the path of the
 provider's config file. The test plays the kubelet: each instance ECS reports gets the Node an
 ECS node would register (``spec.providerID`` ``alicloud://<region>.<id>``, the instance type's
 shape). A pending GPU pod → RunInstances → the Node registers → the pod is bound; the pod
@@ -12,18 +12,15 @@ instance is left in ECS and no launch record is left.
 from __future__ import annotations
 
 import contextlib
-import importlib
-import importlib.util
-import os
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
+import ecs_loopback
 import pytest
 import yaml
+from aliyun_env import KEY_ID, REGION, SECRET, key_env, set_credential_env
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from live_wait import wait_for
@@ -37,60 +34,20 @@ from gpufleet.sim.scenario import CloudSettings, Scenario
 
 pytestmark = pytest.mark.live
 
-REGION = "cn-hangzhou"
-KEY_ID = "LTAI5tGpufleetTestKey"
-SECRET = "gpufleet-test-secret-0123456789"
 TYPE = "ecs.gn7i-c8g1.2xlarge"
 VSWITCHES = {"vsw-hz-h": "cn-hangzhou-h", "vsw-hz-i": "cn-hangzhou-i"}
 POOL = "gpufleet.io/nodepool"
 
 
-
-def _loopback() -> ModuleType:
-    """``tests/cloud/ecs_loopback.py`` by path (importlib mode: no import by package name)."""
-    name = "gpufleet_tests_ecs_loopback"
-    if name in sys.modules:
-        return sys.modules[name]
-    path = Path(__file__).parents[1] / "cloud" / "ecs_loopback.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def _set_env(values: dict[str, str | None]) -> dict[str, str | None]:
-    """Set/unset variables and make alibabacloud_credentials re-read them (it reads them once, at
-    import — as tests/cloud/conftest.py does)."""
-    old = {k: os.environ.get(k) for k in values}
-    for k, v in values.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
-    from alibabacloud_credentials.utils import auth_constant, auth_util
-
-    importlib.reload(auth_util)
-    importlib.reload(auth_constant)
-    return old
-
-
 @pytest.fixture
 def ecs(tmp_path: Path) -> Iterator[Any]:
-    old = _set_env({"HOME": str(tmp_path), "ALIBABA_CLOUD_ACCESS_KEY_ID": KEY_ID,
-                    "ALIBABA_CLOUD_ACCESS_KEY_SECRET": SECRET,
-                    "ALIBABA_CLOUD_SECURITY_TOKEN": None,
-                    "ALIBABA_CLOUD_ECS_METADATA_DISABLED": "true",
-                    "ALIBABA_CLOUD_CREDENTIALS_FILE": None, "ALIBABA_CLOUD_PROFILE": None,
-                    "ALIBABA_CLOUD_CREDENTIALS_URI": None})
-    loopback = _loopback()
-    server = loopback.EcsLoopback(region=REGION, access_keys={KEY_ID: SECRET},
-                                  vswitches=VSWITCHES, instance_types={TYPE})
+    old = set_credential_env(key_env(tmp_path))
+    server = ecs_loopback.EcsLoopback(region=REGION, access_keys={KEY_ID: SECRET},
+                                      vswitches=VSWITCHES, instance_types={TYPE})
     try:
-        yield from loopback.running(server)
+        yield from ecs_loopback.running(server)
     finally:
-        _set_env(old)
+        set_credential_env(old)
 
 
 class Kubelets:

@@ -38,17 +38,8 @@ def demand_steps(jobs: list[JobSpec], sharing: bool) -> tuple[np.ndarray, np.nda
 def peak_demand_milli(jobs: list[JobSpec], sharing: bool) -> int:
     """Peak concurrent GPU demand if every job ran from submit for its duration (a MIG
     instance counts its compute share with sharing on, one whole GPU without)."""
-    if not jobs:
-        return 0
-    t = np.array([j.submit_s for j in jobs] + [j.submit_s + j.duration_s for j in jobs])
-    w = []
-    for j in jobs:
-        r = j.request
-        per = gpu_milli_of(r) if sharing else r.whole_gpus * GPU_MILLI
-        w.append(per * j.replicas)
-    wa = np.array(w + [-x for x in w], dtype=np.int64)
-    order = np.lexsort((wa, t))  # ends before starts at equal times
-    return int(np.cumsum(wa[order]).max())
+    _, level = demand_steps(jobs, sharing)
+    return max(int(level.max()), 0) if level.size else 0  # the steps end at 0
 
 
 def demand_quantile_milli(jobs: list[JobSpec], sharing: bool, q: float = 1.0) -> int:
