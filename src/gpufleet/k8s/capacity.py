@@ -41,6 +41,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from gpufleet.catalog.instances import InstanceType
 from gpufleet.cloud.provider import (
     TAG_MANAGED,
+    TAG_MIG_CONFIG,
     CapacityShortage,
     CloudProvider,
     Instance,
@@ -288,7 +289,8 @@ class CapacityController:
             if i.capacity_type == CapacityType.ON_DEMAND:
                 od_nodes[(i.instance_type, i.zone)] = od_nodes.get((i.instance_type, i.zone),
                                                                     0) + 1
-        offers = plan.offers_from(offerings, self.types, od_nodes)
+        wants_mig = any(p.request.mig_profile is not None for p in pending)
+        offers = plan.offers_from(offerings, self.types, od_nodes, mig=wants_mig)
         markets_of = getattr(self.provider, "markets", None)
         if callable(markets_of):
             markets = {t: markets_of(t) for t in self.types}
@@ -297,9 +299,9 @@ class CapacityController:
         known = set(snap.state.index)
         joined = {(n.get("spec") or {}).get("providerID") for n in nodes
                   if n["metadata"]["name"] in known}
-        coming = [(i.instance_type, i.capacity_type, i.zone) for i in live
-                  if i.provider_id not in joined and i not in booting] + \
-                 [(i.instance_type, i.capacity_type, i.zone) for i in booting]
+        coming = [(i.instance_type, i.capacity_type, i.zone, bool(i.tags.get(TAG_MIG_CONFIG)))
+                  for i in [*(i for i in live if i.provider_id not in joined
+                              and i not in booting), *booting]]
         launches = self.scale_up.decide(pending, offers, plan.inflight(coming, self.types),
                                         markets, self.spot_strategy)
         room = self.sc.max_nodes - len(live)

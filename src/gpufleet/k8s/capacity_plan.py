@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
+from gpufleet.catalog.gpus import default_gpu_catalog
 from gpufleet.catalog.instances import InstanceType
 from gpufleet.cloud.provider import Offering
 from gpufleet.decisions import CapacityType
@@ -62,8 +63,11 @@ def pending_pods(snap: Snapshot, refused: Iterable[str], now: float) -> list[Pen
 
 
 def offers_from(offerings: Sequence[Offering], types: Mapping[str, InstanceType],
-                od_nodes: Mapping[tuple[str, str], int]) -> list[Offer]:
-    """One on-demand and (where some zone has capacity now) one spot offer per type."""
+                od_nodes: Mapping[tuple[str, str], int], mig: bool = False) -> list[Offer]:
+    """One on-demand and (where some zone has capacity now) one spot offer per type; with
+    ``mig`` (some pending pod asks for a MIG profile) each MIG-capable type is offered a second
+    time with every GPU in MIG mode, as the simulator's offers do (``control.offers``): a MIG
+    pod fits no whole-GPU shape, so without it a MIG pod would never get a node."""
     od: dict[str, dict[str, float]] = {}
     spot: dict[str, float] = {}
     for o in offerings:
@@ -77,15 +81,24 @@ def offers_from(offerings: Sequence[Offering], types: Mapping[str, InstanceType]
     out = []
     for name in sorted(set(od) | set(spot)):
         it = types[name]
-        shape = NodeShape.of(it)
-        if name in od:
-            zones = [z for z in it.zones if z in od[name]] or sorted(od[name])
-            counts = {z: od_nodes.get((name, z), 0) for z in zones}
-            zone = on_demand_zone(zones, od[name], counts)
-            out.append(Offer(name, CapacityType.ON_DEMAND, shape, od[name][zone], zone))
-        if name in spot:
-            out.append(Offer(name, CapacityType.SPOT, shape, spot[name]))
+        shapes = [NodeShape.of(it)]
+        if mig and mig_capable(it):
+            shapes.append(NodeShape.of(it, mig=True))
+        for shape in shapes:
+            if name in od:
+                zones = [z for z in it.zones if z in od[name]] or sorted(od[name])
+                counts = {z: od_nodes.get((name, z), 0) for z in zones}
+                zone = on_demand_zone(zones, od[name], counts)
+                out.append(Offer(name, CapacityType.ON_DEMAND, shape, od[name][zone], zone))
+            if name in spot:
+                out.append(Offer(name, CapacityType.SPOT, shape, spot[name]))
     return out
+
+
+def mig_capable(it: InstanceType) -> bool:
+    """The type's GPU model can be put in MIG mode (A100, H100, …)."""
+    cat = default_gpu_catalog()
+    return it.gpu_model in cat and cat[it.gpu_model].mig is not None
 
 
 def markets_from(offerings: Sequence[Offering],
@@ -101,11 +114,12 @@ def markets_from(offerings: Sequence[Offering],
     return out
 
 
-def inflight(booting: Iterable[tuple[str, CapacityType, str]],
+def inflight(booting: Iterable[tuple[str, CapacityType, str, bool]],
              types: Mapping[str, InstanceType]) -> list[InFlight]:
-    """(instance type, capacity type, zone) of each launch not yet a Node in the snapshot."""
-    return [InFlight(NodeShape.of(types[t]), ct == CapacityType.SPOT, z)
-            for t, ct, z in booting if t in types]
+    """(instance type, capacity type, zone, MIG mode) of each launch not yet a Node in the
+    snapshot: a MIG node booting absorbs MIG pods, not whole-GPU ones (and the reverse)."""
+    return [InFlight(NodeShape.of(types[t], mig), ct == CapacityType.SPOT, z)
+            for t, ct, z, mig in booting if t in types]
 
 
 @dataclass
