@@ -13,7 +13,13 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from gpufleet.catalog.instances import default_instance_catalog
-from gpufleet.cloud.provider import TAG_MANAGED, Instance, InstanceState, Offering
+from gpufleet.cloud.provider import (
+    TAG_MANAGED,
+    Instance,
+    InstanceState,
+    LaunchRequest,
+    Offering,
+)
 from gpufleet.decisions import CapacityType, Preempt
 from gpufleet.k8s import names
 from gpufleet.k8s.capacity import CapacityController
@@ -23,18 +29,20 @@ from gpufleet.k8s.node_objects import node_object, spec_from_instance
 from gpufleet.k8s.snapshot import build_snapshot
 from gpufleet.sim.scenario import Scenario
 
-P16 = default_instance_catalog()["p3.16xlarge"]  # 8 V100
+P16 = default_instance_catalog()["p3.16xlarge"]  # 8 V100, 64 vCPU, 24.48 $/h
+A100 = default_instance_catalog()["p4d.24xlarge"]  # 8 A100, 96 vCPU, 32.77 $/h
 ZONE = "us-east-1a"
 T0 = 1_800_000_000.0
 
 
-def job_pod(name: str, node: str, gpus: int = 1, **meta: Any) -> dict:
+def job_pod(name: str, node: str, gpus: int = 1, cpu: str = "0", **meta: Any) -> dict:
     return {"metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}",
                          "creationTimestamp": "2026-01-01T00:00:00Z",
                          "ownerReferences": [{"kind": "Job", "name": name, "uid": f"j-{name}",
                                               "controller": True}], **meta},
             "spec": {"schedulerName": "gpufleet", "nodeName": node, "containers": [
-                {"name": "c", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]},
+                {"name": "c", "resources": {"limits": {"nvidia.com/gpu": str(gpus),
+                                                       "cpu": cpu}}}]},
             "status": {"phase": "Running"}}
 
 
@@ -46,7 +54,10 @@ class FakeCore:
         self.patches: list[tuple[str, dict]] = []
 
     def list_namespaced_config_map(self, *_: Any, **__: Any) -> Any:
-        return SimpleNamespace(items=[])
+        return SimpleNamespace(items=[])  # launch records: none survive a cycle here
+
+    def create_namespaced_config_map(self, *_: Any, **__: Any) -> None:
+        pass
 
     def patch_node(self, name: str, body: dict, **_: Any) -> None:
         self.patches.append((name, body))
@@ -67,18 +78,29 @@ class FakeCloud:
         self.instances = [Instance(n, f"kwok://{n}", P16.name, ZONE, CapacityType.ON_DEMAND,
                                    InstanceState.RUNNING, T0 - 3600) for n in names_]
 
+        self.requests: list[LaunchRequest] = []
+
     def list(self) -> list[Instance]:
         return list(self.instances)
 
     def offerings(self) -> list[Offering]:
-        return [Offering(P16.name, ZONE, CapacityType.ON_DEMAND, Decimal(P16.usd_per_hour))]
+        return [Offering(t.name, ZONE, CapacityType.ON_DEMAND, Decimal(t.usd_per_hour))
+                for t in (P16, A100)]
+
+    def create(self, req: LaunchRequest) -> Instance:
+        self.requests.append(req)
+        inst = Instance(f"r{len(self.requests)}", f"kwok://r{len(self.requests)}",
+                        req.instance_types[0], ZONE, req.capacity_type, InstanceState.PENDING,
+                        T0, req.client_token)
+        self.instances.append(inst)
+        return inst
 
     def interruptions(self) -> list:
         return []
 
 
-def kwok_node(name: str) -> dict:
-    body = node_object(spec_from_instance(P16, name, zone=ZONE))
+def kwok_node(name: str, it: Any = P16) -> dict:
+    body = node_object(spec_from_instance(it, name, zone=ZONE))
     body["metadata"]["labels"][TAG_MANAGED] = "true"
     body["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
     return body
@@ -90,11 +112,12 @@ class Rig:
     def __init__(self, **scenario: Any) -> None:
         self.t = T0
         self.core = FakeCore([kwok_node("a"), kwok_node("b")])
+        self.cloud = FakeCloud(["a", "b"])
         self.cap = CapacityController(
-            self.core, FakeCloud(["a", "b"]),  # type: ignore[arg-type]
-            Scenario(name="consolidation", spot=False, instance_types=(P16.name,),
+            self.core, self.cloud,  # type: ignore[arg-type]
+            Scenario(name="consolidation", spot=False, instance_types=(P16.name, A100.name),
                      scale_down_unneeded_s=60.0, **scenario),
-            [P16], namespace="ns", registry=CollectorRegistry(), clock=lambda: self.t,
+            [P16, A100], namespace="ns", registry=CollectorRegistry(), clock=lambda: self.t,
             consolidation_validation_s=15.0, consolidation_drain_timeout_s=600.0)
 
     def cycle(self, pods: list[dict], after_s: float = 0.0) -> Any:
@@ -102,9 +125,9 @@ class Rig:
         nodes = list(self.core.nodes.values())
         return self.cap.reconcile(build_snapshot(nodes, pods), [], nodes, pods)
 
-    def metric(self, outcome: str) -> float:
+    def metric(self, outcome: str, method: str = "single-node-consolidation") -> float:
         return self.cap.metrics.consolidations.labels(
-            method="single-node-consolidation", outcome=outcome)._value.get()
+            method=method, outcome=outcome)._value.get()
 
 
 def test_the_mark_round_trips_and_a_malformed_one_names_the_field() -> None:
@@ -211,3 +234,42 @@ def test_consolidation_off_in_the_scenario_leaves_under_used_nodes_alone() -> No
     for dt in (0.0, 60.0, 15.0, 300.0):
         assert rig.cycle(pods, dt).consolidating == []
     assert rig.cap.proposal is None and rig.core.patches == []
+
+
+def test_a_multi_node_command_launches_its_replacement_first_and_marks_once_it_is_ready(
+) -> None:
+    rig = Rig()
+    # 40 vCPU each: neither fits the other's 24 vCPU left, both fit one 96-vCPU p4d (< 2 × p3)
+    pods = [job_pod("p", "a", cpu="40"), job_pod("q", "b", cpu="40")]
+    rig.cycle(pods)
+    got = rig.cycle(pods, 60.0)
+    (req,) = rig.cloud.requests  # the replacement, through the launch-record path
+    assert got.launched == [req.client_token] and req.instance_types == (A100.name,)
+    assert rig.cap.proposal is not None and rig.cap.proposal.replacement == req.client_token
+    assert rig.cycle(pods, 30.0).consolidating == []  # booting: nothing is cordoned yet
+    assert rig.core.patches == [] and len(rig.cloud.requests) == 1  # not launched twice
+    rig.core.nodes["r1"] = kwok_node("r1", A100)  # its Node registers, Ready
+    assert sorted(rig.cycle(pods, 1.0).consolidating) == ["a", "b"]
+    assert rig.metric("started", "multi-node-consolidation") == 1
+
+
+def test_a_replacement_whose_room_was_taken_meanwhile_drops_the_command() -> None:
+    rig = Rig()
+    pods = [job_pod("p", "a", cpu="40"), job_pod("q", "b", cpu="40")]
+    rig.cycle(pods)
+    rig.cycle(pods, 60.0)
+    assert rig.cap.proposal is not None
+    rig.core.nodes["r1"] = kwok_node("r1", A100)
+    # a pending pod was bound to the replacement first: 60 of its 96 vCPU are gone
+    busy = [*pods, job_pod("other", "r1", cpu="60")]
+    assert rig.cycle(busy, 30.0).consolidating == []
+    assert rig.cap.proposal is None and rig.core.patches == []
+    assert rig.metric("invalid", "multi-node-consolidation") == 1
+
+
+def test_no_replacement_is_launched_at_max_nodes() -> None:
+    rig = Rig(max_nodes=2)
+    pods = [job_pod("p", "a", cpu="40"), job_pod("q", "b", cpu="40")]
+    for dt in (0.0, 60.0, 15.0, 300.0):
+        assert rig.cycle(pods, dt).consolidating == []
+    assert rig.cloud.requests == [] and rig.cap.proposal is None

@@ -145,8 +145,15 @@ class Proposal:
 
 
 def revalidate(proposal: Proposal, views: list[NodeView], now: float) -> list[str]:
-    """Why ``proposal`` must not be carried out on the nodes as they are now; [] = go."""
-    return proposal.command.validate(DisruptionSnapshot(views, now))
+    """Why ``proposal`` must not be carried out on the nodes as they are now; [] = go.
+
+    A replacement is a real node among ``views`` by now (the proposal waits for it), so the
+    command is checked without its hypothetical new node: the pods must fit the room that is
+    really there — the replacement's included, minus whatever was bound to it meanwhile."""
+    cmd = proposal.command
+    if proposal.replacement is not None:
+        cmd = replace(cmd, replacement=None)
+    return cmd.validate(DisruptionSnapshot(views, now))
 
 
 def still_movable(node: NodeView, left: set[str], mark: ConsolidationMark,
