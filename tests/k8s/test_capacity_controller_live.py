@@ -10,6 +10,8 @@ for these pods the fleet starts empty, as a lab brought up with ``--nodes 0``.
   the drain evicts its pod (the Job's ``podFailurePolicy`` ignores the disruption), the Job
   controller makes a new pod, gpufleet binds it on the other node, and the emptied node's
   instance is deleted through the provider with its Node.
+* **Restart.** A Node a killed controller had marked and cordoned is finished by the next one
+  from the API alone: drained, its pod recreated elsewhere, its instance and Node deleted.
 * **MIG.** A pending pod asking ``nvidia.com/mig-1g.5gb`` makes the controller launch a MIG
   node (``Launch.mig_config``); the kwok provider creates it with the device plugin's MIG
   resources and GFD's / mig-manager's labels, and gpufleet binds the pod with its MIG slot.
@@ -18,6 +20,7 @@ for these pods the fleet starts empty, as a lab brought up with ``--nodes 0``.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -30,6 +33,7 @@ from gpufleet.catalog.instances import default_instance_catalog
 from gpufleet.cloud.kwok import KwokProvider
 from gpufleet.cloud.provider import TAG_MANAGED, TAG_TOKEN, Instance, LaunchRequest
 from gpufleet.decisions import CapacityType
+from gpufleet.k8s.consolidation import ConsolidationMark
 from gpufleet.k8s.controller import Controller
 from gpufleet.k8s.launch_records import new_token
 from gpufleet.k8s.names import ANN_CONSOLIDATION, ANN_MIG
@@ -124,22 +128,31 @@ def launch(kw: KwokProvider, core: client.CoreV1Api) -> str:
     return got.instance_id
 
 
-def test_two_under_used_nodes_are_consolidated_into_one(lab: Any, cloud_lab: dict) -> None:
+def one_pod_on_each_of_two_nodes(lab: Any, cloud_lab: dict, sc: Scenario
+                                 ) -> tuple[Controller, KwokProvider, str, str]:
+    """Two 8-GPU gpufleet nodes a and b, Job ``one`` running on a and ``two`` on b, under a
+    controller with ``sc``. Job two must land on a second node: a is cordoned while it binds
+    (gpufleet packs; a cordoned node is neither a consolidation candidate nor room)."""
     core, batch, ns = lab.core, lab.batch, cloud_lab["ns"]
     assert managed_nodes(core) == {}
     kw = KwokProvider(core, {P16.name: P16}, None, namespace=ns)
     a = launch(kw, core)
     batch.create_namespaced_job(ns, job("one", {"nvidia.com/gpu": "1"}))
-    ctl = start(lab.api, scenario(ns, (P16.name,), scale_down_unneeded_s=10.0), ns, cloud_lab)
+    ctl = start(lab.api, sc, ns, cloud_lab)
     assert wait_for("job one to run on the first node", lambda: running_on(core, ns, "one")) == a
-    # the second Job must land on a second node: the first is cordoned while it binds (gpufleet
-    # packs, and a cordoned node is neither a consolidation candidate nor room)
     core.patch_node(a, {"spec": {"unschedulable": True}})
     b = launch(kw, core)
     batch.create_namespaced_job(ns, job("two", {"nvidia.com/gpu": "1"}))
     assert wait_for("job two to run on the second node",
                     lambda: running_on(core, ns, "two")) == b
     core.patch_node(a, {"spec": {"unschedulable": False}})
+    return ctl, kw, a, b
+
+
+def test_two_under_used_nodes_are_consolidated_into_one(lab: Any, cloud_lab: dict) -> None:
+    core, batch, ns = lab.core, lab.batch, cloud_lab["ns"]
+    ctl, kw, a, b = one_pod_on_each_of_two_nodes(
+        lab, cloud_lab, scenario(ns, (P16.name,), scale_down_unneeded_s=10.0))
     first_pods = {p["metadata"]["uid"] for name in ("one", "two")
                   for p in job_pods(core, ns, name)}
 
@@ -171,6 +184,28 @@ def test_two_under_used_nodes_are_consolidated_into_one(lab: Any, cloud_lab: dic
                                 {"reason": "consolidation"}) == 1
     assert reg.get_sample_value("gpufleet_consolidations_total", {
         "method": "single-node-consolidation", "outcome": "started"}) == 1
+
+
+def test_a_restarted_controller_finishes_a_consolidation_from_the_mark_alone(
+        lab: Any, cloud_lab: dict) -> None:
+    core, batch, ns = lab.core, lab.batch, cloud_lab["ns"]
+    # an hour of idle time: this controller never decides a consolidation itself
+    sc = scenario(ns, (P16.name,), scale_down_unneeded_s=3600.0)
+    ctl, kw, a, b = one_pod_on_each_of_two_nodes(lab, cloud_lab, sc)
+    ctl.stop()
+    # what a controller killed right after marking leaves behind: a marked, cordoned, pod on it
+    mark = ConsolidationMark("single-node-consolidation", time.time())
+    core.patch_node(a, {"metadata": {"annotations": {ANN_CONSOLIDATION: mark.to_json()}},
+                        "spec": {"unschedulable": True}})
+    ctl = start(lab.api, sc, ns, cloud_lab)
+    wait_for("the marked node to be drained and deleted", lambda: a not in managed_nodes(core),
+             timeout=90)
+    assert wait_for("job one's new pod to run on b", lambda: running_on(core, ns, "one") == b)
+    assert running_on(core, ns, "two") == b
+    assert [i.instance_id for i in kw.list()] == [b]
+    assert not batch.read_namespaced_job_status("one", ns).status.failed
+    assert ctl.metrics.registry.get_sample_value("gpufleet_terminations_total",
+                                                 {"reason": "consolidation"}) == 1
 
 
 def test_a_pending_mig_pod_launches_a_mig_node_and_binds_with_its_slot(
