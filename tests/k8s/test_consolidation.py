@@ -174,18 +174,18 @@ def test_two_under_used_nodes_one_is_proposed_revalidated_then_marked_for_the_dr
     rig = Rig()
     pods = [job_pod("p", "a"), job_pod("q", "b")]
     assert rig.cycle(pods).consolidating == []  # the under-used clocks start
-    assert rig.cycle(pods, 59.0).consolidating == [] and rig.cap.proposal is None
+    assert rig.cycle(pods, 59.0).consolidating == [] and rig.cap.consolidator.proposal is None
     rig.cycle(pods, 1.0)  # under-used for 60 s: proposed, nothing touched yet
-    assert rig.cap.proposal is not None and rig.core.patches == []
+    assert rig.cap.consolidator.proposal is not None and rig.core.patches == []
     assert rig.cycle(pods, 14.0).consolidating == []  # the validation period
     got = rig.cycle(pods, 1.0)
-    assert got.consolidating == ["a"] and rig.cap.proposal is None
+    assert got.consolidating == ["a"] and rig.cap.consolidator.proposal is None
     a = rig.core.nodes["a"]
     assert a["spec"]["unschedulable"] is True
     assert mark_of(a) == ConsolidationMark("single-node-consolidation", rig.t)
     assert (rig.metric("proposed"), rig.metric("started")) == (1, 1)
     # marked: neither candidate nor room for a second command while it drains
-    assert rig.cycle(pods, 120.0).consolidating == [] and rig.cap.proposal is None
+    assert rig.cycle(pods, 120.0).consolidating == [] and rig.cap.consolidator.proposal is None
 
 
 def test_a_proposal_that_no_longer_validates_is_dropped_and_nothing_is_cordoned() -> None:
@@ -193,11 +193,11 @@ def test_a_proposal_that_no_longer_validates_is_dropped_and_nothing_is_cordoned(
     pods = [job_pod("p", "a"), job_pod("q", "b")]
     rig.cycle(pods)
     rig.cycle(pods, 60.0)
-    assert rig.cap.proposal is not None
+    assert rig.cap.consolidator.proposal is not None
     # before the re-validation a 7-GPU pod lands on b: a's pod no longer fits anywhere
     crowded = [*pods, job_pod("big", "b", gpus=7)]
     assert rig.cycle(crowded, 15.0).consolidating == []
-    assert rig.cap.proposal is None and rig.core.patches == []
+    assert rig.cap.consolidator.proposal is None and rig.core.patches == []
     assert rig.metric("invalid") == 1
 
 
@@ -233,7 +233,7 @@ def test_consolidation_off_in_the_scenario_leaves_under_used_nodes_alone() -> No
     pods = [job_pod("p", "a"), job_pod("q", "b")]
     for dt in (0.0, 60.0, 15.0, 300.0):
         assert rig.cycle(pods, dt).consolidating == []
-    assert rig.cap.proposal is None and rig.core.patches == []
+    assert rig.cap.consolidator.proposal is None and rig.core.patches == []
 
 
 def test_a_multi_node_command_launches_its_replacement_first_and_marks_once_it_is_ready(
@@ -245,7 +245,8 @@ def test_a_multi_node_command_launches_its_replacement_first_and_marks_once_it_i
     got = rig.cycle(pods, 60.0)
     (req,) = rig.cloud.requests  # the replacement, through the launch-record path
     assert got.launched == [req.client_token] and req.instance_types == (A100.name,)
-    assert rig.cap.proposal is not None and rig.cap.proposal.replacement == req.client_token
+    held = rig.cap.consolidator.proposal
+    assert held is not None and held.replacement == req.client_token
     assert rig.cycle(pods, 30.0).consolidating == []  # booting: nothing is cordoned yet
     assert rig.core.patches == [] and len(rig.cloud.requests) == 1  # not launched twice
     rig.core.nodes["r1"] = kwok_node("r1", A100)  # its Node registers, Ready
@@ -258,12 +259,12 @@ def test_a_replacement_whose_room_was_taken_meanwhile_drops_the_command() -> Non
     pods = [job_pod("p", "a", cpu="40"), job_pod("q", "b", cpu="40")]
     rig.cycle(pods)
     rig.cycle(pods, 60.0)
-    assert rig.cap.proposal is not None
+    assert rig.cap.consolidator.proposal is not None
     rig.core.nodes["r1"] = kwok_node("r1", A100)
     # a pending pod was bound to the replacement first: 60 of its 96 vCPU are gone
     busy = [*pods, job_pod("other", "r1", cpu="60")]
     assert rig.cycle(busy, 30.0).consolidating == []
-    assert rig.cap.proposal is None and rig.core.patches == []
+    assert rig.cap.consolidator.proposal is None and rig.core.patches == []
     assert rig.metric("invalid", "multi-node-consolidation") == 1
 
 
@@ -272,4 +273,4 @@ def test_no_replacement_is_launched_at_max_nodes() -> None:
     pods = [job_pod("p", "a", cpu="40"), job_pod("q", "b", cpu="40")]
     for dt in (0.0, 60.0, 15.0, 300.0):
         assert rig.cycle(pods, dt).consolidating == []
-    assert rig.cloud.requests == [] and rig.cap.proposal is None
+    assert rig.cloud.requests == [] and rig.cap.consolidator.proposal is None

@@ -27,14 +27,14 @@ One :meth:`CapacityController.reconcile` per cycle, in this order:
    an emptiness command (nodes empty for ``scale_down_unneeded_s``) is carried out at once —
    cordon, evict what is left, ``provider.delete``, delete the Node; a consolidation command
    (nodes under-used that long whose pods fit elsewhere, with at most one cheaper replacement)
-   goes through :mod:`gpufleet.k8s.consolidation`: proposed, re-validated a cycle later,
-   the replacement launched first, then its Nodes marked and cordoned for the drain.
+   goes through :class:`gpufleet.k8s.consolidator.Consolidator` (steps and mark in
+   :mod:`gpufleet.k8s.consolidation`): proposed, re-validated after a validation period, the
+   replacement launched first, then its Nodes marked and cordoned for the drain.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -56,7 +56,7 @@ from gpufleet.cloud.provider import (
 from gpufleet.decisions import CapacityType, Launch, Terminate
 from gpufleet.k8s import capacity_plan as plan
 from gpufleet.k8s import consolidation, names
-from gpufleet.k8s.drain import finished, stays_on_drain
+from gpufleet.k8s.consolidator import Consolidator
 from gpufleet.k8s.interruption import mark_from_event, mark_node, node_for_instance
 from gpufleet.k8s.launch_records import LaunchRecord, LaunchRecords, new_token
 from gpufleet.k8s.snapshot import Snapshot
@@ -168,22 +168,18 @@ class CapacityController:
         self.clock = clock
         self.metrics = CapacityMetrics(registry)
         self.scale_up = ScaleUpPolicy(scenario.pending_gpu_threshold, scenario.max_pending_wait_s)
-        # the simulator's policy with the scenario's switches (sim.controls builds the same)
-        self.disruption = DisruptionPolicy(
-            scenario.scale_down_unneeded_s, scenario.utilization_threshold,
-            scenario.consolidation, multi_node=scenario.multi_node_consolidation)
-        # between consolidation looks (at most one per consolidation_recheck_s, as the
-        # simulator's scan clock): emptiness alone, which costs nothing to compute
+        # consolidation (the simulator's disruption policy, applied through the drain);
+        # between its looks, emptiness alone, which costs nothing to compute
+        self.consolidator = Consolidator(
+            core, scenario, self.metrics.consolidations,
+            validation_s=consolidation_validation_s,
+            drain_timeout_s=consolidation_drain_timeout_s,
+            registration_timeout_s=registration_timeout_s)
         self.emptiness = DisruptionPolicy(scenario.scale_down_unneeded_s, consolidation=False)
         self.spot_strategy: SpotStrategy | None = (
             get_spot_strategy(scenario.spot_strategy) if scenario.spot else None)
         self.empty = plan.EmptySince()
         self.underused = plan.EmptySince()
-        self.validation_s = consolidation_validation_s
-        self.drain_timeout_s = consolidation_drain_timeout_s
-        self.proposal: consolidation.Proposal | None = None
-        self._last_look = -math.inf  # when consolidation was last computed
-        self._last_due = 0  # how many nodes were due for it then
         self._recorded: set[str] = set()  # launch-record tokens, as of this cycle's converge
 
     # -- the cycle ----------------------------------------------------------------------------
@@ -405,15 +401,17 @@ class CapacityController:
         since = self.empty.update(managed, busy, now)
         views = plan.with_underused(plan.node_views(snap, managed, since, movable),
                                     self.underused, self.sc.utilization_threshold, now)
-        self._watch_marked(snap, marked, views, pods, movable, now, out)
-        if self.proposal is not None:  # one command at a time, as Karpenter's orchestrator
-            self._carry_out(views, live, by_pid, now, out)
+        out.abandoned += self.consolidator.watch_marked(snap, marked, views, pods, movable, now)
+        if self.consolidator.proposal is not None:  # one at a time, as Karpenter's orchestrator
+            out.consolidating += self.consolidator.carry_out(views, live, by_pid,
+                                                             self._recorded, now)
             return
         cmd = self._decide(views, live, now)
         if cmd is None:
             return
         if cmd.method != EMPTINESS:
-            self._propose(cmd, live, now, out)
+            self.consolidator.propose(cmd, now, self.sc.max_nodes - len(live),
+                                      lambda launch: self._launch(launch, now, out))
             return
         for d in cmd.decisions:
             if not isinstance(d, Terminate) or d.node not in inst_of:
@@ -430,109 +428,18 @@ class CapacityController:
             out.terminated.append(d.node)
             log.info("terminated %s (%s)", d.node, d.reason)
 
-    # -- consolidation (k8s.consolidation) ------------------------------------------------------
     def _decide(self, views: list[NodeView], live: list[Instance],
                 now: float) -> Command | None:
-        """Emptiness every cycle; consolidation when a node has been under-used for
-        ``scale_down_unneeded_s``, at most once per ``consolidation_recheck_s`` unless more
-        nodes became due since the last look (the simulator's scan clock's rule)."""
-        unneeded = self.sc.scale_down_unneeded_s
-        due = sum(1 for v in views if v.pods and v.underused_since is not None
-                  and now - v.underused_since >= unneeded)
-        look = self.sc.consolidation and due > 0 and (
-            due > self._last_due or now - self._last_look >= self.sc.consolidation_recheck_s)
-        if not look:
-            if due == 0:
-                self._last_due = 0
+        """Emptiness every cycle; the whole policy when the consolidator's look is due (the
+        offers, for a multi-node replacement, only then and only below ``max_nodes``)."""
+        if not self.consolidator.look_due(views, now):
             return self.emptiness.decide(views, now)
-        self._last_look, self._last_due = now, due
         offers: list[Any] = []
         if self.sc.multi_node_consolidation and len(live) < self.sc.max_nodes:
             on_demand = [o for o in self.provider.offerings()
                          if o.capacity_type == CapacityType.ON_DEMAND]
             offers = self._offers(on_demand, live, any(v.shape.mig for v in views))
-        return self.disruption.decide(views, now, offers)
-
-    def _propose(self, cmd: Command, live: list[Instance], now: float,
-                 out: ReconcileReport) -> None:
-        """Hold ``cmd`` for re-validation; its replacement, if any, is launched now (within
-        ``max_nodes``), so it boots while the command waits."""
-        token = None
-        launch = next((d for d in cmd.decisions if isinstance(d, Launch)), None)
-        if launch is not None:
-            if len(live) >= self.sc.max_nodes:
-                log.info("%s of %s: no room under max_nodes for its replacement", cmd.method,
-                         ", ".join(cmd.candidates))
-                return
-            token = self._launch(launch, now, out)
-            if token is None:
-                self.metrics.consolidations.labels(method=cmd.method,
-                                                   outcome="replacement-failed").inc()
-                return
-        self.proposal = consolidation.Proposal(cmd, now, token)
-        self.metrics.consolidations.labels(method=cmd.method, outcome="proposed").inc()
-        log.info("%s proposed: %s%s", cmd.method, ", ".join(cmd.candidates),
-                 f" (replacement {token})" if token else "")
-
-    def _carry_out(self, views: list[NodeView], live: list[Instance],
-                   by_pid: Mapping[str, Mapping[str, Any]], now: float,
-                   out: ReconcileReport) -> None:
-        """The held proposal: wait for its replacement's Node and the validation period, then
-        re-validate on this cycle's nodes and mark the candidates for the drain (or drop it)."""
-        p = self.proposal
-        assert p is not None
-        method = p.command.method
-        if p.replacement is not None:
-            inst = next((i for i in live if i.client_token == p.replacement), None)
-            node = by_pid.get(inst.provider_id) if inst is not None else None
-            joined = node is not None and node["metadata"]["name"] in {v.name for v in views}
-            if not joined:
-                lost = inst is None and p.replacement not in self._recorded
-                if lost or now - p.decided_at > self.timeout_s:
-                    self.proposal = None
-                    self.metrics.consolidations.labels(method=method,
-                                                       outcome="replacement-failed").inc()
-                    log.info("%s of %s dropped: the replacement %s", method,
-                             ", ".join(p.command.candidates),
-                             "is gone" if lost else "did not register in time")
-                return
-        if now - p.decided_at < self.validation_s:
-            return
-        self.proposal = None
-        reasons = consolidation.revalidate(p, views, now)
-        if reasons:
-            self.metrics.consolidations.labels(method=method, outcome="invalid").inc()
-            log.info("%s of %s dropped: %s", method, ", ".join(p.command.candidates),
-                     "; ".join(reasons))
-            return
-        mark = consolidation.ConsolidationMark(method, now)
-        for name in p.command.candidates:
-            if consolidation.mark_node(self.core, name, mark):
-                out.consolidating.append(name)
-        self.metrics.consolidations.labels(method=method, outcome="started").inc()
-
-    def _watch_marked(self, snap: Snapshot,
-                      marked: Mapping[str, tuple[InstanceType, bool,
-                                                 consolidation.ConsolidationMark]],
-                      views: list[NodeView], pods: Sequence[Mapping[str, Any]],
-                      movable: set[str], now: float, out: ReconcileReport) -> None:
-        """Un-mark (and uncordon) a Node being consolidated whose pods can no longer move, or
-        that still holds pods ``consolidation_drain_timeout_s`` after it was marked; a marked
-        Node with no pod left is the drain's to terminate."""
-        for name, (it, spot, mark) in sorted(marked.items()):
-            left = {f"{ns}/{pod}" for ns, pod in plan.pods_to_evict(name, pods)}
-            holding = left or any((p.get("spec") or {}).get("nodeName") == name
-                                  and not finished(p) and not stays_on_drain(p) for p in pods)
-            why = ""
-            if holding and now - mark.started_at > self.drain_timeout_s:
-                why = f"pods still there after {self.drain_timeout_s:.0f} s"
-            elif left:
-                own = plan.node_views(snap, {name: (it, spot)}, {name: None}, movable)
-                if own:  # (not in the snapshot: the time bound above still applies)
-                    why = "; ".join(consolidation.still_movable(own[0], left, mark, views, now))
-            if why and consolidation.unmark_node(self.core, name, why):
-                self.metrics.consolidations.labels(method=mark.method, outcome="abandoned").inc()
-                out.abandoned.append(name)
+        return self.consolidator.decide(views, now, offers)
 
     # -- API helpers --------------------------------------------------------------------------
     def _cordon(self, node: str) -> None:
