@@ -99,7 +99,7 @@ def test_scale_up_from_the_translation_launches_spot_only_for_tolerating_pods() 
         by_ct[x.capacity_type] = by_ct.get(x.capacity_type, 0) + x.count
     assert by_ct == {CapacityType.SPOT: 3, CapacityType.ON_DEMAND: 2}
     # the same pods with those five nodes booting: nothing more
-    coming = [(x.instance_type, x.capacity_type, x.zone) for x in launches
+    coming = [(x.instance_type, x.capacity_type, x.zone, False) for x in launches
               for _ in range(x.count)]
     again = ScaleUpPolicy(gpu_threshold=1).decide(
         pods, offers_from(offerings, TYPES, {}), inflight(coming, TYPES),
@@ -164,3 +164,36 @@ def test_only_pods_still_running_on_the_node_are_evicted() -> None:
                                          "controller": True}]),
             p("job", "n1", ownerReferences=[{"kind": "Job", "name": "j"}])]
     assert pods_to_evict("n1", pods) == [("ns", "run"), ("ns", "job")]
+
+
+def test_a_pending_mig_pod_gets_a_mig_launch_and_its_booting_node_absorbs_it() -> None:
+    mig_pod = pod("m")
+    mig_pod["spec"]["containers"][0]["resources"]["limits"] = {"nvidia.com/mig-1g.5gb": "1"}
+    snap = build_snapshot([], [mig_pod])
+    pods = pending_pods(snap, list(snap.pods), now=0.0)
+    types = {**TYPES, "p4d.24xlarge": CAT["p4d.24xlarge"]}
+    offerings = [Offering(n, it.zones[0], CapacityType.ON_DEMAND, it.usd_per_hour)
+                 for n, it in types.items()]
+    policy = ScaleUpPolicy(gpu_threshold=0, max_wait_s=0)
+    assert not any(o.shape.mig for o in offers_from(offerings, types, {}))  # no MIG pod: none
+    offers = offers_from(offerings, types, {}, mig=True)
+    assert [o.instance_type for o in offers if o.shape.mig] == ["p4d.24xlarge"]
+    (launch,) = policy.decide(pods, offers, (), {}, None)
+    assert (launch.instance_type, launch.mig_config) == ("p4d.24xlarge", "all-enabled")
+    # the booting MIG node absorbs the pod; a booting whole-GPU node of that type would not
+    assert policy.decide(pods, offers, inflight(
+        [("p4d.24xlarge", CapacityType.ON_DEMAND, launch.zone, True)], types), {}, None) == []
+    assert policy.decide(pods, offers, inflight(
+        [("p4d.24xlarge", CapacityType.ON_DEMAND, launch.zone, False)], types), {}, None) != []
+
+
+def test_a_node_launched_for_mig_pods_advertises_every_profile_under_mixed_strategy() -> None:
+    body = node_object(spec_from_instance(CAT["p4d.24xlarge"], "n", zone="us-east-1a",
+                                          mig_config="all-enabled"))
+    labels, cap = body["metadata"]["labels"], body["status"]["capacity"]
+    assert labels["nvidia.com/mig.config"] == "all-enabled"
+    assert labels["nvidia.com/mig.strategy"] == "mixed"
+    assert cap["nvidia.com/gpu"] == "0"
+    assert cap["nvidia.com/mig-1g.5gb"] == str(7 * 8)  # seven 1g.5gb per A100, eight GPUs
+    with pytest.raises(InputError, match="all-enabled"):
+        node_object(spec_from_instance(CAT["p4d.24xlarge"], "n", mig_config="all-bogus"))

@@ -39,6 +39,7 @@ from kubernetes.client.exceptions import ApiException
 from gpufleet.catalog.instances import InstanceType
 from gpufleet.cloud.provider import (
     TAG_MANAGED,
+    TAG_MIG_CONFIG,
     TAG_TOKEN,
     CapacityShortage,
     Instance,
@@ -49,7 +50,7 @@ from gpufleet.cloud.provider import (
     Offering,
 )
 from gpufleet.decisions import CapacityType
-from gpufleet.k8s.node_objects import node_object, spec_from_instance
+from gpufleet.k8s.node_objects import LABEL_MIG_CONFIG, node_object, spec_from_instance
 from gpufleet.market.bidding import ZoneMarket
 from gpufleet.sim.spot import SpotMarket
 
@@ -63,7 +64,6 @@ ANN_LAUNCHED = "gpufleet.io/launched-at"  # epoch seconds
 ANN_MARKET_LAUNCHED = "gpufleet.io/kwok-market-launched-at"  # market seconds
 ANN_RECLAIM = "gpufleet.io/kwok-reclaim-deadline"  # epoch seconds
 ANN_RECLAIM_ACK = "gpufleet.io/kwok-reclaim-acknowledged"
-TAG_MIG_CONFIG = "gpufleet.io/mig-config"  # a launch's mig-manager config, as a tag
 SPOT_TAINT = {"key": "karpenter.sh/capacity-type", "value": "spot", "effect": "NoSchedule"}
 
 
@@ -186,6 +186,10 @@ class KwokProvider:
         labels = m.labels or {}
         ann = m.annotations or {}
         state = InstanceState.TERMINATING if m.deletion_timestamp else InstanceState.RUNNING
+        tags = {k: v for k, v in labels.items() if k.startswith("gpufleet.io/")}
+        mig = labels.get(LABEL_MIG_CONFIG, "")
+        if mig and mig != "all-disabled":  # the launch's tag, as the Node carries it
+            tags[TAG_MIG_CONFIG] = mig
         return Instance(
             instance_id=m.name, provider_id=node.spec.provider_id or f"kwok://{m.name}",
             instance_type=labels.get("node.kubernetes.io/instance-type", ""),
@@ -193,7 +197,7 @@ class KwokProvider:
             capacity_type=CapacityType(labels.get("karpenter.sh/capacity-type", "on-demand")),
             state=state, launched_at=float(ann.get(ANN_LAUNCHED, 0.0)),
             client_token=labels.get(TAG_TOKEN, ""),
-            tags={k: v for k, v in labels.items() if k.startswith("gpufleet.io/")},
+            tags=tags,
         )
 
     @staticmethod

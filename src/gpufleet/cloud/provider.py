@@ -36,6 +36,9 @@ from gpufleet.errors import InputError
 TAG_MANAGED = "gpufleet.io/managed"  # value "true"
 TAG_TOKEN = "gpufleet.io/client-token"
 TAG_NODEPOOL = "gpufleet.io/nodepool"
+# the mig-manager config a launch boots with (``Launch.mig_config``): how a booting instance is
+# known to be a MIG node before its Node registers
+TAG_MIG_CONFIG = "gpufleet.io/mig-config"
 
 
 class CredentialsError(InputError):

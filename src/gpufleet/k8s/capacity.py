@@ -21,9 +21,15 @@ One :meth:`CapacityController.reconcile` per cycle, in this order:
    simulator's code; spot only for pods tolerating spot, the scenario's spot strategy) minus the
    capacity still booting → each ``Launch`` node gets a record *written before* the provider is
    called.
-4. **Scale down.** gpufleet-launched Nodes (``TAG_MANAGED``; never anyone else's) →
-   :class:`gpufleet.provisioning.DisruptionPolicy` (emptiness after ``scale_down_unneeded_s``) →
-   each ``Terminate``: cordon, evict what is left, ``provider.delete``, delete the Node.
+4. **Scale down.** gpufleet-launched Nodes (``TAG_MANAGED``; never anyone else's; not cordoned
+   or marked) → :class:`gpufleet.provisioning.DisruptionPolicy`, the simulator's, with the
+   scenario's ``consolidation``, ``multi_node_consolidation`` and ``utilization_threshold``:
+   an emptiness command (nodes empty for ``scale_down_unneeded_s``) is carried out at once —
+   cordon, evict what is left, ``provider.delete``, delete the Node; a consolidation command
+   (nodes under-used that long whose pods fit elsewhere, with at most one cheaper replacement)
+   goes through :class:`gpufleet.k8s.consolidator.Consolidator` (steps and mark in
+   :mod:`gpufleet.k8s.consolidation`): proposed, re-validated after a validation period, the
+   replacement launched first, then its Nodes marked and cordoned for the drain.
 """
 
 from __future__ import annotations
@@ -41,19 +47,23 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from gpufleet.catalog.instances import InstanceType
 from gpufleet.cloud.provider import (
     TAG_MANAGED,
+    TAG_MIG_CONFIG,
     CapacityShortage,
     CloudProvider,
     Instance,
     InstanceState,
 )
-from gpufleet.decisions import CapacityType, Terminate
+from gpufleet.decisions import CapacityType, Launch, Terminate
 from gpufleet.k8s import capacity_plan as plan
-from gpufleet.k8s import names
+from gpufleet.k8s import consolidation, names
+from gpufleet.k8s.consolidator import Consolidator
 from gpufleet.k8s.interruption import mark_from_event, mark_node, node_for_instance
 from gpufleet.k8s.launch_records import LaunchRecord, LaunchRecords, new_token
 from gpufleet.k8s.snapshot import Snapshot
 from gpufleet.market.bidding import SpotStrategy, get_spot_strategy
-from gpufleet.provisioning import DisruptionPolicy, ScaleUpPolicy
+from gpufleet.provisioning import DisruptionPolicy, NodeView, ScaleUpPolicy
+from gpufleet.provisioning.disruption import Command
+from gpufleet.provisioning.disruption.command import EMPTINESS
 from gpufleet.sim.scenario import Scenario
 
 log = logging.getLogger(__name__)
@@ -84,6 +94,10 @@ class CapacityMetrics:
                                       registry=r)
         self.in_flight = Gauge("gpufleet_launches_in_flight",
                                "Launched instances whose Node has not registered", registry=r)
+        self.consolidations = Counter(
+            "gpufleet_consolidations",
+            "Consolidation commands by method and outcome (proposed, started, invalid, "
+            "replacement-failed, abandoned)", ["method", "outcome"], registry=r)
 
 
 def _ready(node: Mapping[str, Any]) -> bool:
@@ -126,6 +140,8 @@ class ReconcileReport:
     leaked: list[str] = field(default_factory=list)
     terminated: list[str] = field(default_factory=list)  # node names
     interrupted: list[str] = field(default_factory=list)  # node names this loop marked
+    consolidating: list[str] = field(default_factory=list)  # node names marked for the drain
+    abandoned: list[str] = field(default_factory=list)  # consolidations undone (uncordoned)
 
 
 class CapacityController:
@@ -140,6 +156,8 @@ class CapacityController:
         registry: CollectorRegistry,
         registration_timeout_s: float = 900.0,
         clock: Callable[[], float] = time.time,
+        consolidation_validation_s: float = consolidation.DEFAULT_VALIDATION_S,
+        consolidation_drain_timeout_s: float = consolidation.DEFAULT_DRAIN_TIMEOUT_S,
     ) -> None:
         self.core = core
         self.provider = provider
@@ -150,11 +168,19 @@ class CapacityController:
         self.clock = clock
         self.metrics = CapacityMetrics(registry)
         self.scale_up = ScaleUpPolicy(scenario.pending_gpu_threshold, scenario.max_pending_wait_s)
-        # emptiness only: consolidation moves running pods, which the live driver does not yet
-        self.disruption = DisruptionPolicy(scenario.scale_down_unneeded_s, consolidation=False)
+        # consolidation (the simulator's disruption policy, applied through the drain);
+        # between its looks, emptiness alone, which costs nothing to compute
+        self.consolidator = Consolidator(
+            core, scenario, self.metrics.consolidations,
+            validation_s=consolidation_validation_s,
+            drain_timeout_s=consolidation_drain_timeout_s,
+            registration_timeout_s=registration_timeout_s)
+        self.emptiness = DisruptionPolicy(scenario.scale_down_unneeded_s, consolidation=False)
         self.spot_strategy: SpotStrategy | None = (
             get_spot_strategy(scenario.spot_strategy) if scenario.spot else None)
         self.empty = plan.EmptySince()
+        self.underused = plan.EmptySince()
+        self._recorded: set[str] = set()  # launch-record tokens, as of this cycle's converge
 
     # -- the cycle ----------------------------------------------------------------------------
     def reconcile(self, snap: Snapshot, refused: Sequence[str], nodes: Sequence[Mapping[str, Any]],
@@ -179,7 +205,8 @@ class CapacityController:
         """Step 1 (module doc); returns the instances still booting."""
         by_token = {i.client_token: i for i in instances if i.client_token}
         booting: list[Instance] = []
-        recorded = set()
+        recorded: set[str] = set()
+        self._recorded = recorded
         for rec in self.records.list():
             recorded.add(rec.token)
             inst = by_token.get(rec.token)
@@ -256,11 +283,15 @@ class CapacityController:
     def terminate(self, t: Terminate) -> None:
         """The drain's ``Terminate`` for a drained Node: delete its instance through the provider
         (only one of gpufleet's: ``list`` returns no other; deleting one already going is no
-        error) and then the Node. Idempotent, so a retry after a crash is harmless."""
+        error) and then the Node. Idempotent, so a retry after a crash is harmless. The metric's
+        reason is ``consolidation`` for a Node the consolidation marked, else ``interruption``."""
         pid = None
+        reason = "interruption"
         try:
             node = self.core.read_node(t.node)
             pid = node.spec.provider_id if node.spec is not None else None
+            if names.ANN_CONSOLIDATION in (node.metadata.annotations or {}):
+                reason = "consolidation"
         except ApiException as exc:
             if exc.status != 404:
                 raise
@@ -269,7 +300,7 @@ class CapacityController:
                 continue
             if (pid and inst.provider_id == pid) or inst.instance_id == t.node:
                 self.provider.delete(inst.instance_id)
-                self.metrics.terminations.labels(reason="interruption").inc()
+                self.metrics.terminations.labels(reason=reason).inc()
                 log.info("deleted instance %s of drained node %s", inst.instance_id, t.node)
         self.empty.since.pop(t.node, None)
         self._delete_node(t.node)
@@ -283,12 +314,8 @@ class CapacityController:
         offerings = self.provider.offerings()
         if not self.sc.spot:
             offerings = [o for o in offerings if o.capacity_type == CapacityType.ON_DEMAND]
-        od_nodes: dict[tuple[str, str], int] = {}
-        for i in live:
-            if i.capacity_type == CapacityType.ON_DEMAND:
-                od_nodes[(i.instance_type, i.zone)] = od_nodes.get((i.instance_type, i.zone),
-                                                                    0) + 1
-        offers = plan.offers_from(offerings, self.types, od_nodes)
+        wants_mig = any(p.request.mig_profile is not None for p in pending)
+        offers = self._offers(offerings, live, wants_mig)
         markets_of = getattr(self.provider, "markets", None)
         if callable(markets_of):
             markets = {t: markets_of(t) for t in self.types}
@@ -297,9 +324,9 @@ class CapacityController:
         known = set(snap.state.index)
         joined = {(n.get("spec") or {}).get("providerID") for n in nodes
                   if n["metadata"]["name"] in known}
-        coming = [(i.instance_type, i.capacity_type, i.zone) for i in live
-                  if i.provider_id not in joined and i not in booting] + \
-                 [(i.instance_type, i.capacity_type, i.zone) for i in booting]
+        coming = [(i.instance_type, i.capacity_type, i.zone, bool(i.tags.get(TAG_MIG_CONFIG)))
+                  for i in [*(i for i in live if i.provider_id not in joined
+                              and i not in booting), *booting]]
         launches = self.scale_up.decide(pending, offers, plan.inflight(coming, self.types),
                                         markets, self.spot_strategy)
         room = self.sc.max_nodes - len(live)
@@ -307,22 +334,41 @@ class CapacityController:
             for _ in range(launch.count):
                 if room <= 0:
                     return
-                rec = LaunchRecord(new_token(), launch.instance_type, launch.zone,
-                                   launch.capacity_type, now, launch.max_price, launch.mig_config)
-                self.records.write(rec)  # before the cloud is asked: a crash leaves the record
-                got = self.provider.create(rec.request())
-                if isinstance(got, CapacityShortage):
-                    log.info("launch %s %s %s: %s", launch.instance_type, launch.zone,
-                             launch.capacity_type, got.reason)
-                    self.records.delete(rec.token)
-                    self.metrics.launch_failures.labels(reason="capacity").inc()
+                if self._launch(launch, now, out) is None:
                     break
                 room -= 1
-                self.metrics.launches.labels(capacity_type=str(launch.capacity_type),
-                                             instance_type=launch.instance_type).inc()
-                out.launched.append(rec.token)
-                log.info("launched %s (%s %s %s) for %s", got.instance_id, launch.instance_type,
-                         launch.zone, launch.capacity_type, launch.reason)
+
+    def _offers(self, offerings: Sequence[Any], live: list[Instance],
+                mig: bool) -> list[Any]:
+        """The policies' offers: on-demand in the zone with the fewest such nodes of the type."""
+        od_nodes: dict[tuple[str, str], int] = {}
+        for i in live:
+            if i.capacity_type == CapacityType.ON_DEMAND:
+                od_nodes[(i.instance_type, i.zone)] = od_nodes.get((i.instance_type, i.zone),
+                                                                    0) + 1
+        return plan.offers_from(offerings, self.types, od_nodes, mig=mig)
+
+    def _launch(self, launch: Launch, now: float, out: ReconcileReport) -> str | None:
+        """One node of ``launch``: the record written before the cloud is asked (a crash leaves
+        the record, and the next converge asks again with the same token). Returns the token,
+        or None when the cloud had no capacity (the record is deleted)."""
+        rec = LaunchRecord(new_token(), launch.instance_type, launch.zone,
+                           launch.capacity_type, now, launch.max_price, launch.mig_config)
+        self.records.write(rec)
+        got = self.provider.create(rec.request())
+        if isinstance(got, CapacityShortage):
+            log.info("launch %s %s %s: %s", launch.instance_type, launch.zone,
+                     launch.capacity_type, got.reason)
+            self.records.delete(rec.token)
+            self.metrics.launch_failures.labels(reason="capacity").inc()
+            return None
+        self._recorded.add(rec.token)
+        self.metrics.launches.labels(capacity_type=str(launch.capacity_type),
+                                     instance_type=launch.instance_type).inc()
+        out.launched.append(rec.token)
+        log.info("launched %s (%s %s %s) for %s", got.instance_id, launch.instance_type,
+                 launch.zone, launch.capacity_type, launch.reason)
+        return rec.token
 
     def _scale_down(self, snap: Snapshot, live: list[Instance],
                     by_pid: Mapping[str, Mapping[str, Any]], nodes: Sequence[Mapping[str, Any]],
@@ -330,20 +376,42 @@ class CapacityController:
                     out: ReconcileReport) -> None:
         managed: dict[str, tuple[InstanceType, bool]] = {}
         inst_of: dict[str, Instance] = {}
+        marked: dict[str, tuple[InstanceType, bool, consolidation.ConsolidationMark]] = {}
         for i in live:
             node = by_pid.get(i.provider_id)
             if node is None or not _managed(node) or i.instance_type not in self.types:
                 continue
             meta = node["metadata"]
-            if meta.get("deletionTimestamp") or _marked(node) or not _ready(node):
+            if meta.get("deletionTimestamp") or _marked(node):
                 continue
-            managed[meta["name"]] = (self.types[i.instance_type],
-                                     i.capacity_type == CapacityType.SPOT)
+            kind = (self.types[i.instance_type], i.capacity_type == CapacityType.SPOT)
+            if consolidation.annotated(node):
+                mark = consolidation.mark_of(node)
+                if mark is None:  # not ours to act on, and it must not pin a cordon
+                    consolidation.unmark_node(self.core, meta["name"], "malformed mark")
+                else:
+                    marked[meta["name"]] = (*kind, mark)
+                continue
+            if not _ready(node) or (node.get("spec") or {}).get("unschedulable"):
+                continue  # booting, or cordoned by someone else: neither room nor candidate
+            managed[meta["name"]] = kind
             inst_of[meta["name"]] = i
+        movable = consolidation.movable_keys(pods)
         busy = {name for name in managed if plan.pods_to_evict(name, pods)}
         since = self.empty.update(managed, busy, now)
-        cmd = self.disruption.decide(plan.node_views(snap, managed, since), now)
+        views = plan.with_underused(plan.node_views(snap, managed, since, movable),
+                                    self.underused, self.sc.utilization_threshold, now)
+        out.abandoned += self.consolidator.watch_marked(snap, marked, views, pods, movable, now)
+        if self.consolidator.proposal is not None:  # one at a time, as Karpenter's orchestrator
+            out.consolidating += self.consolidator.carry_out(views, live, by_pid,
+                                                             self._recorded, now)
+            return
+        cmd = self._decide(views, live, now)
         if cmd is None:
+            return
+        if cmd.method != EMPTINESS:
+            self.consolidator.propose(cmd, now, self.sc.max_nodes - len(live),
+                                      lambda launch: self._launch(launch, now, out))
             return
         for d in cmd.decisions:
             if not isinstance(d, Terminate) or d.node not in inst_of:
@@ -359,6 +427,19 @@ class CapacityController:
             self.metrics.terminations.labels(reason=d.reason or "disruption").inc()
             out.terminated.append(d.node)
             log.info("terminated %s (%s)", d.node, d.reason)
+
+    def _decide(self, views: list[NodeView], live: list[Instance],
+                now: float) -> Command | None:
+        """Emptiness every cycle; the whole policy when the consolidator's look is due (the
+        offers, for a multi-node replacement, only then and only below ``max_nodes``)."""
+        if not self.consolidator.look_due(views, now):
+            return self.emptiness.decide(views, now)
+        offers: list[Any] = []
+        if self.sc.multi_node_consolidation and len(live) < self.sc.max_nodes:
+            on_demand = [o for o in self.provider.offerings()
+                         if o.capacity_type == CapacityType.ON_DEMAND]
+            offers = self._offers(on_demand, live, any(v.shape.mig for v in views))
+        return self.consolidator.decide(views, now, offers)
 
     # -- API helpers --------------------------------------------------------------------------
     def _cordon(self, node: str) -> None:

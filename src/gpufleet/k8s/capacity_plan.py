@@ -17,11 +17,12 @@ this module only translates what the live driver sees into their inputs:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
+from gpufleet.catalog.gpus import default_gpu_catalog
 from gpufleet.catalog.instances import InstanceType
 from gpufleet.cloud.provider import Offering
 from gpufleet.decisions import CapacityType
@@ -62,8 +63,11 @@ def pending_pods(snap: Snapshot, refused: Iterable[str], now: float) -> list[Pen
 
 
 def offers_from(offerings: Sequence[Offering], types: Mapping[str, InstanceType],
-                od_nodes: Mapping[tuple[str, str], int]) -> list[Offer]:
-    """One on-demand and (where some zone has capacity now) one spot offer per type."""
+                od_nodes: Mapping[tuple[str, str], int], mig: bool = False) -> list[Offer]:
+    """One on-demand and (where some zone has capacity now) one spot offer per type; with
+    ``mig`` (some pending pod asks for a MIG profile) each MIG-capable type is offered a second
+    time with every GPU in MIG mode, as the simulator's offers do (``control.offers``): a MIG
+    pod fits no whole-GPU shape, so without it a MIG pod would never get a node."""
     od: dict[str, dict[str, float]] = {}
     spot: dict[str, float] = {}
     for o in offerings:
@@ -77,15 +81,24 @@ def offers_from(offerings: Sequence[Offering], types: Mapping[str, InstanceType]
     out = []
     for name in sorted(set(od) | set(spot)):
         it = types[name]
-        shape = NodeShape.of(it)
-        if name in od:
-            zones = [z for z in it.zones if z in od[name]] or sorted(od[name])
-            counts = {z: od_nodes.get((name, z), 0) for z in zones}
-            zone = on_demand_zone(zones, od[name], counts)
-            out.append(Offer(name, CapacityType.ON_DEMAND, shape, od[name][zone], zone))
-        if name in spot:
-            out.append(Offer(name, CapacityType.SPOT, shape, spot[name]))
+        shapes = [NodeShape.of(it)]
+        if mig and mig_capable(it):
+            shapes.append(NodeShape.of(it, mig=True))
+        for shape in shapes:
+            if name in od:
+                zones = [z for z in it.zones if z in od[name]] or sorted(od[name])
+                counts = {z: od_nodes.get((name, z), 0) for z in zones}
+                zone = on_demand_zone(zones, od[name], counts)
+                out.append(Offer(name, CapacityType.ON_DEMAND, shape, od[name][zone], zone))
+            if name in spot:
+                out.append(Offer(name, CapacityType.SPOT, shape, spot[name]))
     return out
+
+
+def mig_capable(it: InstanceType) -> bool:
+    """The type's GPU model can be put in MIG mode (A100, H100, …)."""
+    cat = default_gpu_catalog()
+    return it.gpu_model in cat and cat[it.gpu_model].mig is not None
 
 
 def markets_from(offerings: Sequence[Offering],
@@ -101,17 +114,19 @@ def markets_from(offerings: Sequence[Offering],
     return out
 
 
-def inflight(booting: Iterable[tuple[str, CapacityType, str]],
+def inflight(booting: Iterable[tuple[str, CapacityType, str, bool]],
              types: Mapping[str, InstanceType]) -> list[InFlight]:
-    """(instance type, capacity type, zone) of each launch not yet a Node in the snapshot."""
-    return [InFlight(NodeShape.of(types[t]), ct == CapacityType.SPOT, z)
-            for t, ct, z in booting if t in types]
+    """(instance type, capacity type, zone, MIG mode) of each launch not yet a Node in the
+    snapshot: a MIG node booting absorbs MIG pods, not whole-GPU ones (and the reverse)."""
+    return [InFlight(NodeShape.of(types[t], mig), ct == CapacityType.SPOT, z)
+            for t, ct, z, mig in booting if t in types]
 
 
 @dataclass
 class EmptySince:
-    """When each node last became empty (in memory: a restarted controller starts the idle
-    clock again, which only ever delays a scale-down)."""
+    """When each node last became empty — or, for the consolidation clock, under-used (in
+    memory: a restarted controller starts the clocks again, which only ever delays a
+    scale-down)."""
 
     since: dict[str, float] = field(default_factory=dict)
 
@@ -130,27 +145,47 @@ class EmptySince:
 
 
 def node_views(snap: Snapshot, managed: Mapping[str, tuple[InstanceType, bool]],
-               empty_since: Mapping[str, float | None]) -> list[NodeView]:
+               empty_since: Mapping[str, float | None],
+               movable: Collection[str] = frozenset()) -> list[NodeView]:
     """A ``NodeView`` for each gpufleet-launched node in the snapshot (its room and its pods).
-    ``managed``: node → (instance type, spot)."""
+    ``managed``: node → (instance type, spot); ``movable``: keys of the pods consolidation may
+    move (:func:`gpufleet.k8s.consolidation.movable`). A node on a MIG config has the MIG shape
+    and its slices' use, so consolidation packs MIG pods by the placement rule."""
     st = snap.state
     pods: dict[str, list[PodView]] = {}
     for a in snap.allocations.values():
         if a.bind.node in managed:
             _, spot = managed[a.bind.node]
             pods.setdefault(a.bind.node, []).append(
-                PodView(a.pod.key, a.request, False, spot_ok(a.pod)))
+                PodView(a.pod.key, a.request, a.pod.key in movable, spot_ok(a.pod)))
     out = []
     for name, (it, spot) in sorted(managed.items()):
         row = st.index.get(name)
         if row is None:
             continue
         gpus = int(st.num_gpus[row])
+        # every GPU in MIG mode (an ``all-*`` config): the MIG shape; a node with only some
+        # GPUs in MIG mode has no NodeShape and is seen as whole GPUs (conservative for room:
+        # MIG GPUs with a slice in use show as taken)
+        mig = gpus > 0 and bool((st.mig_compute_total[row, :gpus] > 0).all())
+        mig_kw: dict[str, Any] = {}
+        if mig:
+            mig_kw = dict(mig_used=tuple(int(x) for x in st.mig_used[row, :gpus]),
+                          mig_compute_used=tuple(int(x) for x in st.mig_compute_used[row, :gpus]))
         out.append(NodeView(
-            name, NodeShape.of(it), spot, tuple(int(x) for x in st.free_milli[row, :gpus]),
+            name, NodeShape.of(it, mig), spot, tuple(int(x) for x in st.free_milli[row, :gpus]),
             int(st.cpu_free[row]), int(st.mem_free[row]), tuple(pods.get(name, ())),
-            empty_since.get(name), None, usd_per_hour=float(it.usd_per_hour)))
+            empty_since.get(name), None, **mig_kw, usd_per_hour=float(it.usd_per_hour)))
     return out
+
+
+def with_underused(views: Sequence[NodeView], since: EmptySince, threshold: float,
+                   now: float) -> list[NodeView]:
+    """``views`` with ``underused_since``: when each node's GPU allocation last fell below
+    ``threshold`` (the simulator's rule; ``since`` keeps the clocks between cycles)."""
+    busy = {v.name for v in views if v.allocation >= threshold}
+    at = since.update([v.name for v in views], busy, now)
+    return [replace(v, underused_since=at[v.name]) for v in views]
 
 
 def pods_to_evict(node: str, pods: Iterable[Mapping[str, Any]]) -> list[tuple[str, str]]:

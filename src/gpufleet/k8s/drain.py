@@ -16,6 +16,11 @@ node agent or by the controller's provider-event path — whichever was first), 
 The plan is pure and computed from the Nodes and Pods as listed, so a controller restarted in the
 middle re-derives it: a cordoned node is not cordoned again, a terminating pod is not evicted
 again, and an emptied node is handed over on the next cycle.
+
+Nodes the capacity loop marked for **consolidation** (:mod:`gpufleet.k8s.consolidation`) are
+drained the same way — cordon, evict with grace, terminate — with one difference: no deadline, a
+consolidated node is handed to termination only once no pod is left on it (it is not going away
+on its own; the capacity loop un-marks it if its pods cannot move).
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from gpufleet.decisions import Preempt, Terminate
+from gpufleet.k8s.consolidation import ConsolidationMark
+from gpufleet.k8s.consolidation import mark_of as consolidation_mark_of
 from gpufleet.k8s.interruption import InterruptionMark, mark_of
 
 log = logging.getLogger(__name__)
@@ -51,7 +58,8 @@ class DrainPlan:
     cordon: tuple[Cordon, ...] = ()
     evict: tuple[Preempt, ...] = ()
     terminate: tuple[Terminate, ...] = ()
-    # every marked node's mark and the (key, pod) pairs still on it: what the recovery clock needs
+    # every interrupted node's mark (consolidated ones are not interruptions): what the recovery
+    # clock needs
     marked: Mapping[str, InterruptionMark] = field(default_factory=dict)
 
 
@@ -82,17 +90,23 @@ def plan_drain(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, A
                now: float, default_drain_s: float = DEFAULT_DRAIN_S) -> DrainPlan:
     """What to do this cycle for every marked Node (pure: objects in, decisions out)."""
     marked: dict[str, InterruptionMark] = {}
+    consolidated: dict[str, ConsolidationMark] = {}
     cordoned: set[str] = set()
     for node in nodes:
+        name = node["metadata"]["name"]
         mark = mark_of(node)
         if mark is not None:
-            name = node["metadata"]["name"]
             marked[name] = mark
-            if (node.get("spec") or {}).get("unschedulable"):
-                cordoned.add(name)
-    if not marked:
+        else:
+            cmark = consolidation_mark_of(node)
+            if cmark is None:
+                continue
+            consolidated[name] = cmark
+        if (node.get("spec") or {}).get("unschedulable"):
+            cordoned.add(name)
+    if not marked and not consolidated:
         return DrainPlan()
-    on_node: dict[str, list[Mapping[str, Any]]] = {n: [] for n in marked}
+    on_node: dict[str, list[Mapping[str, Any]]] = {n: [] for n in (*marked, *consolidated)}
     for p in pods:
         where = (p.get("spec") or {}).get("nodeName")
         if where in on_node and not stays_on_drain(p) and not finished(p):
@@ -110,6 +124,14 @@ def plan_drain(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, A
         elif now >= drain_deadline(mark, default_drain_s):
             terminate.append(Terminate(name, f"{why}: deadline passed with "
                                              f"{len(on_node[name])} pod(s) left"))
+    for name in sorted(consolidated):
+        why = f"node {name} consolidated ({consolidated[name].method})"
+        if name not in cordoned:
+            cordon.append(Cordon(name, why))
+        evict += [Preempt(pod_key(p), why) for p in on_node[name]
+                  if not (p.get("metadata") or {}).get("deletionTimestamp")]
+        if not on_node[name]:
+            terminate.append(Terminate(name, f"{why}: drained"))
     return DrainPlan(tuple(cordon), tuple(evict), tuple(terminate), marked)
 
 

@@ -1,5 +1,8 @@
 """The drain's driver: plan (:func:`gpufleet.k8s.drain.plan_drain`), apply, time recoveries.
 
+Nodes marked for consolidation (:mod:`gpufleet.k8s.consolidation`) go through the same cycle:
+the plan cordons, evicts and hands them to ``terminate`` once empty.
+
 Called once per leader cycle by the controller with the informers' objects; it keeps no state
 about nodes (the plan is re-derived from the API each time), only the recovery clock's owners.
 Evictions go through the controller's :class:`~gpufleet.k8s.apply.Applier` (the same Eviction
@@ -65,5 +68,6 @@ class Drainer:
             except (*ApiErrors, *PROVIDER_FAULTS) as exc:
                 log.warning("terminate %s: %s", t.node, exc)
                 continue
-            self.metrics.drained.inc()
+            if t.node in plan.marked:  # an interrupted node (a consolidated one is not)
+                self.metrics.drained.inc()
         return evicted

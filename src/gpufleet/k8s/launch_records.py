@@ -21,7 +21,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from gpufleet.cloud.provider import TAG_MANAGED, TAG_TOKEN, LaunchRequest
+from gpufleet.cloud.provider import TAG_MANAGED, TAG_MIG_CONFIG, TAG_TOKEN, LaunchRequest
 from gpufleet.decisions import CapacityType
 
 PREFIX = "gpufleet-launch-"
@@ -47,7 +47,7 @@ class LaunchRecord:
         """The provider call this record stands for (always the same for one record)."""
         tags = {TAG_MANAGED: "true", TAG_TOKEN: self.token}
         if self.mig_config:
-            tags["gpufleet.io/mig-config"] = self.mig_config
+            tags[TAG_MIG_CONFIG] = self.mig_config
         return LaunchRequest(self.token, (self.instance_type,), (self.zone,),
                              self.capacity_type, self.max_price, tags)
 

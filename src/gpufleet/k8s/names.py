@@ -54,3 +54,8 @@ ANN_MIG = "gpufleet.io/mig"  # MIG instance: "<gpu>:<profile>@<start slice>"
 ANN_INTERRUPTION = "gpufleet.io/interruption"
 INTERRUPTED_TAINT_KEY = "gpufleet.io/interrupted"
 INTERRUPTED_TAINT_EFFECT = "NoSchedule"
+
+# live consolidation (k8s.consolidation): the capacity loop marks the Nodes a validated command
+# removes with this annotation (JSON: method, started_at) and cordons them; the drain empties
+# and terminates them, or the capacity loop removes mark and cordon when the pods cannot move.
+ANN_CONSOLIDATION = "gpufleet.io/consolidation"

@@ -31,6 +31,7 @@ from typing import Any
 from gpufleet.catalog.gpus import GpuCatalog, GpuModel, default_gpu_catalog
 from gpufleet.catalog.instances import InstanceType
 from gpufleet.errors import InputError
+from gpufleet.provisioning.binpack import MIG_CONFIG
 from gpufleet.traces.openb import OpenbNode
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -45,6 +46,7 @@ LABEL_FAMILY = "nvidia.com/gpu.family"
 LABEL_MIG_STRATEGY = "nvidia.com/mig.strategy"
 LABEL_MIG_CONFIG = "nvidia.com/mig.config"
 LABEL_MIG_CAPABLE = "nvidia.com/mig.capable"
+DYNAMIC_MIG_CONFIG = MIG_CONFIG  # "all-enabled": what nodes launched for MIG pods boot with
 LABEL_CUDA_RUNTIME_MAJOR = "nvidia.com/cuda.runtime.major"
 LABEL_CUDA_RUNTIME_MINOR = "nvidia.com/cuda.runtime.minor"
 LABEL_ZONE = "topology.kubernetes.io/zone"
@@ -103,7 +105,8 @@ def gfd_product(model: str, catalog: GpuCatalog | None = None) -> str:
 
 
 def mig_layout(model: GpuModel, config: str) -> dict[str, int]:
-    """MIG devices per GPU for a mig-parted config name: ``all-<profile>`` or ``all-balanced``.
+    """MIG devices per GPU for a mig-parted config name: ``all-<profile>``, ``all-balanced`` or
+    ``all-enabled`` (:data:`DYNAMIC_MIG_CONFIG`).
 
     ``all-balanced`` is mig-parted's default mix (two of the smallest 1g slice, one 2g, one 3g).
     """
@@ -118,12 +121,19 @@ def mig_layout(model: GpuModel, config: str) -> dict[str, int]:
                 smallest = min(fits, key=lambda p: p.memory_slices)
                 layout[smallest.name] = count
         return layout
+    if config == DYNAMIC_MIG_CONFIG:
+        # MIG mode on, instances created per pod at bind time (dynamic partitioning, what the
+        # provisioner launches for MIG pods): every profile the GPU can hold is advertised at
+        # its most, as a device plugin that creates instances on demand does; which slices are
+        # really free is the scheduler's own accounting (the pods' MIG annotations)
+        return {p.name: p.max_count for p in profiles.values()}
     prefix = "all-"
     if config.startswith(prefix) and config[len(prefix) :] in profiles:
         prof = profiles[config[len(prefix) :]]
         return {prof.name: prof.max_count}
     raise InputError(
-        f"unknown MIG config {config!r} for {model.name}; expected all-balanced or one of "
+        f"unknown MIG config {config!r} for {model.name}; expected all-balanced, "
+        f"{DYNAMIC_MIG_CONFIG} or one of "
         + ", ".join(f"all-{p}" for p in profiles),
         field="mig_config",
     )
