@@ -23,13 +23,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client, watch
+from live_wait import wait_for
 
 from gpufleet.cloud.kwok import CLOCK_NAME, PENDING_LABEL
 from gpufleet.cloud.provider import TAG_MANAGED, TAG_TOKEN
@@ -50,18 +51,6 @@ SPOT_TOL = {"key": "karpenter.sh/capacity-type", "operator": "Equal", "value": "
 def gpufleet(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "gpufleet", *args], capture_output=True,
                           text=True, timeout=timeout)
-
-
-def wait_for(what: str, pred: Callable[[], Any], timeout: float, log: Path | None = None,
-             poll_s: float = 0.5) -> Any:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        got = pred()
-        if got:
-            return got
-        time.sleep(poll_s)
-    tail = log.read_text()[-3000:] if log is not None and log.exists() else ""
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}\n{tail}")
 
 
 @dataclass

@@ -6,15 +6,20 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 
-def wait_for(what: str, pred: Callable[[], Any], timeout: float = 60.0) -> Any:
-    """``pred()``'s first truthy value, polled every 0.2 s; AssertionError naming ``what``."""
+def wait_for(what: str, pred: Callable[[], Any], timeout: float = 60.0,
+             log: Path | None = None, poll_s: float = 0.2) -> Any:
+    """``pred()``'s first truthy value, polled every ``poll_s``; AssertionError naming ``what``
+    (with the last 3,000 characters of ``log``, a subprocess's output, when given)."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         got = pred()
         if got:
             return got
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(poll_s)
+    tail = log.read_text()[-3000:] if log is not None and log.exists() else ""
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}" +
+                         (f"\n{tail}" if tail else ""))
