@@ -47,11 +47,18 @@ def effective_request(spec: JobSpec, sharing: bool, spot: bool) -> ResourceReque
             r = replace(r, num_gpu=1, gpu_models=models)
         else:  # the exclusive baseline: one whole GPU of a model that offers the profile
             r = replace(r, mig_profile=None, num_gpu=1, gpu_milli=GPU_MILLI, gpu_models=models)
-    if not sharing and r.gpu_milli < GPU_MILLI:
-        r = replace(r, gpu_milli=GPU_MILLI)
+    r = round_up_unshared(r, sharing)
     if spot and spec.interruptible:
         r = replace(r, tolerations=r.tolerations | {SPOT_TAINT})
     return r
+
+
+def round_up_unshared(req: ResourceRequest, sharing: bool) -> ResourceRequest:
+    """With GPU sharing off (the exclusive baseline) a fractional request takes a whole GPU. The
+    Kubernetes driver applies this rule to pods too (``k8s.settings.apply_levers``)."""
+    if not sharing and req.gpu_milli < GPU_MILLI:
+        return replace(req, gpu_milli=GPU_MILLI)
+    return req
 
 
 def tolerates_spot(req: ResourceRequest) -> bool:

@@ -14,13 +14,13 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from gpufleet.control.admission import round_up_unshared
 from gpufleet.errors import InputError
 from gpufleet.k8s.snapshot import Snapshot
 from gpufleet.placement import DEFAULT_POLICY, get_policy
 from gpufleet.placement.policy import Policy
 from gpufleet.queueing import BackfillPass
 from gpufleet.sim.scenario import Scenario, default_scenario, load_scenarios
-from gpufleet.state import GPU_MILLI
 
 
 def load_config(path: Path | str | None) -> Scenario:
@@ -43,9 +43,10 @@ def backfill_for(sc: Scenario) -> BackfillPass:
 
 
 def apply_levers(snap: Snapshot, sc: Scenario) -> None:
-    """Without sharing a fractional pod is given a whole GPU, as the simulator's baseline does."""
+    """Without sharing a fractional pod is given a whole GPU: the control layer's admission
+    rule (``control.admission.round_up_unshared``), as in the simulator's baseline."""
     if sc.sharing:
         return
     for i, p in enumerate(snap.pending):
-        if p.request is not None and p.request.is_shared:
-            snap.pending[i] = replace(p, request=replace(p.request, gpu_milli=GPU_MILLI))
+        if p.request is not None:
+            snap.pending[i] = replace(p, request=round_up_unshared(p.request, sc.sharing))
