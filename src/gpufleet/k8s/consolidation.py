@@ -172,12 +172,8 @@ def mark_node(core: Any, node: str, mark: ConsolidationMark) -> bool:
     """Annotate and cordon ``node`` in one merge patch (idempotent). False: the Node is gone."""
     body = {"metadata": {"annotations": {names.ANN_CONSOLIDATION: mark.to_json()}},
             "spec": {"unschedulable": True}}
-    try:
-        core.patch_node(node, body, _preload_content=False)
-    except ApiException as exc:
-        if exc.status == 404:
-            return False
-        raise
+    if not _patch_node(core, node, body):
+        return False
     log.info("node %s marked for %s", node, mark.method)
     return True
 
@@ -186,11 +182,18 @@ def unmark_node(core: Any, node: str, why: str) -> bool:
     """Remove the mark and the cordon in one merge patch (idempotent). False: the Node is gone."""
     body = {"metadata": {"annotations": {names.ANN_CONSOLIDATION: None}},
             "spec": {"unschedulable": False}}
+    if not _patch_node(core, node, body):
+        return False
+    log.info("node %s: consolidation abandoned (%s); uncordoned", node, why)
+    return True
+
+
+def _patch_node(core: Any, node: str, body: dict) -> bool:
+    """One merge patch of ``node``; False when the Node is gone (404), other errors raise."""
     try:
         core.patch_node(node, body, _preload_content=False)
     except ApiException as exc:
         if exc.status == 404:
             return False
         raise
-    log.info("node %s: consolidation abandoned (%s); uncordoned", node, why)
     return True

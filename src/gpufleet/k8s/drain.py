@@ -111,27 +111,30 @@ def plan_drain(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, A
         where = (p.get("spec") or {}).get("nodeName")
         if where in on_node and not stays_on_drain(p) and not finished(p):
             on_node[where].append(p)
-    cordon, evict, terminate = [], [], []
+    cordon: list[Cordon] = []
+    evict: list[Preempt] = []
+    terminate: list[Terminate] = []
+
+    def drain(name: str, why: str) -> bool:
+        """Cordon ``name`` and evict its pods (not those already terminating); True when it is
+        empty. The one sequence for an interrupted and a consolidated node alike."""
+        if name not in cordoned:
+            cordon.append(Cordon(name, why))
+        evict.extend(Preempt(pod_key(p), why) for p in on_node[name]
+                     if not (p.get("metadata") or {}).get("deletionTimestamp"))
+        if not on_node[name]:
+            terminate.append(Terminate(name, f"{why}: drained"))
+            return True
+        return False
+
     for name in sorted(marked):
         mark = marked[name]
         why = f"node {name} interrupted ({mark.kind.value}, noticed by {mark.source})"
-        if name not in cordoned:
-            cordon.append(Cordon(name, why))
-        evict += [Preempt(pod_key(p), why) for p in on_node[name]
-                  if not (p.get("metadata") or {}).get("deletionTimestamp")]
-        if not on_node[name]:
-            terminate.append(Terminate(name, f"{why}: drained"))
-        elif now >= drain_deadline(mark, default_drain_s):
+        if not drain(name, why) and now >= drain_deadline(mark, default_drain_s):
             terminate.append(Terminate(name, f"{why}: deadline passed with "
                                              f"{len(on_node[name])} pod(s) left"))
     for name in sorted(consolidated):
-        why = f"node {name} consolidated ({consolidated[name].method})"
-        if name not in cordoned:
-            cordon.append(Cordon(name, why))
-        evict += [Preempt(pod_key(p), why) for p in on_node[name]
-                  if not (p.get("metadata") or {}).get("deletionTimestamp")]
-        if not on_node[name]:
-            terminate.append(Terminate(name, f"{why}: drained"))
+        drain(name, f"node {name} consolidated ({consolidated[name].method})")
     return DrainPlan(tuple(cordon), tuple(evict), tuple(terminate), marked)
 
 
