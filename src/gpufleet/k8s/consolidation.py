@@ -33,10 +33,8 @@ an empty node emptiness deletes.
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -45,6 +43,7 @@ from kubernetes.client.exceptions import ApiException
 
 from gpufleet.decisions import Preempt
 from gpufleet.k8s import names
+from gpufleet.k8s.node_marks import epoch_seconds, json_object, read_mark
 from gpufleet.provisioning.disruption import Command, DisruptionSnapshot, NodeView
 
 log = logging.getLogger(__name__)
@@ -68,18 +67,12 @@ class ConsolidationMark:
     @classmethod
     def from_json(cls, text: str) -> ConsolidationMark:
         """Parse the annotation; ValueError naming the field when it is not what we write."""
-        try:
-            doc = json.loads(text)
-        except ValueError as exc:
-            raise ValueError(f"{names.ANN_CONSOLIDATION}: not JSON ({exc})") from None
-        if not isinstance(doc, dict):
-            raise ValueError(f"{names.ANN_CONSOLIDATION}: expected a JSON object")
+        doc = json_object(text, names.ANN_CONSOLIDATION)
         method, started = doc.get("method"), doc.get("started_at")
         if not isinstance(method, str) or not method:
             raise ValueError(f"{names.ANN_CONSOLIDATION}: field 'method' must be a non-empty "
                              f"string, got {method!r}")
-        if not (isinstance(started, int | float) and not isinstance(started, bool)
-                and math.isfinite(started)):
+        if not epoch_seconds(started):
             raise ValueError(f"{names.ANN_CONSOLIDATION}: field 'started_at' must be epoch "
                              f"seconds, got {started!r}")
         return cls(method, float(started))
@@ -89,25 +82,13 @@ def mark_of(node: Mapping[str, Any]) -> ConsolidationMark | None:
     """The Node's consolidation mark, or None. One that does not parse was not written by
     gpufleet: it is not acted on (logged once per node and value) — the capacity loop removes it
     with the cordon, so a hand-edited annotation cannot keep a Node cordoned forever."""
-    meta = node.get("metadata") or {}
-    text = (meta.get("annotations") or {}).get(names.ANN_CONSOLIDATION)
-    if text is None:
-        return None
-    try:
-        return ConsolidationMark.from_json(text)
-    except ValueError as exc:
-        _warn_malformed(str(meta.get("name")), text, str(exc))
-        return None
+    return read_mark(node, names.ANN_CONSOLIDATION, ConsolidationMark.from_json,
+                     "not consolidating it on that")
 
 
 def annotated(node: Mapping[str, Any]) -> bool:
     """Carries the annotation, parsable or not."""
     return names.ANN_CONSOLIDATION in ((node.get("metadata") or {}).get("annotations") or {})
-
-
-@functools.lru_cache(maxsize=256)
-def _warn_malformed(node: str, text: str, why: str) -> None:
-    log.warning("node %s: %s; not consolidating it on that", node, why)
 
 
 def movable(pod: Mapping[str, Any]) -> bool:

@@ -17,10 +17,8 @@ we re-read; an annotation already present means someone else marked it — done,
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
-import math
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -31,6 +29,7 @@ from kubernetes.client.exceptions import ApiException
 from gpufleet.checkpoint.notices import Notice
 from gpufleet.cloud.provider import Interruption, InterruptionKind
 from gpufleet.k8s import names
+from gpufleet.k8s.node_marks import epoch_seconds, json_object, read_mark
 
 log = logging.getLogger(__name__)
 
@@ -55,12 +54,7 @@ class InterruptionMark:
     @classmethod
     def from_json(cls, text: str) -> InterruptionMark:
         """Parse the annotation; ValueError naming the field when it is not what we write."""
-        try:
-            doc = json.loads(text)
-        except ValueError as exc:
-            raise ValueError(f"{names.ANN_INTERRUPTION}: not JSON ({exc})") from None
-        if not isinstance(doc, dict):
-            raise ValueError(f"{names.ANN_INTERRUPTION}: expected a JSON object")
+        doc = json_object(text, names.ANN_INTERRUPTION)
         try:
             kind = InterruptionKind(doc.get("kind"))
         except ValueError:
@@ -68,19 +62,15 @@ class InterruptionMark:
             raise ValueError(f"{names.ANN_INTERRUPTION}: field 'kind' {doc.get('kind')!r}; "
                              f"expected one of {valid}") from None
         noticed = doc.get("noticed_at")
-        if not _finite(noticed):
+        if not epoch_seconds(noticed):
             raise ValueError(f"{names.ANN_INTERRUPTION}: field 'noticed_at' must be epoch "
                              f"seconds, got {noticed!r}")
         deadline = doc.get("deadline")
-        if deadline is not None and not _finite(deadline):
+        if deadline is not None and not epoch_seconds(deadline):
             raise ValueError(f"{names.ANN_INTERRUPTION}: field 'deadline' must be epoch seconds "
                              f"or null, got {deadline!r}")
         return cls(kind, None if deadline is None else float(deadline), float(noticed),
                    str(doc.get("source", "")))
-
-
-def _finite(v: object) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def kind_of_notice(notice: Notice) -> InterruptionKind:
@@ -98,20 +88,8 @@ def mark_of(node: Mapping[str, Any]) -> InterruptionMark | None:
     """The Node's mark, or None. An annotation that does not parse was not written by any source
     of the convention: it is not acted on (deleting a node on garbage would cost more than it
     could save) and is logged once per node and value."""
-    meta = node.get("metadata") or {}
-    text = (meta.get("annotations") or {}).get(names.ANN_INTERRUPTION)
-    if text is None:
-        return None
-    try:
-        return InterruptionMark.from_json(text)
-    except ValueError as exc:
-        _warn_malformed(str(meta.get("name")), text, str(exc))
-        return None
-
-
-@functools.lru_cache(maxsize=256)
-def _warn_malformed(node: str, text: str, why: str) -> None:
-    log.warning("node %s: %s; not draining it on that", node, why)
+    return read_mark(node, names.ANN_INTERRUPTION, InterruptionMark.from_json,
+                     "not draining it on that")
 
 
 def _taint_present(taints: list[Mapping[str, Any]]) -> bool:
