@@ -23,6 +23,7 @@ import yaml
 from aliyun_env import KEY_ID, REGION, SECRET, key_env, set_credential_env
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from live_objects import absent, gpu_pod
 from live_wait import wait_for
 
 from gpufleet.catalog.instances import default_instance_catalog
@@ -96,13 +97,7 @@ def test_launch_bind_scale_down_delete_on_the_ecs_loopback(lab: Any, ecs: Any,
     ctl.start()
     try:
         wait_for("informers to sync", ctl.ready)
-        core.create_namespaced_pod(ns, {
-            "metadata": {"name": "train"},
-            "spec": {"schedulerName": "gpufleet", "terminationGracePeriodSeconds": 0,
-                     "nodeSelector": {POOL: ns},
-                     "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
-                                     "resources": {"limits": {"cpu": "1", "memory": "1Gi",
-                                                              "nvidia.com/gpu": "1"}}}]}})
+        core.create_namespaced_pod(ns, gpu_pod("train", 1, {POOL: ns}))
 
         def bound() -> str | None:
             kubelets.sync()
@@ -119,14 +114,7 @@ def test_launch_bind_scale_down_delete_on_the_ecs_loopback(lab: Any, ecs: Any,
 
         core.delete_namespaced_pod("train", ns, grace_period_seconds=0)  # the job is done
 
-        def node_gone() -> bool:
-            try:
-                core.read_node(node)
-            except ApiException as exc:
-                return exc.status == 404
-            return False
-
-        wait_for("the idle Node scaled down", node_gone)
+        wait_for("the idle Node scaled down", lambda: absent(lambda: core.read_node(node)))
         assert ecs.instances == {}  # released in ECS: nothing leaked
         deletes = ecs.calls_of("DeleteInstances")
         assert [c.params["InstanceId.1"] for c in deletes] == [iid]

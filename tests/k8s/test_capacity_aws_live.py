@@ -30,6 +30,7 @@ from typing import Any
 import pytest
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
+from live_objects import absent, gpu_pod
 from live_wait import wait_for
 
 from gpufleet.catalog.instances import default_instance_catalog
@@ -187,13 +188,7 @@ def test_launch_bind_interrupt_drain_terminate_on_moto(lab: Any, moto: dict[str,
     ctl.start()
     try:
         wait_for("informers to sync", ctl.ready)
-        core.create_namespaced_pod(ns, {
-            "metadata": {"name": "train"},
-            "spec": {"schedulerName": "gpufleet", "terminationGracePeriodSeconds": 0,
-                     "nodeSelector": {POOL: ns},
-                     "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
-                                     "resources": {"limits": {"cpu": "1", "memory": "1Gi",
-                                                              "nvidia.com/gpu": "1"}}}]}})
+        core.create_namespaced_pod(ns, gpu_pod("train", 1, {POOL: ns}))
 
         def bound() -> str | None:
             kubelets.sync()
@@ -209,28 +204,15 @@ def test_launch_bind_interrupt_drain_terminate_on_moto(lab: Any, moto: dict[str,
 
         moto["sqs"].send_message(QueueUrl=moto["queue"], MessageBody=spot_warning(iid))
 
-        def pod_gone() -> bool:
-            try:
-                core.read_namespaced_pod("train", ns)
-            except ApiException as exc:
-                return exc.status == 404
-            return False
-
-        wait_for("the pod evicted", pod_gone)
+        wait_for("the pod evicted", lambda: absent(
+            lambda: core.read_namespaced_pod("train", ns)))
 
         def instance_gone() -> bool:
             return not running_instances(moto["ec2"])
 
         wait_for("the instance terminated in EC2", instance_gone)
 
-        def node_gone() -> bool:
-            try:
-                core.read_node(node)
-            except ApiException as exc:
-                return exc.status == 404
-            return False
-
-        wait_for("the Node deleted", node_gone)
+        wait_for("the Node deleted", lambda: absent(lambda: core.read_node(node)))
         wait_for("the message acknowledged", lambda: queue_depth(moto["sqs"], moto["queue"]) == 0)
         (mark,) = marks.seen[node]  # marked once
         assert json.loads(mark)["source"] == "aws-sqs"

@@ -15,6 +15,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from live_objects import gpu_pod
 from live_wait import wait_for
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -33,15 +34,6 @@ SPOT_PRICE = 1.5
 
 def epoch(text: str) -> float:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-
-
-def gpu_pod(name: str, gpus: int, node: str) -> dict:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-            "spec": {"schedulerName": "gpufleet", "terminationGracePeriodSeconds": 0,
-                     "nodeSelector": {"kubernetes.io/hostname": node},
-                     "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
-                                     "resources": {"limits": {"cpu": "1", "memory": "1Gi",
-                                                              "nvidia.com/gpu": str(gpus)}}}]}}
 
 
 def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -67,8 +59,8 @@ def test_controller_exports_node_and_namespace_cost_from_the_node_timeline(lab: 
     ctl.start()
     try:
         wait_for("informers", ctl.ready)
-        core.create_namespaced_pod(team_a, gpu_pod("a", 2, spot))
-        core.create_namespaced_pod(team_b, gpu_pod("b", 1, ondemand))
+        core.create_namespaced_pod(team_a, gpu_pod("a", 2, {"kubernetes.io/hostname": spot}))
+        core.create_namespaced_pod(team_b, gpu_pod("b", 1, {"kubernetes.io/hostname": ondemand}))
 
         def running(ns: str, name: str) -> dict | None:
             p = json.loads(core.read_namespaced_pod(name, ns, _preload_content=False).data)

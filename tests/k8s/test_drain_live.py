@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from live_objects import absent
 from live_wait import wait_for
 
 from gpufleet.cloud.provider import InterruptionKind
@@ -81,14 +82,8 @@ def test_a_marked_node_is_drained_its_job_pod_replaced_and_the_recovery_timed(la
             and p["status"].get("phase") == "Running"])[0]
         assert second["spec"]["nodeName"] == other
 
-        def gone() -> bool:
-            try:
-                core.read_node(victim)
-            except ApiException as exc:
-                return exc.status == 404
-            return False
-
-        wait_for("the drained node to be handed to termination (deleted)", gone)
+        wait_for("the drained node to be handed to termination (deleted)",
+                 lambda: absent(lambda: core.read_node(victim)))
         status = batch.read_namespaced_job_status("train", ns).status
         assert not status.failed  # the eviction was a disruption the Job ignores
         reg = ctl.metrics.registry
