@@ -23,6 +23,7 @@ from typing import Any
 
 import boto3
 import pytest
+from aws_env import clear_aws_credentials
 from botocore.stub import Stubber
 
 from gpufleet.catalog.instances import default_instance_catalog
@@ -66,18 +67,6 @@ def moto_url() -> Iterator[str]:
         server.stop()
 
 
-def _clear_credential_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """No credential anywhere in the chain: no env keys, empty shared files, no IMDS."""
-    for var in list(os.environ):
-        if var.startswith("AWS_"):
-            monkeypatch.delenv(var)
-    for name in ("credentials", "config"):
-        (tmp_path / name).write_text("")
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-
-
 @pytest.fixture
 def world(moto_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, Any]:
     """A fresh moto account: a VPC with one subnet in each of three zones, a launch template and
@@ -85,7 +74,7 @@ def world(moto_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dic
     req = urllib.request.Request(f"{moto_url}/moto-api/reset", method="POST")
     with urllib.request.urlopen(req, timeout=10):
         pass
-    _clear_credential_env(monkeypatch, tmp_path)
+    clear_aws_credentials(monkeypatch, tmp_path)
     # fake keys in the environment: the first link of boto3's standard chain
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
@@ -384,7 +373,7 @@ def test_no_queue_configured_means_no_interruptions(world: dict[str, Any]) -> No
 def test_missing_credentials_is_one_line_credentials_error(
     world: dict[str, Any], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    _clear_credential_env(monkeypatch, tmp_path)
+    clear_aws_credentials(monkeypatch, tmp_path)
     aws = AwsProvider(world["config"])
     for call in (
         aws.list,
@@ -535,7 +524,7 @@ def test_cli_without_credentials_exits_2_with_one_line(
     world: dict[str, Any], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     path = _config_file(world, tmp_path)
-    _clear_credential_env(monkeypatch, tmp_path)
+    clear_aws_credentials(monkeypatch, tmp_path)
     res = _gpufleet(
         "cloud", "offerings", "--provider", "aws", "--config", str(path), env=dict(os.environ)
     )

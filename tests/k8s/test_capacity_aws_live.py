@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aws_env import clear_aws_credentials
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 from live_objects import absent, gpu_pod
@@ -65,13 +66,9 @@ def moto(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[dict[str, 
     server.start()
     host, port = server.get_host_and_port()
     url = f"http://{host}:{port}"
-    for var in list(os.environ):
-        if var.startswith("AWS_"):
-            monkeypatch.delenv(var)
+    clear_aws_credentials(monkeypatch, tmp_path)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     try:
         with urllib.request.urlopen(urllib.request.Request(f"{url}/moto-api/reset",
                                                            method="POST"), timeout=10):

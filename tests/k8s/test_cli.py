@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from aws_env import clear_aws_credentials
 from typer.testing import CliRunner
 
 from gpufleet.cli import _register, app
@@ -82,16 +83,7 @@ def test_aws_without_a_credential_is_one_line_and_exit_2(tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """The controller asks the cloud for its offerings at start (its cost prices): with nothing in
     boto3's chain that is CredentialsError, one line, exit 2 — not a warning loop later."""
-    import os
-
-    for var in list(os.environ):
-        if var.startswith("AWS_"):
-            monkeypatch.delenv(var)
-    for name in ("credentials", "config"):
-        (tmp_path / name).write_text("")
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    clear_aws_credentials(monkeypatch, tmp_path)
     cfg = tmp_path / "aws.yaml"
     cfg.write_text(f"name: live\nprovider: aws\ncloud: {{name: aws, aws: {AWS_INLINE}}}\n")
     res = runner.invoke(app, ["controller", "--kubeconfig", str(_kubeconfig(tmp_path)),
