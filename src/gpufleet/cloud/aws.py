@@ -143,27 +143,22 @@ class AwsProvider:
         session = session or boto3.session.Session(region_name=config.region)
         # total_max_attempts counts the first try (botocore's max_attempts would not)
         retries = {"total_max_attempts": config.max_attempts, "mode": "standard"}
-        self.ec2 = session.client(
-            "ec2",
-            region_name=config.region,
-            endpoint_url=config.endpoint_url,
-            config=Config(
-                retries=retries,  # type: ignore[arg-type]
-                connect_timeout=config.connect_timeout_s,
-                read_timeout=config.read_timeout_s,
-            ),
-        )
-        self.sqs = session.client(
-            "sqs",
-            region_name=config.region,
-            endpoint_url=config.endpoint_url,
-            config=Config(
-                retries=retries,  # type: ignore[arg-type]
-                connect_timeout=config.connect_timeout_s,
-                # a long poll must not be cut by the read timeout
-                read_timeout=max(config.read_timeout_s, config.wait_time_s + 10),
-            ),
-        )
+
+        def client(service: str, read_timeout_s: float) -> Any:
+            return session.client(
+                service,
+                region_name=config.region,
+                endpoint_url=config.endpoint_url,
+                config=Config(
+                    retries=retries,  # type: ignore[arg-type]
+                    connect_timeout=config.connect_timeout_s,
+                    read_timeout=read_timeout_s,
+                ),
+            )
+
+        self.ec2 = client("ec2", config.read_timeout_s)
+        # a long poll must not be cut by the read timeout
+        self.sqs = client("sqs", max(config.read_timeout_s, config.wait_time_s + 10))
         # receipt handle -> interruptions of that message not yet acknowledged (an AWS Health
         # event may name several instances; its message goes only when all are recorded)
         self._unacked: dict[str, int] = {}
