@@ -25,8 +25,9 @@ One :meth:`CapacityController.reconcile` per cycle, in this order:
    or marked) → :class:`gpufleet.provisioning.DisruptionPolicy`, the simulator's, with the
    scenario's ``consolidation``, ``multi_node_consolidation`` and ``utilization_threshold``:
    an emptiness command (nodes empty for ``scale_down_unneeded_s``) is carried out at once —
-   cordon, evict what is left, ``provider.delete``, delete the Node; a consolidation command
-   (nodes under-used that long whose pods fit elsewhere, with at most one cheaper replacement)
+   if the node still has no pod to evict: cordon, ``provider.delete``, delete the Node; a
+   consolidation command (nodes under-used that long whose pods fit elsewhere, with at most one
+   cheaper replacement)
    goes through :class:`gpufleet.k8s.consolidator.Consolidator` (steps and mark in
    :mod:`gpufleet.k8s.consolidation`): proposed, re-validated after a validation period, the
    replacement launched first, then its Nodes marked and cordoned for the drain.
@@ -112,21 +113,6 @@ def _managed(node: Mapping[str, Any]) -> bool:
 def _marked(node: Mapping[str, Any]) -> bool:
     """Carries the interruption annotation (even one that does not parse: the drain owns it)."""
     return names.ANN_INTERRUPTION in ((node.get("metadata") or {}).get("annotations") or {})
-
-
-def _evict(core: client.CoreV1Api, namespace: str, name: str) -> bool:
-    """Evict one pod left on a node scale-down is removing (the Eviction API, so budgets hold);
-    False when a budget refused (the node is retried next cycle)."""
-    body = client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace=namespace))
-    try:
-        core.create_namespaced_pod_eviction(name, namespace, body)
-    except ApiException as exc:
-        if exc.status == 404:
-            return True
-        if exc.status == 429:
-            return False
-        raise
-    return True
 
 
 @dataclass
@@ -413,14 +399,14 @@ class CapacityController:
             self.consolidator.propose(cmd, now, self.sc.max_nodes - len(live),
                                       lambda launch: self._launch(launch, now, out))
             return
+        # emptiness: every Terminate is only-if-empty (consolidation, which moves pods, went
+        # to the consolidator above), so there is nothing to evict: cordon, then delete
         for d in cmd.decisions:
             if not isinstance(d, Terminate) or d.node not in inst_of:
                 continue
             if d.only_if_empty and plan.pods_to_evict(d.node, pods):
                 continue
             self._cordon(d.node)
-            for ns, pod in plan.pods_to_evict(d.node, pods):
-                _evict(self.core, ns, pod)
             self.provider.delete(inst_of[d.node].instance_id)
             self._delete_node(d.node)
             self.empty.since.pop(d.node, None)
