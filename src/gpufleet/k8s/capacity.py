@@ -58,6 +58,7 @@ from gpufleet.decisions import CapacityType, Launch, Terminate
 from gpufleet.k8s import capacity_plan as plan
 from gpufleet.k8s import consolidation, names
 from gpufleet.k8s.consolidator import Consolidator
+from gpufleet.k8s.drain import Cordon, apply_cordon, delete_node
 from gpufleet.k8s.interruption import mark_from_event, mark_node, node_for_instance
 from gpufleet.k8s.launch_records import LaunchRecord, LaunchRecords, new_token
 from gpufleet.k8s.snapshot import Snapshot
@@ -263,8 +264,8 @@ class CapacityController:
             pid = (n.get("spec") or {}).get("providerID")
             if _managed(n) and pid and pid not in pids and not n["metadata"].get(
                     "deletionTimestamp"):
-                self._delete_node(n["metadata"]["name"])  # its instance is gone (reclaimed,
-                # or deleted outside gpufleet)
+                # its instance is gone (reclaimed, or deleted outside gpufleet)
+                delete_node(self.core, Terminate(n["metadata"]["name"], "instance gone"))
 
     def terminate(self, t: Terminate) -> None:
         """The drain's ``Terminate`` for a drained Node: delete its instance through the provider
@@ -289,7 +290,7 @@ class CapacityController:
                 self.metrics.terminations.labels(reason=reason).inc()
                 log.info("deleted instance %s of drained node %s", inst.instance_id, t.node)
         self.empty.since.pop(t.node, None)
-        self._delete_node(t.node)
+        delete_node(self.core, t)
 
     def _scale_up(self, snap: Snapshot, refused: Sequence[str], live: list[Instance],
                   booting: list[Instance], nodes: Sequence[Mapping[str, Any]], now: float,
@@ -406,9 +407,9 @@ class CapacityController:
                 continue
             if d.only_if_empty and plan.pods_to_evict(d.node, pods):
                 continue
-            self._cordon(d.node)
+            apply_cordon(self.core, Cordon(d.node, d.reason))
             self.provider.delete(inst_of[d.node].instance_id)
-            self._delete_node(d.node)
+            delete_node(self.core, d)
             self.empty.since.pop(d.node, None)
             self.metrics.terminations.labels(reason=d.reason or "disruption").inc()
             out.terminated.append(d.node)
@@ -426,18 +427,3 @@ class CapacityController:
                          if o.capacity_type == CapacityType.ON_DEMAND]
             offers = self._offers(on_demand, live, any(v.shape.mig for v in views))
         return self.consolidator.decide(views, now, offers)
-
-    # -- API helpers --------------------------------------------------------------------------
-    def _cordon(self, node: str) -> None:
-        try:
-            self.core.patch_node(node, {"spec": {"unschedulable": True}})
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-
-    def _delete_node(self, node: str) -> None:
-        try:
-            self.core.delete_node(node)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
