@@ -24,13 +24,13 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from gpufleet.catalog.gpus import default_gpu_catalog
 from gpufleet.decisions import Bind, Preempt
 from gpufleet.k8s.node_selector import Selector, matches
 from gpufleet.k8s.pod_translation import PodInfo, tolerated
 from gpufleet.k8s.snapshot import Snapshot
 from gpufleet.placement import PlacementResult
 from gpufleet.placement.mig import bind_masks
+from gpufleet.placement.policy import Policy
 from gpufleet.queueing import BackfillPass, queue_key
 from gpufleet.queueing.gang import place_gang
 from gpufleet.queueing.preemption import Victim, plan_preemption
@@ -145,7 +145,7 @@ def with_selection(message: str, live: int, kept: int) -> str:
 
 def plan_cycle(
     snap: Snapshot,
-    policy: object,
+    policy: Policy,
     rng: np.random.Generator,
     backfill: BackfillPass | None = None,
     now: float = 0.0,
@@ -179,7 +179,7 @@ def plan_cycle(
             return False
         with only_selected(state, u.selector, masks) as (live, kept):
             if len(u.pods) == 1 and not u.is_gang:
-                res = policy.place(state, u.request, rng)  # type: ignore[attr-defined]
+                res = policy.place(state, u.request, rng)
                 if not isinstance(res, PlacementResult):
                     reasons[shape] = (with_selection(res.reason, live, kept), res.never)
                     return False
@@ -193,8 +193,7 @@ def plan_cycle(
                 placed = got
         for p, res in zip(u.pods, placed, strict=True):
             bind = res.to_bind(state, p.key)
-            state.allocate(u.request, bind, bind_masks(state, bind, getattr(
-                policy, "catalog", None) or default_gpu_catalog()))
+            state.allocate(u.request, bind, bind_masks(state, bind, policy.catalog))
             plan.decisions.append(bind)
         return True
 

@@ -19,9 +19,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from gpufleet.catalog.gpus import default_gpu_catalog
 from gpufleet.placement import PlacementResult, Unschedulable
 from gpufleet.placement.mig import bind_masks
+from gpufleet.placement.policy import Policy
 from gpufleet.state import GPU_MILLI, FleetState, ResourceRequest
 
 
@@ -49,7 +49,7 @@ def place_gang(
     state: FleetState,
     req: ResourceRequest,
     replicas: int,
-    policy: object,
+    policy: Policy,
     rng: np.random.Generator,
     job_id: str = "gang",
 ) -> list[PlacementResult] | Unschedulable:
@@ -81,12 +81,11 @@ def _place_all(
     binds = []
     try:
         for r in range(replicas):
-            res = policy.place(state, req, rng)  # type: ignore[attr-defined]
+            res = policy.place(state, req, rng)
             if not isinstance(res, PlacementResult):
                 return Unschedulable(f"replica {r + 1}/{replicas}: {res.reason}", res.status)
             bind = res.to_bind(state, f"{job_id}#{r}")
-            masks = bind_masks(state, bind, getattr(policy, "catalog", None)
-                               or default_gpu_catalog())
+            masks = bind_masks(state, bind, policy.catalog)
             state.allocate(req, bind, masks)
             binds.append((bind, masks))
             placed.append(res)

@@ -227,7 +227,7 @@ class ClusterSim(JobLifecycle):
         if j.req.mig_profile is None:  # MIG pods take slices: no part in milli fragmentation
             tasks = self.typical.observe(j.req)
             if tasks is not None:
-                self.ctl.placement.set_typical_tasks(tasks)  # type: ignore[attr-defined]
+                self.ctl.placement.set_typical_tasks(tasks)
         dl = self.deadlines
         if dl is not None and dl.watches(j.spec, tolerates_spot(j.req)):
             self._apply(dl.on_arrival(idx, self._deadline_view(j), self.now))

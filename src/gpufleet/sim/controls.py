@@ -16,6 +16,7 @@ from gpufleet.control.deadline import DeadlineGuards, GuardConfig
 from gpufleet.control.scan import ScanClock, ScanConfig
 from gpufleet.market.bidding import SpotStrategy, get_spot_strategy
 from gpufleet.placement import DEFAULT_POLICY, get_policy
+from gpufleet.placement.policy import Policy
 from gpufleet.placement.typical import TypicalLearner
 from gpufleet.provisioning import DisruptionPolicy, ScaleUpPolicy
 from gpufleet.queueing import BackfillPass
@@ -30,7 +31,7 @@ class Controls:
     """One run's control layer (``typical``: FGD's typical tasks, learned from arrivals only,
     never the trace)."""
 
-    placement: object
+    placement: Policy
     typical: TypicalLearner
     recovery: RecoveryStrategy
     interval: IntervalPolicy

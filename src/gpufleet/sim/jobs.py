@@ -291,7 +291,7 @@ class JobLifecycle:
         req = request_now(j.req, j.on_demand_only)
         state = self.state
         if j.spec.replicas == 1:
-            res = self.ctl.placement.place(state, req, self.rng)  # type: ignore[attr-defined]
+            res = self.ctl.placement.place(state, req, self.rng)
             if not isinstance(res, PlacementResult):
                 return False
             placed = [res]
