@@ -94,8 +94,14 @@ def create_nodes(api_client: Any, specs: Iterable[GpuNodeSpec], workers: int = 8
         return list(pool.map(create, specs))
 
 
+# The node lifecycle controller's taints: it puts them on a new Node and lifts them only after it
+# has seen the Node Ready, so a Node can be Ready and still refuse pods for a moment.
+LIFECYCLE_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
+
+
 def ready_node_names(api_client: Any, page: int = 500) -> set[str]:
-    """Names of the nodes whose Ready condition is True (paged list, raw JSON)."""
+    """Names of the nodes ready for pods: Ready condition True and none of the node lifecycle
+    controller's taints left (paged list, raw JSON)."""
     from kubernetes import client
 
     core = client.CoreV1Api(api_client)
@@ -108,7 +114,9 @@ def ready_node_names(api_client: Any, page: int = 500) -> set[str]:
         body = json.loads(core.list_node(**kw).data)
         for n in body.get("items") or ():
             conds = (n.get("status") or {}).get("conditions") or ()
-            if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds):
+            taints = (n.get("spec") or {}).get("taints") or ()
+            if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds) and \
+                    not any(t.get("key") in LIFECYCLE_TAINTS for t in taints):
                 ready.add(n["metadata"]["name"])
         cont = (body.get("metadata") or {}).get("continue")
         if not cont:
@@ -116,7 +124,8 @@ def ready_node_names(api_client: Any, page: int = 500) -> set[str]:
 
 
 def wait_nodes_ready(api_client: Any, names: Sequence[str], timeout_s: float = 120.0) -> None:
-    """Wait until KWOK has marked every named node Ready (bounded; names the laggards).
+    """Wait until KWOK has marked every named node Ready and the node lifecycle controller has
+    lifted its not-ready taint (bounded; names the laggards).
 
     Polls every 0.25 s, or every second for a fleet of hundreds (each poll lists them all).
     """
