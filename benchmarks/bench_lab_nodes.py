@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from gpufleet.datapaths import data_dir
-from gpufleet.k8s.node_objects import spec_from_openb
+from gpufleet.k8s.translate.node_objects import spec_from_openb
 from gpufleet.lab.binaries import missing_reason
 from gpufleet.lab.cluster import LabOptions, api_client, down, up
 from gpufleet.traces.openb import load_nodes

@@ -1,6 +1,7 @@
 """Scrape cost of the live controller's fleet and cost metrics vs cluster size.
 
-Why it matters: the live collector (``gpufleet.k8s.cost``) rebuilds the fleet snapshot from the
+Why it matters: the live collector (``gpufleet.k8s.capacity.cost``) rebuilds the fleet snapshot
+from the
 informers' Nodes and Pods at every scrape (so a deleted node or namespace leaves ``/metrics``),
 and it shares the controller's process with the scheduling loop: one render must stay well under
 a scrape interval for a large cluster. Also times one drain plan over the same objects with 1 %
@@ -23,11 +24,11 @@ from rich.table import Table
 
 from gpufleet.catalog.instances import default_instance_catalog
 from gpufleet.cloud.provider import InterruptionKind
-from gpufleet.k8s import names
-from gpufleet.k8s.cost import LiveFleet, LiveFleetCollector
-from gpufleet.k8s.drain import plan_drain
-from gpufleet.k8s.interruption import InterruptionMark
-from gpufleet.k8s.node_objects import node_object, spec_from_instance
+from gpufleet.k8s.capacity.cost import LiveFleet, LiveFleetCollector
+from gpufleet.k8s.disruption.drain import plan_drain
+from gpufleet.k8s.disruption.interruption import InterruptionMark
+from gpufleet.k8s.translate import names
+from gpufleet.k8s.translate.node_objects import node_object, spec_from_instance
 
 NOW = datetime(2026, 1, 1, 12, tzinfo=UTC).timestamp()
 PODS_PER_NODE = 8

@@ -15,9 +15,9 @@ import time
 from rich.console import Console
 from rich.table import Table
 
+from gpufleet.config import builtin_scenarios
 from gpufleet.datapaths import data_dir
 from gpufleet.sim.runner import Simulation
-from gpufleet.sim.scenario import builtin_scenarios
 from gpufleet.traces.jobs import load_jobs
 from gpufleet.traces.synthetic import generate
 

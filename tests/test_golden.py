@@ -80,8 +80,8 @@ def _diff(want: Any, got: Any, where: str) -> list[str]:
 
 def measure_simulate() -> dict[str, Any]:
     """What ``gpufleet simulate`` computes (seed 0, built-in scenarios), minus wall time."""
+    from gpufleet.config import builtin_scenarios
     from gpufleet.sim.runner import Simulation
-    from gpufleet.sim.scenario import builtin_scenarios
     from gpufleet.traces.synthetic import generate
 
     jobs = generate(seed=0)

@@ -130,3 +130,48 @@ def test_feature_clis_do_not_import_the_entry_point() -> None:
     back = sorted(m for m, deps in edges.items() if "gpufleet.cli" in deps and m.endswith(".cli"))
     assert "gpufleet.sim.cli" in edges and edges["gpufleet.cli"] >= {"gpufleet.sim.cli"}
     assert back == [], back
+
+
+# Layer rules (../shared/DESIGN.md): the policy core reads no driver, and the live side (the
+# Kubernetes driver and the cloud providers) never reaches into the simulator. Every rule that both
+# drivers apply lives below them, so a driver importing the other driver means a rule was copied.
+POLICY_CORE = ("control", "placement", "queueing", "provisioning", "market", "recovery")
+DRIVERS = ("sim", "k8s", "cloud")
+FORBIDDEN = [(core, driver) for core in POLICY_CORE for driver in DRIVERS] + [
+    ("k8s", "sim"),
+    ("cloud", "sim"),
+]
+
+
+def _package(mod: str) -> str:
+    parts = mod.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def layer_violations(edges: dict[str, set[str]]) -> list[str]:
+    """``importer → imported`` for every edge that crosses a forbidden layer boundary."""
+    bad = set(FORBIDDEN)
+    return sorted(
+        f"{m} → {t}"
+        for m, deps in edges.items()
+        for t in deps
+        if (_package(m), _package(t)) in bad
+    )
+
+
+def test_layers_policy_core_imports_no_driver_and_live_side_no_simulator() -> None:
+    found = layer_violations(import_graph(_modules()))
+    assert not found, "layer violations:\n" + "\n".join(found)
+
+
+def test_the_layer_check_finds_a_violation() -> None:
+    edges = {
+        "gpufleet.control.cycle": {"gpufleet.sim.jobs", "gpufleet.state"},
+        "gpufleet.k8s.schedule.cycle": {"gpufleet.control.cycle", "gpufleet.config"},
+        "gpufleet.cloud.kwok": {"gpufleet.sim.spot"},
+        "gpufleet.sim.jobs": {"gpufleet.k8s.names"},  # the simulator may not, but no rule here
+    }
+    assert layer_violations(edges) == [
+        "gpufleet.cloud.kwok → gpufleet.sim.spot",
+        "gpufleet.control.cycle → gpufleet.sim.jobs",
+    ]

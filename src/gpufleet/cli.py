@@ -22,8 +22,8 @@ def _register() -> None:
     """
     import gpufleet.checkpoint.cli  # gpufleet run
     import gpufleet.cloud.cli  # gpufleet cloud offerings|instances
-    import gpufleet.k8s.agent  # gpufleet agent
     import gpufleet.k8s.cli  # gpufleet controller, gpufleet bench k8s-packing
+    import gpufleet.k8s.disruption.agent  # gpufleet agent
     import gpufleet.lab.cli  # gpufleet lab up|down|status
     import gpufleet.market.cli  # gpufleet bench spot-deadline
     import gpufleet.metrics.cli  # gpufleet exporter

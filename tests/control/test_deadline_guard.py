@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
+from gpufleet.config import Scenario, default_scenario
 from gpufleet.control.deadline_guard import cannot_wait, fresh_node_fits, move_fits, rerun_fits
 from gpufleet.sim.runner import Simulation
-from gpufleet.sim.scenario import Scenario, default_scenario
 from gpufleet.state import ResourceRequest
 from gpufleet.traces.jobs import JobSpec
 

@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 from gpufleet.catalog.gpus import load_gpu_catalog
 from gpufleet.catalog.instances import load_instance_catalog
 from gpufleet.catalog.spot_prices import load_spot_prices
+from gpufleet.config import Scenario, load_scenarios
 from gpufleet.errors import InputError
-from gpufleet.sim.scenario import Scenario, load_scenarios
 from gpufleet.traces.jobs import load_jobs
 from gpufleet.traces.openb import load_nodes, load_pods
 from gpufleet.traces.spot_availability import load_availability

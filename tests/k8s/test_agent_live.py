@@ -23,14 +23,14 @@ import pytest
 from live_wait import wait_for
 
 from gpufleet.cloud.provider import Interruption, InterruptionKind
-from gpufleet.k8s import names
-from gpufleet.k8s.interruption import (
+from gpufleet.k8s.disruption.interruption import (
     InterruptionMark,
     mark_interrupted_instance,
     mark_node,
     mark_of,
     read_node,
 )
+from gpufleet.k8s.translate import names
 
 pytestmark = pytest.mark.live
 

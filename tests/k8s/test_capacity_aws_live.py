@@ -36,10 +36,10 @@ from live_wait import wait_for
 
 from gpufleet.catalog.instances import default_instance_catalog
 from gpufleet.cloud.provider import TAG_MANAGED
-from gpufleet.k8s import names
-from gpufleet.k8s.controller import Controller
-from gpufleet.k8s.node_objects import node_object, spec_from_instance
-from gpufleet.sim.scenario import CloudSettings, Scenario
+from gpufleet.config import CloudSettings, Scenario
+from gpufleet.k8s.schedule.controller import Controller
+from gpufleet.k8s.translate import names
+from gpufleet.k8s.translate.node_objects import node_object, spec_from_instance
 
 try:
     import boto3

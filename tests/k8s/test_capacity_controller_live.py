@@ -32,12 +32,12 @@ from live_wait import wait_for
 from gpufleet.catalog.instances import default_instance_catalog
 from gpufleet.cloud.kwok import KwokProvider
 from gpufleet.cloud.provider import TAG_MANAGED, TAG_TOKEN, Instance, LaunchRequest
+from gpufleet.config import Scenario
 from gpufleet.decisions import CapacityType
-from gpufleet.k8s.consolidation import ConsolidationMark
-from gpufleet.k8s.controller import Controller
-from gpufleet.k8s.launch_records import new_token
-from gpufleet.k8s.names import ANN_CONSOLIDATION, ANN_MIG
-from gpufleet.sim.scenario import Scenario
+from gpufleet.k8s.capacity.launch_records import new_token
+from gpufleet.k8s.disruption.consolidation_mark import ConsolidationMark
+from gpufleet.k8s.schedule.controller import Controller
+from gpufleet.k8s.translate.names import ANN_CONSOLIDATION, ANN_MIG
 
 pytestmark = pytest.mark.live
 

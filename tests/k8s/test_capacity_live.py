@@ -36,11 +36,11 @@ from gpufleet.cloud.provider import (
     InterruptionKind,
     LaunchRequest,
 )
+from gpufleet.config import Scenario
 from gpufleet.decisions import CapacityType
-from gpufleet.k8s.capacity import CapacityController
-from gpufleet.k8s.launch_records import LaunchRecord, LaunchRecords, new_token
-from gpufleet.k8s.snapshot import build_snapshot
-from gpufleet.sim.scenario import Scenario
+from gpufleet.k8s.capacity.launch_records import LaunchRecord, LaunchRecords, new_token
+from gpufleet.k8s.capacity.loop import CapacityController
+from gpufleet.k8s.translate.snapshot import build_snapshot
 
 pytestmark = pytest.mark.live
 

@@ -11,7 +11,7 @@ from gpufleet.catalog.instances import default_instance_catalog
 from gpufleet.cloud.provider import TAG_MANAGED, TAG_TOKEN, Offering
 from gpufleet.decisions import CapacityType
 from gpufleet.errors import InputError
-from gpufleet.k8s.capacity_plan import (
+from gpufleet.k8s.capacity.inputs import (
     EmptySince,
     inflight,
     markets_from,
@@ -20,11 +20,11 @@ from gpufleet.k8s.capacity_plan import (
     pending_pods,
     spot_ok,
 )
-from gpufleet.k8s.launch_records import LaunchRecord, new_token
-from gpufleet.k8s.node_objects import node_object, spec_from_instance
-from gpufleet.k8s.pod_translation import pod_info
+from gpufleet.k8s.capacity.launch_records import LaunchRecord, new_token
 from gpufleet.k8s.settings import load_config
-from gpufleet.k8s.snapshot import build_snapshot
+from gpufleet.k8s.translate.node_objects import node_object, spec_from_instance
+from gpufleet.k8s.translate.pods import pod_info
+from gpufleet.k8s.translate.snapshot import build_snapshot
 from gpufleet.provisioning import ScaleUpPolicy
 
 SPOT_TOL = {"key": "karpenter.sh/capacity-type", "operator": "Equal", "value": "spot",
@@ -152,7 +152,7 @@ def test_cloud_settings_are_validated_with_the_field_named(tmp_path) -> None:
 
 
 def test_only_pods_still_running_on_the_node_are_evicted() -> None:
-    from gpufleet.k8s.capacity_plan import pods_to_evict
+    from gpufleet.k8s.capacity.inputs import pods_to_evict
 
     def p(name: str, node: str, phase: str = "Running", **meta: object) -> dict:
         return {"metadata": {"name": name, "namespace": "ns", **meta},

@@ -20,14 +20,14 @@ from gpufleet.cloud.provider import (
     LaunchRequest,
     Offering,
 )
+from gpufleet.config import Scenario
 from gpufleet.decisions import CapacityType, Preempt
-from gpufleet.k8s import names
-from gpufleet.k8s.capacity import CapacityController
-from gpufleet.k8s.consolidation import ConsolidationMark, mark_of, movable
-from gpufleet.k8s.drain import plan_drain
-from gpufleet.k8s.node_objects import node_object, spec_from_instance
-from gpufleet.k8s.snapshot import build_snapshot
-from gpufleet.sim.scenario import Scenario
+from gpufleet.k8s.capacity.loop import CapacityController
+from gpufleet.k8s.disruption.consolidation_mark import ConsolidationMark, mark_of, movable
+from gpufleet.k8s.disruption.drain import plan_drain
+from gpufleet.k8s.translate import names
+from gpufleet.k8s.translate.node_objects import node_object, spec_from_instance
+from gpufleet.k8s.translate.snapshot import build_snapshot
 
 P16 = default_instance_catalog()["p3.16xlarge"]  # 8 V100, 64 vCPU, 24.48 $/h
 A100 = default_instance_catalog()["p4d.24xlarge"]  # 8 A100, 96 vCPU, 32.77 $/h

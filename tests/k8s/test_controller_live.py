@@ -22,14 +22,14 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from live_wait import wait_for
 
+from gpufleet.config import default_scenario
 from gpufleet.decisions import Bind
-from gpufleet.k8s.apply import Applier
-from gpufleet.k8s.controller import Controller
-from gpufleet.k8s.cycle import plan_cycle
-from gpufleet.k8s.informer import Informer
-from gpufleet.k8s.snapshot import build_snapshot
-from gpufleet.k8s.telemetry import ControllerMetrics
-from gpufleet.sim.scenario import default_scenario
+from gpufleet.k8s.schedule.apply import Applier
+from gpufleet.k8s.schedule.controller import Controller
+from gpufleet.k8s.schedule.cycle import plan_cycle
+from gpufleet.k8s.schedule.telemetry import ControllerMetrics
+from gpufleet.k8s.translate.snapshot import build_snapshot
+from gpufleet.k8s.watch.informer import Informer
 
 pytestmark = pytest.mark.live
 

@@ -14,9 +14,9 @@ from gpufleet.catalog.instances import default_instance_catalog
 from gpufleet.catalog.spot_prices import SpotPrice
 from gpufleet.cloud.provider import Offering
 from gpufleet.decisions import CapacityType
-from gpufleet.k8s.cost import LiveFleet, LiveFleetCollector, PriceBook
-from gpufleet.k8s.node_objects import node_object, spec_from_instance
-from gpufleet.k8s.snapshot import build_snapshot
+from gpufleet.k8s.capacity.cost import LiveFleet, LiveFleetCollector, PriceBook
+from gpufleet.k8s.translate.node_objects import node_object, spec_from_instance
+from gpufleet.k8s.translate.snapshot import build_snapshot
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 CAT = default_instance_catalog()

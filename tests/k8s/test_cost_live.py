@@ -21,10 +21,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpufleet.catalog.instances import default_instance_catalog
 from gpufleet.cloud.provider import Offering
+from gpufleet.config import default_scenario
 from gpufleet.decisions import CapacityType
-from gpufleet.k8s.controller import Controller
-from gpufleet.k8s.cost import PriceBook
-from gpufleet.sim.scenario import default_scenario
+from gpufleet.k8s.capacity.cost import PriceBook
+from gpufleet.k8s.schedule.controller import Controller
 
 pytestmark = pytest.mark.live
 ZONE = "topology.kubernetes.io/zone"

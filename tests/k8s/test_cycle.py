@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from gpufleet.decisions import Bind, Preempt
-from gpufleet.k8s.cycle import Refuse, plan_cycle
-from gpufleet.k8s.snapshot import build_snapshot
+from gpufleet.k8s.schedule.cycle import Refuse, plan_cycle
+from gpufleet.k8s.translate.snapshot import build_snapshot
 from gpufleet.placement import get_policy
 
 
@@ -125,7 +125,7 @@ def test_node_selector_masks_nodes_and_names_them_in_the_reason() -> None:
 
 
 def test_parse_cache_reuses_unchanged_objects_and_sees_changes() -> None:
-    from gpufleet.k8s.snapshot import ParseCache
+    from gpufleet.k8s.translate.snapshot import ParseCache
 
     cache = ParseCache()
     n = node("t4", 2)

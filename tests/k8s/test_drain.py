@@ -6,10 +6,10 @@ from typing import Any
 
 from gpufleet.cloud.provider import InterruptionKind
 from gpufleet.decisions import Preempt
-from gpufleet.k8s import names
-from gpufleet.k8s.drain import Cordon, plan_drain
-from gpufleet.k8s.interruption import InterruptionMark
-from gpufleet.k8s.recovery_clock import RecoveryClock
+from gpufleet.k8s.disruption.drain import Cordon, plan_drain
+from gpufleet.k8s.disruption.interruption import InterruptionMark
+from gpufleet.k8s.disruption.recovery_clock import RecoveryClock
+from gpufleet.k8s.translate import names
 
 
 def node(name: str, mark: InterruptionMark | None = None, cordoned: bool = False) -> dict:

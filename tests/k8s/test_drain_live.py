@@ -20,9 +20,9 @@ from live_objects import absent
 from live_wait import wait_for
 
 from gpufleet.cloud.provider import InterruptionKind
-from gpufleet.k8s.controller import Controller
-from gpufleet.k8s.interruption import InterruptionMark, mark_node
-from gpufleet.sim.scenario import default_scenario
+from gpufleet.config import default_scenario
+from gpufleet.k8s.disruption.interruption import InterruptionMark, mark_node
+from gpufleet.k8s.schedule.controller import Controller
 
 pytestmark = pytest.mark.live
 ZONE = "topology.kubernetes.io/zone"

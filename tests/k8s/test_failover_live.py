@@ -20,7 +20,7 @@ import pytest
 from kubernetes import client
 from live_wait import wait_for
 
-from gpufleet.k8s.snapshot import build_snapshot
+from gpufleet.k8s.translate.snapshot import build_snapshot
 
 pytestmark = pytest.mark.live
 

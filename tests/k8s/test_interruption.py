@@ -8,9 +8,8 @@ import pytest
 
 from gpufleet.checkpoint.notices import Notice
 from gpufleet.cloud.provider import Interruption, InterruptionKind
-from gpufleet.k8s import names
-from gpufleet.k8s.agent import provider_of
-from gpufleet.k8s.interruption import (
+from gpufleet.k8s.disruption.agent import provider_of
+from gpufleet.k8s.disruption.interruption import (
     InterruptionMark,
     kind_of_notice,
     mark_from_event,
@@ -19,6 +18,7 @@ from gpufleet.k8s.interruption import (
     marking_patch,
     node_for_instance,
 )
+from gpufleet.k8s.translate import names
 
 
 def node(ann: dict | None = None, taints: list | None = None) -> dict:

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from gpufleet.k8s.node_marks import epoch_seconds, json_object, read_mark
+from gpufleet.k8s.translate.node_marks import epoch_seconds, json_object, read_mark
 
 
 def node(ann: dict[str, str] | None) -> dict:
@@ -34,7 +34,7 @@ def test_read_mark_parses_or_warns_once_per_node_and_value(
     assert read_mark(node(None), "gpufleet.io/test-mark", parse, "not acting") is None
     assert read_mark(node({"gpufleet.io/test-mark": '{"k": 2}'}), "gpufleet.io/test-mark",
                      parse, "not acting") == {"k": 2}
-    with caplog.at_level(logging.WARNING, logger="gpufleet.k8s.node_marks"):
+    with caplog.at_level(logging.WARNING, logger="gpufleet.k8s.translate.node_marks"):
         for _ in range(3):  # every cycle hands the same Node back
             assert read_mark(node({"gpufleet.io/test-mark": "garbage-7f3"}),
                              "gpufleet.io/test-mark", parse, "not acting") is None

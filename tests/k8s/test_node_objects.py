@@ -7,7 +7,7 @@ import pytest
 from gpufleet.catalog.gpus import default_gpu_catalog
 from gpufleet.catalog.instances import default_instance_catalog
 from gpufleet.errors import InputError
-from gpufleet.k8s.node_objects import (
+from gpufleet.k8s.translate.node_objects import (
     GPU_RESOURCE,
     KWOK_ANNOTATION,
     GpuNodeSpec,

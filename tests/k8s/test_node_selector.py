@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpufleet.catalog.gpus import default_gpu_catalog
-from gpufleet.k8s.node_selector import lift_gpu_constraints, matches, selector_of
+from gpufleet.k8s.translate.node_selector import lift_gpu_constraints, matches, selector_of
 
 
 def aff(*terms: list[dict]) -> dict:

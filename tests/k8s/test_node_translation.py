@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpufleet.decisions import CapacityType
-from gpufleet.k8s.node_translation import cuda_of, node_spec, taints_of
+from gpufleet.k8s.translate.nodes import cuda_of, node_spec, taints_of
 from gpufleet.state import FleetState
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpufleet.decisions import Bind, MigSlot
-from gpufleet.k8s.pod_translation import (
+from gpufleet.k8s.translate.pods import (
     assignment_annotations,
     assignment_of,
     binding_annotations,

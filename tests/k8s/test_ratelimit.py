@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpufleet.k8s.ratelimit import TokenBucket
+from gpufleet.k8s.watch.ratelimit import TokenBucket
 
 
 def test_burst_then_qps() -> None:

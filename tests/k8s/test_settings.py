@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from gpufleet.config import default_scenario
 from gpufleet.k8s.settings import apply_levers
-from gpufleet.k8s.snapshot import build_snapshot
-from gpufleet.sim.scenario import default_scenario
+from gpufleet.k8s.translate.snapshot import build_snapshot
 from gpufleet.state import GPU_MILLI
 
 

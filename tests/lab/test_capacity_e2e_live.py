@@ -34,8 +34,8 @@ from live_wait import wait_for
 
 from gpufleet.cloud.kwok import CLOCK_NAME, PENDING_LABEL
 from gpufleet.cloud.provider import TAG_MANAGED, TAG_TOKEN
-from gpufleet.k8s.launch_records import LABEL as RECORD_LABEL
-from gpufleet.k8s.names import ANN_INTERRUPTION
+from gpufleet.k8s.capacity.launch_records import LABEL as RECORD_LABEL
+from gpufleet.k8s.translate.names import ANN_INTERRUPTION
 from gpufleet.lab.cluster import api_client
 from gpufleet.lab.processes import read_pidfile, stop
 

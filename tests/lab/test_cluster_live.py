@@ -13,7 +13,7 @@ import pytest
 from kubernetes import client, watch
 
 from gpufleet.catalog.gpus import default_gpu_catalog
-from gpufleet.k8s.node_objects import KWOK_ANNOTATION, LABEL_PRODUCT
+from gpufleet.k8s.translate.node_objects import KWOK_ANNOTATION, LABEL_PRODUCT
 from gpufleet.lab.fleet import DEFAULT_FLEET
 from gpufleet.lab.session import LabSession
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from gpufleet.errors import InputError
-from gpufleet.k8s.node_objects import node_object
+from gpufleet.k8s.translate.node_objects import node_object
 from gpufleet.lab.fleet import DEFAULT_NODE_TYPE, parse_nodes_option
 
 

@@ -146,7 +146,7 @@ def test_agent_daemonset_and_its_least_privilege(lab: LabSession, tmp_path: Path
     import json
     import time
 
-    from gpufleet.k8s import names
+    from gpufleet.k8s.translate import names
 
     lab.kubectl("apply", "-f", str(DEPLOY / "00-namespace.yaml"))
     for _ in range(2):

@@ -100,8 +100,8 @@ def test_every_dcgm_field_and_fleet_family_is_on_the_dashboard() -> None:
 def live_exported_names() -> set[str]:
     """What the live controller's fleet collector exports for a small running fleet."""
     from gpufleet.catalog.instances import default_instance_catalog
-    from gpufleet.k8s.cost import LiveFleet, LiveFleetCollector
-    from gpufleet.k8s.node_objects import node_object, spec_from_instance
+    from gpufleet.k8s.capacity.cost import LiveFleet, LiveFleetCollector
+    from gpufleet.k8s.translate.node_objects import node_object, spec_from_instance
 
     node = node_object(spec_from_instance(default_instance_catalog()["g4dn.12xlarge"], "n1",
                                           capacity_type="spot"))

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpufleet.sim.report import add_relative, views
-from gpufleet.sim.runner import Simulation
-from gpufleet.sim.scenario import (
+from gpufleet.config import (
     CHAIN,
     LEVERS,
     builtin_scenarios,
@@ -16,6 +14,8 @@ from gpufleet.sim.scenario import (
     leave_one_out,
     scenarios_named,
 )
+from gpufleet.sim.report import add_relative, views
+from gpufleet.sim.runner import Simulation
 from gpufleet.sim.summary import job_finishes, late_share
 from gpufleet.state import ResourceRequest
 from gpufleet.traces.jobs import JobSpec

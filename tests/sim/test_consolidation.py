@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from gpufleet.config import default_scenario
 from gpufleet.sim.runner import Simulation
-from gpufleet.sim.scenario import default_scenario
 from gpufleet.state import ResourceRequest
 from gpufleet.traces.jobs import JobSpec
 

@@ -7,11 +7,11 @@ import math
 
 import pytest
 
+from gpufleet.config import LLAMA3_GPU_MTBF_HOURS, Scenario, builtin_scenarios
 from gpufleet.sim.cloud import MICRO
 from gpufleet.sim.invariants import check_accounting
 from gpufleet.sim.jobrun import DONE, RUNNING
 from gpufleet.sim.runner import Simulation
-from gpufleet.sim.scenario import LLAMA3_GPU_MTBF_HOURS, Scenario, builtin_scenarios
 from gpufleet.state import ResourceRequest
 from gpufleet.traces.jobs import JobSpec
 

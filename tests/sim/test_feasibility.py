@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from gpufleet.catalog.instances import default_instance_catalog
+from gpufleet.config import Scenario, builtin_scenarios
 from gpufleet.errors import InputError
 from gpufleet.sim.feasibility import PHILLY_FIELDS, check_runnable
 from gpufleet.sim.runner import Simulation, scenario_types
-from gpufleet.sim.scenario import Scenario, builtin_scenarios
 from gpufleet.state import ResourceRequest
 from gpufleet.traces.jobs import JobSpec, load_jobs
 from gpufleet.traces.synthetic import generate

@@ -8,11 +8,11 @@ import math
 
 import pytest
 
+from gpufleet.config import Scenario, builtin_scenarios
 from gpufleet.sim import cluster as cluster_mod
 from gpufleet.sim.invariants import assert_accounting, check_accounting, job_allocated_gpu_s
 from gpufleet.sim.jobrun import DONE, RUNNING, JobRun
 from gpufleet.sim.runner import Simulation
-from gpufleet.sim.scenario import Scenario, builtin_scenarios
 from gpufleet.state import ResourceRequest
 from gpufleet.traces.jobs import JobSpec
 

@@ -9,13 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gpufleet.config import Scenario, builtin_scenarios
 from gpufleet.errors import InputError
 from gpufleet.provisioning import MIG_CONFIG, MIG_CONFIG_LABEL
 from gpufleet.sim.cloud import MICRO
 from gpufleet.sim.invariants import check_accounting
 from gpufleet.sim.jobrun import DONE, RUNNING
 from gpufleet.sim.runner import Simulation
-from gpufleet.sim.scenario import Scenario, builtin_scenarios
 from gpufleet.state import GPU_MILLI, ResourceRequest
 from gpufleet.traces.jobs import JobSpec, load_jobs
 

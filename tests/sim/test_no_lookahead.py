@@ -7,9 +7,9 @@ here fails; learned online, it holds."""
 
 from __future__ import annotations
 
+from gpufleet.config import Scenario
 from gpufleet.placement import typical_tasks_from
 from gpufleet.sim.runner import Simulation
-from gpufleet.sim.scenario import Scenario
 from gpufleet.state import ResourceRequest
 from gpufleet.traces.jobs import JobSpec
 

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
+from gpufleet.config import LEVERS, builtin_scenarios, load_scenarios
 from gpufleet.errors import InputError
-from gpufleet.sim.scenario import LEVERS, builtin_scenarios, load_scenarios
 
 
 def test_builtin_set_has_baseline_gpufleet_and_each_lever_alone() -> None:

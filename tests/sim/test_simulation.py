@@ -11,12 +11,12 @@ import yaml
 
 import gpufleet.catalog
 from gpufleet.catalog.instances import default_instance_catalog
+from gpufleet.config import Scenario, builtin_scenarios
 from gpufleet.market.deadline import DEFAULT_DEADLINE_POLICY
 from gpufleet.sim.cloud import MICRO
 from gpufleet.sim.invariants import check_accounting
 from gpufleet.sim.jobrun import DONE, RUNNING
 from gpufleet.sim.runner import Simulation
-from gpufleet.sim.scenario import Scenario, builtin_scenarios
 from gpufleet.state import GPU_MILLI, ResourceRequest
 from gpufleet.traces.jobs import JobSpec
 from gpufleet.traces.synthetic import SyntheticWorkload, generate

@@ -5,7 +5,7 @@ import pytest
 
 from gpufleet.catalog.instances import default_instance_catalog
 from gpufleet.errors import InputError
-from gpufleet.sim.spot import Availability, PricePath, load_availability_dir
+from gpufleet.market.spot_model import Availability, PricePath, load_availability_dir
 
 
 def test_next_drop_and_history_wrap_around() -> None:
@@ -42,7 +42,7 @@ def test_missing_trace_folder_is_input_error(tmp_path) -> None:
 
 
 def test_price_model_reclaims_after_protection_when_price_passes_bid() -> None:
-    from gpufleet.sim.spot import SpotMarket
+    from gpufleet.market.spot_model import SpotMarket
 
     cat = default_instance_catalog()
     it = cat["ecs.gn6v-c8g1.2xlarge"]
@@ -61,7 +61,7 @@ def test_price_model_reclaims_after_protection_when_price_passes_bid() -> None:
 
 
 def test_thinning_fit_hand_worked_and_never_above_the_one_gpu_trace() -> None:
-    from gpufleet.sim.spot import SizeThinning, fit_thinning
+    from gpufleet.market.spot_model import SizeThinning, fit_thinning
 
     one = Availability(60.0, np.array([1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1]), "one")
     many = Availability(60.0, np.array([1, 0, 0, 1, 1, 0, 1, 1, 1, 1, 0]), "many")
@@ -80,18 +80,18 @@ def test_thinning_fit_hand_worked_and_never_above_the_one_gpu_trace() -> None:
 
 
 def test_v100_8_gpu_relationship_measured_on_the_shared_traces(shared_data) -> None:
-    from gpufleet.sim.spot import fit_thinning_dir
+    from gpufleet.market.spot_model import fit_thinning_dir
 
     fits = fit_thinning_dir(shared_data / "spot-traces" / "availability")
     v100 = fits["v100"]
-    # the documented figures (docs/simulator.md, sim/spot.py): us-west-2a, aws-10-26-2022
+    # the documented figures (docs/simulator.md, market/spot_model.py): us-west-2a, aws-10-26-2022
     assert v100.p_drop == pytest.approx(0.1264, abs=1e-3)
     assert v100.p_recover == pytest.approx(0.1803, abs=1e-3)
     assert set(fits) >= {"v100", "k80", "*"}
 
 
 def test_market_uses_own_size_trace_else_a_thinned_one(shared_data) -> None:
-    from gpufleet.sim.spot import SpotMarket, fit_thinning_dir
+    from gpufleet.market.spot_model import SpotMarket, fit_thinning_dir
 
     base = shared_data / "spot-traces" / "availability"
     traces = load_availability_dir(base)

@@ -18,12 +18,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from gpufleet.catalog.instances import InstanceCatalog
+from gpufleet.catalog.instances import InstanceCatalog, default_instance_catalog
+from gpufleet.datapaths import data_dir
 from gpufleet.errors import InputError
 from gpufleet.inputfile import read_text
 
@@ -129,3 +131,21 @@ def spot_price_table(
             regional = [v for k, v in rows.items() if az_prefix and k.startswith(az_prefix)]
             out[(it.name, zone)] = float(np.median(regional)) if regional else overall
     return out
+
+
+@cache
+def _price_snapshot() -> tuple[tuple[tuple[str, str], float], ...]:
+    base = data_dir(required=False)
+    if base is None:
+        return ()
+    files = sorted((base / "aws-spot-prices").glob("*.tsv"))
+    if not files:
+        return ()
+    table = spot_price_table(load_spot_prices(files[-1]), default_instance_catalog())
+    return tuple(sorted(table.items()))
+
+
+def shared_price_snapshot() -> dict[tuple[str, str], float]:
+    """(instance type, zone) → spot USD/hour from the shared data's newest price snapshot
+    ({} without the data): the prices the simulator's market and the lab's kwok cloud use."""
+    return dict(_price_snapshot())

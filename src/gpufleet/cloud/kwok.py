@@ -8,8 +8,8 @@ killed at any point (and the provider with it) finds the same instances after a 
   ``TAG_TOKEN``) holding the instance's type, zone, capacity type and when it becomes a Node;
   any later call turns due ones into Nodes (create, 409 tolerated) and deletes the ConfigMap;
 * a **running instance** is a Node named ``kwok-<token>`` (so ``create`` is idempotent on the
-  token: the name is the token), built by :func:`gpufleet.k8s.node_objects.node_object` — the
-  device plugin's capacity, GFD's labels, ``karpenter.sh/capacity-type``, zone, instance type,
+  token: the name is the token), built by :func:`gpufleet.k8s.translate.node_objects.node_object` —
+  the device plugin's capacity, GFD's labels, ``karpenter.sh/capacity-type``, zone, instance type,
   the KWOK annotation, ``spec.providerID: kwok://<node-name>`` — plus ``TAG_*`` labels; a spot
   Node carries the ``karpenter.sh/capacity-type=spot:NoSchedule`` taint so only pods that
   tolerate spot (``control.admission``'s rule) land on it;
@@ -50,9 +50,9 @@ from gpufleet.cloud.provider import (
     Offering,
 )
 from gpufleet.decisions import CapacityType
-from gpufleet.k8s.node_objects import LABEL_MIG_CONFIG, node_object, spec_from_instance
+from gpufleet.k8s.translate.node_objects import LABEL_MIG_CONFIG, node_object, spec_from_instance
 from gpufleet.market.bidding import ZoneMarket
-from gpufleet.sim.spot import SpotMarket
+from gpufleet.market.spot_model import SpotMarket
 
 log = logging.getLogger(__name__)
 
@@ -384,16 +384,16 @@ def kwok_market(types: list[InstanceType], availability_dir: Path | None, spot_d
     (default: the shared data's spot-traces), prices from the shared price snapshot where it has
     a row, else on-demand × ``spot_discount`` (so a lab without the shared data still has spot).
     None when no trace is found: the lab then offers on-demand only."""
+    from gpufleet.catalog.spot_prices import shared_price_snapshot
     from gpufleet.datapaths import data_dir
-    from gpufleet.sim.runner import price_snapshot
-    from gpufleet.sim.spot import fit_thinning_dir, load_availability_dir
+    from gpufleet.market.spot_model import fit_thinning_dir, load_availability_dir
 
     if availability_dir is None:
         base = data_dir(required=False)
         if base is None or not (base / "spot-traces" / "availability").is_dir():
             return None
         availability_dir = base / "spot-traces" / "availability"
-    prices = price_snapshot()
+    prices = shared_price_snapshot()
     for it in types:
         for z in it.zones:
             prices.setdefault((it.name, z), float(it.usd_per_hour) * spot_discount)

@@ -68,7 +68,7 @@ class BenchResult:
 
 
 def pod_manifest(name: str, req: ResourceRequest, scheduler: str) -> dict[str, Any]:
-    from gpufleet.k8s.node_objects import gfd_product
+    from gpufleet.k8s.translate.node_objects import gfd_product
 
     limits: dict[str, str] = {"cpu": f"{max(req.cpu_milli, 1)}m",
                               "memory": f"{max(req.memory_mib, 1)}Mi"}
@@ -141,7 +141,7 @@ def run_one(
 ) -> BenchResult:
     from kubernetes import client
 
-    from gpufleet.k8s.node_objects import spec_from_openb
+    from gpufleet.k8s.translate.node_objects import spec_from_openb
     from gpufleet.lab.cluster import LabOptions, api_client, down, up
 
     kube = scheduler == "kube-scheduler"

@@ -17,10 +17,10 @@ from kubernetes.config.config_exception import ConfigException
 from rich.console import Console
 
 from gpufleet.cli_app import app, bench_app, friendly_errors
+from gpufleet.config import CloudSettings
 from gpufleet.errors import InputError
-from gpufleet.k8s.controller import Controller
+from gpufleet.k8s.schedule.controller import Controller
 from gpufleet.k8s.settings import load_config
-from gpufleet.sim.scenario import CloudSettings
 
 console = Console(stderr=True)
 SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")

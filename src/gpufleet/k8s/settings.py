@@ -1,7 +1,7 @@
 """The controller's ``--config``: a simulator scenario file, unchanged.
 
 A configuration tuned in ``gpufleet simulate`` deploys as is: the file is validated by the same
-pydantic model (:class:`gpufleet.sim.scenario.Scenario`, unknown keys rejected with file, line
+pydantic model (:class:`gpufleet.config.Scenario`, unknown keys rejected with file, line
 and field). Keys the scheduler acts on today: ``placement`` (policy name; default the packing
 policy, or ``spread`` with ``packing: false``), ``sharing`` (false: fractional pods take whole
 GPUs, the exclusive baseline) and ``starvation_s`` (backfill limit). The provisioning, spot and
@@ -14,13 +14,13 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from gpufleet.config import Scenario, default_scenario, load_scenarios
 from gpufleet.control.admission import round_up_unshared
 from gpufleet.errors import InputError
-from gpufleet.k8s.snapshot import Snapshot
+from gpufleet.k8s.translate.snapshot import Snapshot
 from gpufleet.placement import DEFAULT_POLICY, get_policy
 from gpufleet.placement.policy import Policy
 from gpufleet.queueing import BackfillPass
-from gpufleet.sim.scenario import Scenario, default_scenario, load_scenarios
 
 
 def load_config(path: Path | str | None) -> Scenario:

@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from gpufleet.k8s.node_objects import KWOK_SELECTOR, GpuNodeSpec
+from gpufleet.k8s.translate.node_objects import KWOK_SELECTOR, GpuNodeSpec
 from gpufleet.lab import processes
 from gpufleet.lab.binaries import BUILD_SCRIPT, bin_dir, binary, missing_binaries
 from gpufleet.lab.errors import LabError
@@ -441,7 +441,7 @@ def api_client(kubeconfig: Path, connections: int = 32) -> Any:
     pooled so that the benchmark's and tests' client threads reuse their TLS connections."""
     from kubernetes import config
 
-    from gpufleet.k8s.connections import client_with_pool
+    from gpufleet.k8s.watch.connections import client_with_pool
 
     return client_with_pool(config.new_client_from_config(config_file=str(kubeconfig)),
                             connections)

@@ -17,7 +17,12 @@ from typing import Any
 
 from gpufleet.catalog.instances import InstanceCatalog, default_instance_catalog
 from gpufleet.errors import InputError
-from gpufleet.k8s.node_objects import GpuNodeSpec, node_object, spec_from_instance, spec_from_openb
+from gpufleet.k8s.translate.node_objects import (
+    GpuNodeSpec,
+    node_object,
+    spec_from_instance,
+    spec_from_openb,
+)
 from gpufleet.lab.errors import LabError
 from gpufleet.traces.openb import load_nodes
 

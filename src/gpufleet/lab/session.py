@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.catalog.instances import default_instance_catalog
-from gpufleet.k8s.node_objects import GpuNodeSpec, spec_from_instance
+from gpufleet.k8s.translate.node_objects import GpuNodeSpec, spec_from_instance
 from gpufleet.lab.binaries import binary
 from gpufleet.lab.cluster import LabInfo, LabOptions, api_client, down, up
 from gpufleet.lab.errors import LabError
@@ -57,7 +57,8 @@ class LabSession:
         return client.BatchV1Api(self.api)
 
     def add_nodes(self, specs: Iterable[GpuNodeSpec], *, wait: bool = True) -> list[str]:
-        """Create KWOK GPU nodes (see :mod:`gpufleet.k8s.node_objects`); wait until Ready."""
+        """Create KWOK GPU nodes (see :mod:`gpufleet.k8s.translate.node_objects`); wait until
+        Ready."""
         names = create_nodes(self.api, specs)
         if wait:
             wait_nodes_ready(self.api, names)

@@ -1,6 +1,7 @@
 """What the control layer may ask of a spot market: the driver's side of the market contract.
 
-The simulator answers from availability traces or a price process (``gpufleet.sim.spot``); the
+The simulator answers from availability traces or a price process (``gpufleet.market.spot_model``);
+the
 Kubernetes driver answers from its cloud provider's offerings (price and capacity per zone). Every
 answer is about now or the past, never the future: a strategy that reads one of these cannot
 see a reclaim coming.

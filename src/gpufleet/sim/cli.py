@@ -11,18 +11,18 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from gpufleet.cli_app import app, friendly_errors
-from gpufleet.errors import InputError
-from gpufleet.metrics.exporter import MAX_SPEED
-from gpufleet.optiontypes import MAX_PORT, MAX_SEED, finite
-from gpufleet.outputpaths import writable_dir
-from gpufleet.sim.report import add_relative, rich_table, view_tables, write_outputs
-from gpufleet.sim.scenario import (
+from gpufleet.config import (
     Scenario,
     default_scenarios,
     load_scenarios,
     scenarios_named,
     static_scenario,
 )
+from gpufleet.errors import InputError
+from gpufleet.metrics.exporter import MAX_SPEED
+from gpufleet.optiontypes import MAX_PORT, MAX_SEED, finite
+from gpufleet.outputpaths import writable_dir
+from gpufleet.sim.report import add_relative, rich_table, view_tables, write_outputs
 from gpufleet.sim.summary import job_finishes
 
 if TYPE_CHECKING:

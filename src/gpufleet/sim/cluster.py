@@ -45,6 +45,7 @@ import numpy as np
 
 from gpufleet.catalog.gpus import default_gpu_catalog
 from gpufleet.catalog.instances import InstanceType
+from gpufleet.config import Scenario
 from gpufleet.control.admission import effective_request, tolerates_spot
 from gpufleet.control.deadline import market_signal
 from gpufleet.control.fleet import fixed_fleet
@@ -64,6 +65,7 @@ from gpufleet.decisions import (
     Requeue,
     Terminate,
 )
+from gpufleet.market.spot_model import SpotMarket
 from gpufleet.provisioning import InFlight, NodeView, Unprovisioned
 from gpufleet.recovery import SpotExposure
 from gpufleet.sim.books import Series, Tally
@@ -85,8 +87,6 @@ from gpufleet.sim.events import (
 from gpufleet.sim.jobrun import INF, PENDING, RUNNING, JobRun
 from gpufleet.sim.jobs import JobLifecycle
 from gpufleet.sim.nodes import Allocation, Became, SimFleet
-from gpufleet.sim.scenario import Scenario
-from gpufleet.sim.spot import SpotMarket
 from gpufleet.traces.jobs import JobSpec
 
 

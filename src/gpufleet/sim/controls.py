@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from gpufleet.config import Scenario
 from gpufleet.control.deadline import DeadlineGuards, GuardConfig
 from gpufleet.control.scan import ScanClock, ScanConfig
 from gpufleet.market.bidding import SpotStrategy, get_spot_strategy
@@ -22,7 +23,6 @@ from gpufleet.provisioning import DisruptionPolicy, ScaleUpPolicy
 from gpufleet.queueing import BackfillPass
 from gpufleet.recovery import IntervalPolicy, get_recovery_strategy
 from gpufleet.recovery.strategies import RecoveryStrategy
-from gpufleet.sim.scenario import Scenario
 from gpufleet.traces.jobs import JobSpec
 
 

@@ -21,10 +21,10 @@ from pathlib import Path
 
 from gpufleet.catalog.gpus import default_gpu_catalog
 from gpufleet.catalog.instances import InstanceType
+from gpufleet.config import Scenario
 from gpufleet.control.admission import mig_models
 from gpufleet.errors import InputError
 from gpufleet.provisioning.binpack import NodeShape, fits_shape, mig_spec
-from gpufleet.sim.scenario import Scenario
 from gpufleet.state import GPU_MILLI, ResourceRequest
 from gpufleet.traces.jobs import JobSpec
 

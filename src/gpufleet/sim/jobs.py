@@ -23,6 +23,7 @@ from collections.abc import Callable
 import numpy as np
 
 from gpufleet.catalog.gpus import GpuCatalog
+from gpufleet.config import Scenario
 from gpufleet.control.admission import request_now
 from gpufleet.control.deadline import DeadlineGuards, DeadlineView
 from gpufleet.control.queue import PendingQueue, effective_shape
@@ -38,7 +39,6 @@ from gpufleet.sim.engine import Engine
 from gpufleet.sim.events import CKPT_DONE, FINISH, PASS
 from gpufleet.sim.jobrun import DONE, PENDING, RUNNING, JobRun
 from gpufleet.sim.nodes import SimFleet
-from gpufleet.sim.scenario import Scenario
 from gpufleet.state import FleetState
 
 

@@ -24,10 +24,10 @@ from gpufleet.catalog.instances import InstanceType
 from gpufleet.control.admission import SPOT_TAINT
 from gpufleet.control.offers import OfferBook
 from gpufleet.decisions import Bind, CapacityType
+from gpufleet.market.spot_model import SpotMarket
 from gpufleet.provisioning import MIG_CONFIG, MIG_CONFIG_LABEL
 from gpufleet.recovery import SpotExposure
 from gpufleet.sim.cloud import MICRO, SimCloud, SimNode
-from gpufleet.sim.spot import SpotMarket
 from gpufleet.state import GPU_MILLI, FleetState, NodeInfo, ResourceRequest
 
 Allocation = tuple[ResourceRequest, Bind, tuple[tuple[int, int, int], ...]]

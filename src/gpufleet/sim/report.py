@@ -18,8 +18,8 @@ from typing import Any
 
 from rich.table import Table
 
+from gpufleet.config import BASELINES, CHAIN, LEVERS
 from gpufleet.sim.books import Series
-from gpufleet.sim.scenario import BASELINES, CHAIN, LEVERS
 from gpufleet.sim.summary import late_share
 
 # (summary key, column title, format) — the side-by-side table in the terminal and the HTML

@@ -18,13 +18,12 @@ from typing import Any
 import numpy as np
 
 from gpufleet.catalog.instances import InstanceType, default_instance_catalog
-from gpufleet.catalog.spot_prices import load_spot_prices, spot_price_table
+from gpufleet.catalog.spot_prices import shared_price_snapshot
+from gpufleet.config import Scenario, default_scenario, default_scenarios
 from gpufleet.control.admission import mig_models
 from gpufleet.datapaths import data_dir
 from gpufleet.errors import InputError
-from gpufleet.sim.cluster import ClusterSim
-from gpufleet.sim.scenario import Scenario, default_scenario, default_scenarios
-from gpufleet.sim.spot import (
+from gpufleet.market.spot_model import (
     Availability,
     SizeThinning,
     SpotMarket,
@@ -32,6 +31,7 @@ from gpufleet.sim.spot import (
     load_availability_dir,
     ou_path,
 )
+from gpufleet.sim.cluster import ClusterSim
 from gpufleet.sim.summary import summarize
 from gpufleet.traces.jobs import JobSpec
 
@@ -76,24 +76,6 @@ def scenario_types(sc: Scenario, jobs: list[JobSpec]) -> list[InstanceType]:
 
 
 @cache
-def _price_snapshot() -> tuple[tuple[tuple[str, str], float], ...]:
-    base = data_dir(required=False)
-    if base is None:
-        return ()
-    files = sorted((base / "aws-spot-prices").glob("*.tsv"))
-    if not files:
-        return ()
-    table = spot_price_table(load_spot_prices(files[-1]), default_instance_catalog())
-    return tuple(sorted(table.items()))
-
-
-def price_snapshot() -> dict[tuple[str, str], float]:
-    """(instance type, zone) → spot USD/hour from the shared data's newest price snapshot
-    ({} without the data): the prices the simulator's market and the lab's kwok cloud use."""
-    return dict(_price_snapshot())
-
-
-@cache
 def _availability(path: str) -> dict[tuple[str, int, str], Availability]:
     return load_availability_dir(Path(path))
 
@@ -109,7 +91,7 @@ def build_market(
     """The spot market for ``sc`` and a one-line description of the model used."""
     if not sc.spot:
         return None, "none"
-    prices = dict(_price_snapshot())
+    prices = shared_price_snapshot()
     avail_dir: Path | None = Path(sc.availability_dir) if sc.availability_dir else None
     if avail_dir is None:
         base = data_dir(required=False)

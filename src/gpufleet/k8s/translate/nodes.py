@@ -21,8 +21,8 @@ from typing import Any
 
 from gpufleet.catalog.gpus import GpuCatalog, default_gpu_catalog
 from gpufleet.decisions import CapacityType
-from gpufleet.k8s import names
-from gpufleet.k8s.quantity import count, cpu_milli, memory_mib
+from gpufleet.k8s.translate import names
+from gpufleet.k8s.translate.quantity import count, cpu_milli, memory_mib
 from gpufleet.state import FleetState, NodeInfo
 
 # NVIDIA's minimum Linux driver for each CUDA release (CUDA toolkit release notes, table 3):

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from gpufleet.decisions import Bind, Preempt
-from gpufleet.k8s.node_selector import Selector, matches
-from gpufleet.k8s.pod_translation import PodInfo, tolerated
-from gpufleet.k8s.snapshot import Snapshot
+from gpufleet.k8s.translate.node_selector import Selector, matches
+from gpufleet.k8s.translate.pods import PodInfo, tolerated
+from gpufleet.k8s.translate.snapshot import Snapshot
 from gpufleet.placement import PlacementResult
 from gpufleet.placement.mig import bind_masks
 from gpufleet.placement.policy import Policy

@@ -3,8 +3,8 @@
 Two parties learn that an instance is going away: the node agent (``gpufleet agent``, from the
 metadata service on the node) and the controller (from the provider's event queue, e.g. AWS SQS).
 Either may be first, both may see the same reclaim. So the mark is written once, by whoever is
-first, and the drain (:mod:`gpufleet.k8s.drain`) acts on the mark, not on the notice — one drain
-per node however many sources spoke:
+first, and the drain (:mod:`gpufleet.k8s.disruption.drain`) acts on the mark, not on the notice —
+one drain per node however many sources spoke:
 
 * annotation ``gpufleet.io/interruption``: JSON ``{"kind", "deadline", "noticed_at", "source"}``
   (``kind`` an :class:`~gpufleet.cloud.provider.InterruptionKind` value, times in epoch seconds);
@@ -28,8 +28,8 @@ from kubernetes.client.exceptions import ApiException
 
 from gpufleet.checkpoint.notices import Notice
 from gpufleet.cloud.provider import Interruption, InterruptionKind
-from gpufleet.k8s import names
-from gpufleet.k8s.node_marks import epoch_seconds, json_object, read_mark
+from gpufleet.k8s.translate import names
+from gpufleet.k8s.translate.node_marks import epoch_seconds, json_object, read_mark
 
 log = logging.getLogger(__name__)
 

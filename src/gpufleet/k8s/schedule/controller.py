@@ -23,22 +23,22 @@ import numpy as np
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from gpufleet.config import Scenario
 from gpufleet.decisions import Bind
-from gpufleet.k8s.apply import ApiErrors, Applier, Outcome
-from gpufleet.k8s.capacity import CapacityController
-from gpufleet.k8s.capacity_setup import build_capacity
-from gpufleet.k8s.connections import BASE_CONNECTIONS, client_with_pool
-from gpufleet.k8s.cost import LiveFleet, LiveFleetCollector, PriceBook
-from gpufleet.k8s.cycle import Refuse, plan_cycle
-from gpufleet.k8s.drainer import PROVIDER_FAULTS, Drainer
-from gpufleet.k8s.informer import Informer
-from gpufleet.k8s.leader import LeaderElector
-from gpufleet.k8s.pod_translation import binding_annotations
-from gpufleet.k8s.ratelimit import TokenBucket
+from gpufleet.k8s.capacity.cost import LiveFleet, LiveFleetCollector, PriceBook
+from gpufleet.k8s.capacity.loop import CapacityController
+from gpufleet.k8s.capacity.setup import build_capacity
+from gpufleet.k8s.disruption.drain import PROVIDER_FAULTS, Drainer
+from gpufleet.k8s.schedule.apply import ApiErrors, Applier, Outcome
+from gpufleet.k8s.schedule.cycle import Refuse, plan_cycle
+from gpufleet.k8s.schedule.telemetry import ControllerMetrics, pending_reason, serve
 from gpufleet.k8s.settings import apply_levers, backfill_for, policy_for
-from gpufleet.k8s.snapshot import ParseCache, Snapshot, build_snapshot
-from gpufleet.k8s.telemetry import ControllerMetrics, pending_reason, serve
-from gpufleet.sim.scenario import Scenario
+from gpufleet.k8s.translate.pods import binding_annotations
+from gpufleet.k8s.translate.snapshot import ParseCache, Snapshot, build_snapshot
+from gpufleet.k8s.watch.connections import BASE_CONNECTIONS, client_with_pool
+from gpufleet.k8s.watch.informer import Informer
+from gpufleet.k8s.watch.leader import LeaderElector
+from gpufleet.k8s.watch.ratelimit import TokenBucket
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,8 @@
 """Draining interrupted Nodes: level-triggered, from the API alone.
 
-For every Node carrying the interruption mark (:mod:`gpufleet.k8s.interruption`, written by the
-node agent or by the controller's provider-event path — whichever was first), each leader cycle:
+For every Node carrying the interruption mark (:mod:`gpufleet.k8s.disruption.interruption`,
+written by the node agent or by the controller's provider-event path — whichever was first),
+each leader cycle:
 
 1. **cordon** it (``spec.unschedulable``) unless it already is, so no scheduler — ours, which
    also honours the mark's taint, or kube-scheduler — places anything there;
@@ -17,32 +18,44 @@ The plan is pure and computed from the Nodes and Pods as listed, so a controller
 middle re-derives it: a cordoned node is not cordoned again, a terminating pod is not evicted
 again, and an emptied node is handed over on the next cycle.
 
-Nodes the capacity loop marked for **consolidation** (:mod:`gpufleet.k8s.consolidation`) are
-drained the same way — cordon, evict with grace, terminate — with one difference: no deadline, a
-consolidated node is handed to termination only once no pod is left on it (it is not going away
-on its own; the capacity loop un-marks it if its pods cannot move).
+Nodes the capacity loop marked for **consolidation**
+(:mod:`gpufleet.k8s.disruption.consolidation_mark`) are drained the same way — cordon, evict
+with grace, terminate — with one difference: no deadline, a consolidated node is handed to
+termination only once no pod is left on it (it is not going away on its own; the capacity loop
+un-marks it if its pods cannot move).
+
+The driver, :class:`Drainer`: plan (:func:`plan_drain`), apply, time recoveries.
+
+Called once per leader cycle by the controller with the informers' objects; it keeps no state
+about nodes (the plan is re-derived from the API each time), only the recovery clock's owners.
+Evictions go through the controller's :class:`~gpufleet.k8s.schedule.apply.Applier` (the same
+Eviction call, grace period and event as preemption); ``Terminate`` goes to ``terminate`` — the
+capacity controller's applier when there is one, else deleting the Node object.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
 from gpufleet.decisions import Preempt, Terminate
-from gpufleet.k8s.consolidation import ConsolidationMark
-from gpufleet.k8s.consolidation import mark_of as consolidation_mark_of
-from gpufleet.k8s.interruption import InterruptionMark, mark_of
+from gpufleet.k8s.disruption.consolidation_mark import ConsolidationMark
+from gpufleet.k8s.disruption.consolidation_mark import mark_of as consolidation_mark_of
+from gpufleet.k8s.disruption.interruption import InterruptionMark, mark_of
+from gpufleet.k8s.disruption.recovery_clock import RecoveryClock
+from gpufleet.k8s.schedule.apply import ApiErrors, Applier
+from gpufleet.k8s.schedule.telemetry import ControllerMetrics
+from gpufleet.k8s.translate.pods import finished, pod_key, stays_on_drain
 
 log = logging.getLogger(__name__)
 
 # A mark without a deadline (a rebalance recommendation, a provider that did not say) still ends:
 # after this long the node is handed to termination whatever still runs there.
 DEFAULT_DRAIN_S = 600.0
-MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,25 +74,6 @@ class DrainPlan:
     # every interrupted node's mark (consolidated ones are not interruptions): what the recovery
     # clock needs
     marked: Mapping[str, InterruptionMark] = field(default_factory=dict)
-
-
-def pod_key(pod: Mapping[str, Any]) -> str:
-    m = pod["metadata"]
-    return f"{m.get('namespace')}/{m['name']}"
-
-
-def stays_on_drain(pod: Mapping[str, Any]) -> bool:
-    """DaemonSet pods (their controller ignores cordons and would recreate them at once) and
-    mirror pods (the kubelet owns them) are not evicted and do not keep a node from emptying."""
-    meta = pod.get("metadata") or {}
-    if MIRROR_ANNOTATION in (meta.get("annotations") or {}):
-        return True
-    return any(o.get("kind") == "DaemonSet" and o.get("controller")
-               for o in meta.get("ownerReferences") or ())
-
-
-def finished(pod: Mapping[str, Any]) -> bool:
-    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
 def drain_deadline(mark: InterruptionMark, default_drain_s: float = DEFAULT_DRAIN_S) -> float:
@@ -153,7 +147,7 @@ def apply_cordon(core: Any, c: Cordon) -> bool:
 def delete_node(core: Any, t: Terminate) -> bool:
     """Termination without a cloud: delete the Node object (the pod garbage collector then removes
     what was left bound to it). With a cloud, the controller hands ``Terminate`` to
-    :meth:`gpufleet.k8s.capacity.CapacityController.terminate` instead, which deletes the
+    :meth:`gpufleet.k8s.capacity.loop.CapacityController.terminate` instead, which deletes the
     instance through the provider and then the Node."""
     try:
         core.delete_node(t.node, _preload_content=False)
@@ -163,3 +157,52 @@ def delete_node(core: Any, t: Terminate) -> bool:
         raise
     log.info("deleted node %s: %s", t.node, t.reason)
     return True
+
+
+# what a provider raises for an infrastructure fault (cloud.aws.AwsApiError and
+# cloud.aliyun.AliyunError are RuntimeErrors; urllib3/socket faults are OSErrors): logged, and the
+# marked Node — still marked — is terminated again on a later cycle
+PROVIDER_FAULTS = (RuntimeError, OSError)
+
+
+class Drainer:
+    def __init__(self, core: Any, applier: Applier, metrics: ControllerMetrics, *,
+                 default_drain_s: float = DEFAULT_DRAIN_S,
+                 terminate: Callable[[Terminate], Any] | None = None,
+                 on_recovery: Callable[[list[float]], Any] | None = None) -> None:
+        self.core = core
+        self.applier = applier
+        self.metrics = metrics
+        self.default_drain_s = default_drain_s
+        self.terminate = terminate or (lambda t: delete_node(core, t))
+        self.on_recovery = on_recovery
+        self.clock = RecoveryClock()
+
+    def cycle(self, nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]],
+              now: float) -> list[str]:
+        """One pass over the marked Nodes; returns the keys of the pods evicted now."""
+        plan = plan_drain(nodes, pods, now, self.default_drain_s)
+        self.clock.note(plan.marked, pods)
+        recovered = self.clock.observe(pods, now)
+        for seconds in recovered:
+            self.metrics.recovery.observe(seconds)
+        if recovered and self.on_recovery is not None:
+            self.on_recovery(recovered)
+        for c in plan.cordon:
+            try:
+                apply_cordon(self.core, c)
+            except ApiErrors as exc:  # the next cycle tries again
+                log.warning("cordon %s: %s", c.node, exc)
+        evicted: list[str] = []
+        if plan.evict:
+            by_key = {pod_key(p): p for p in pods}
+            evicted = self.applier.apply(list(plan.evict), by_key).evicted
+        for t in plan.terminate:
+            try:
+                self.terminate(t)
+            except (*ApiErrors, *PROVIDER_FAULTS) as exc:
+                log.warning("terminate %s: %s", t.node, exc)
+                continue
+            if t.node in plan.marked:  # an interrupted node (a consolidated one is not)
+                self.metrics.drained.inc()
+        return evicted

@@ -302,7 +302,7 @@ def _check_world(sc: Scenario, path: Path, line: Any) -> None:
     no trace in it silently fell back to the price model.
     """
     from gpufleet.catalog.instances import default_instance_catalog
-    from gpufleet.sim.spot import TRACE_NAME
+    from gpufleet.market.spot_model import TRACE_NAME
 
     if sc.instance_types is not None:
         known = {t.name for t in default_instance_catalog() if t.provider == sc.provider}

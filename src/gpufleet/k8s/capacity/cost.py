@@ -40,11 +40,11 @@ from gpufleet.catalog.instances import InstanceCatalog, default_instance_catalog
 from gpufleet.catalog.spot_prices import SpotPrice
 from gpufleet.cloud.provider import Offering
 from gpufleet.decisions import CapacityType
-from gpufleet.k8s import names
-from gpufleet.k8s.interruption import mark_of
-from gpufleet.k8s.pod_translation import PodInfo, parse_time
-from gpufleet.k8s.recovery_clock import running_since
-from gpufleet.k8s.snapshot import ParseCache
+from gpufleet.k8s.disruption.interruption import mark_of
+from gpufleet.k8s.disruption.recovery_clock import running_since
+from gpufleet.k8s.translate import names
+from gpufleet.k8s.translate.pods import PodInfo, parse_time
+from gpufleet.k8s.translate.snapshot import ParseCache
 from gpufleet.metrics.fleet import RECOVERY_BUCKETS_S, _Histogram, fleet_families
 from gpufleet.metrics.snapshot import FleetSnapshot, NodeSample
 from gpufleet.state import GPU_MILLI, FleetState

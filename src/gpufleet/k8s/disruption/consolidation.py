@@ -1,10 +1,10 @@
 """The consolidation's driver: when to look, the one proposal held, re-validation, marks.
 
-The steps and the mark are :mod:`gpufleet.k8s.consolidation`'s (pure parts and the two Node
-patches); this class keeps the little memory they need between the capacity loop's cycles —
+The steps and the mark are :mod:`gpufleet.k8s.disruption.consolidation_mark`'s (pure parts and the
+two Node patches); this class keeps the little memory they need between the capacity loop's cycles —
 the proposal waiting for its validation period and replacement, and the consolidation look's
 clock — and reports what it marked or un-marked. The capacity controller owns it and hands it
-the cycle's views, launches and offers (:mod:`gpufleet.k8s.capacity`).
+the cycle's views, launches and offers (:mod:`gpufleet.k8s.capacity.loop`).
 """
 
 from __future__ import annotations
@@ -18,15 +18,15 @@ from prometheus_client import Counter
 
 from gpufleet.catalog.instances import InstanceType
 from gpufleet.cloud.provider import Instance
+from gpufleet.config import Scenario
 from gpufleet.decisions import Launch
-from gpufleet.k8s import capacity_plan as plan
-from gpufleet.k8s import consolidation
-from gpufleet.k8s.consolidation import ConsolidationMark, Proposal
-from gpufleet.k8s.drain import finished, stays_on_drain
-from gpufleet.k8s.snapshot import Snapshot
+from gpufleet.k8s.capacity import inputs as plan
+from gpufleet.k8s.disruption import consolidation_mark
+from gpufleet.k8s.disruption.consolidation_mark import ConsolidationMark, Proposal
+from gpufleet.k8s.translate.pods import finished, stays_on_drain
+from gpufleet.k8s.translate.snapshot import Snapshot
 from gpufleet.provisioning import DisruptionPolicy, NodeView, Offer
 from gpufleet.provisioning.disruption import Command
-from gpufleet.sim.scenario import Scenario
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +118,7 @@ class Consolidator:
         if now - p.decided_at < self.validation_s:
             return []
         self.proposal = None
-        reasons = consolidation.revalidate(p, list(views), now)
+        reasons = consolidation_mark.revalidate(p, list(views), now)
         if reasons:
             self.outcomes.labels(method=method, outcome="invalid").inc()
             log.info("%s of %s dropped: %s", method, ", ".join(p.command.candidates),
@@ -126,7 +126,7 @@ class Consolidator:
             return []
         mark = ConsolidationMark(method, now)
         marked = [name for name in p.command.candidates
-                  if consolidation.mark_node(self.core, name, mark)]
+                  if consolidation_mark.mark_node(self.core, name, mark)]
         self.outcomes.labels(method=method, outcome="started").inc()
         return marked
 
@@ -147,9 +147,9 @@ class Consolidator:
             elif left:
                 own = plan.node_views(snap, {name: (it, spot)}, {name: None}, movable)
                 if own:  # (not in the snapshot: the time bound above still applies)
-                    why = "; ".join(consolidation.still_movable(own[0], left, mark,
+                    why = "; ".join(consolidation_mark.still_movable(own[0], left, mark,
                                                                 list(views), now))
-            if why and consolidation.unmark_node(self.core, name, why):
+            if why and consolidation_mark.unmark_node(self.core, name, why):
                 self.outcomes.labels(method=mark.method, outcome="abandoned").inc()
                 out.append(name)
         return out

@@ -24,9 +24,9 @@ from typing import Any
 
 from gpufleet.catalog.gpus import GpuCatalog, default_gpu_catalog
 from gpufleet.decisions import Bind, MigSlot
-from gpufleet.k8s import names
-from gpufleet.k8s.node_selector import Selector, lift_gpu_constraints, selector_of
-from gpufleet.k8s.quantity import count, cpu_milli, memory_mib, quantity
+from gpufleet.k8s.translate import names
+from gpufleet.k8s.translate.node_selector import Selector, lift_gpu_constraints, selector_of
+from gpufleet.k8s.translate.quantity import count, cpu_milli, memory_mib, quantity
 from gpufleet.state import GPU_MILLI, ResourceRequest
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
@@ -234,3 +234,25 @@ def tolerates(tol: Mapping[str, Any], taint: str) -> bool:
 def tolerated(tolerations: Iterable[Mapping[str, Any]], taints: Iterable[str]) -> frozenset[str]:
     tols = list(tolerations)
     return frozenset(t for t in taints if any(tolerates(x, t) for x in tols))
+
+
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+
+
+def pod_key(pod: Mapping[str, Any]) -> str:
+    m = pod["metadata"]
+    return f"{m.get('namespace')}/{m['name']}"
+
+
+def stays_on_drain(pod: Mapping[str, Any]) -> bool:
+    """DaemonSet pods (their controller ignores cordons and would recreate them at once) and
+    mirror pods (the kubelet owns them) are not evicted and do not keep a node from emptying."""
+    meta = pod.get("metadata") or {}
+    if MIRROR_ANNOTATION in (meta.get("annotations") or {}):
+        return True
+    return any(o.get("kind") == "DaemonSet" and o.get("controller")
+               for o in meta.get("ownerReferences") or ())
+
+
+def finished(pod: Mapping[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")

@@ -18,9 +18,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpufleet.k8s.drain import finished, stays_on_drain
-from gpufleet.k8s.interruption import InterruptionMark
-from gpufleet.k8s.pod_translation import parse_time
+from gpufleet.k8s.disruption.interruption import InterruptionMark
+from gpufleet.k8s.translate.pods import finished, parse_time, stays_on_drain
 
 MAX_WAIT_S = 24 * 3600.0  # an owner never replaced (the Job was deleted) is forgotten after this
 

@@ -11,10 +11,12 @@ One :meth:`CapacityController.reconcile` per cycle, in this order:
    an unrecorded gpufleet instance with no Node past that time (a leak). A gpufleet Node whose
    instance is gone is deleted.
 2. **Interruptions.** Each ``provider.interruptions()`` event marks its Node through the one
-   convention of :mod:`gpufleet.k8s.interruption` (``node_for_instance`` + ``mark_node``, what
+   convention of :mod:`gpufleet.k8s.disruption.interruption` (``node_for_instance`` +
+   ``mark_node``, what
    ``mark_interrupted_instance`` does, keeping whether *this* call marked it for the metric; the
    node agent writes the same mark) and is acknowledged after. Cordoning, evicting and
-   terminating a marked Node is the drain's job alone (:class:`gpufleet.k8s.drainer.Drainer`),
+   terminating a marked Node is the drain's job alone
+   (:class:`gpufleet.k8s.disruption.drain.Drainer`),
    which hands each drained Node back to :meth:`CapacityController.terminate` — the instance is
    deleted through the provider.
 3. **Scale up.** The pods the cycle refused → :class:`gpufleet.provisioning.ScaleUpPolicy` (the
@@ -28,9 +30,9 @@ One :meth:`CapacityController.reconcile` per cycle, in this order:
    if the node still has no pod to evict: cordon, ``provider.delete``, delete the Node; a
    consolidation command (nodes under-used that long whose pods fit elsewhere, with at most one
    cheaper replacement)
-   goes through :class:`gpufleet.k8s.consolidator.Consolidator` (steps and mark in
-   :mod:`gpufleet.k8s.consolidation`): proposed, re-validated after a validation period, the
-   replacement launched first, then its Nodes marked and cordoned for the drain.
+   goes through :class:`gpufleet.k8s.disruption.consolidation.Consolidator` (steps and mark in
+   :mod:`gpufleet.k8s.disruption.consolidation_mark`): proposed, re-validated after a validation
+   period, the replacement launched first, then its Nodes marked and cordoned for the drain.
 """
 
 from __future__ import annotations
@@ -54,19 +56,20 @@ from gpufleet.cloud.provider import (
     Instance,
     InstanceState,
 )
+from gpufleet.config import Scenario
 from gpufleet.decisions import CapacityType, Launch, Terminate
-from gpufleet.k8s import capacity_plan as plan
-from gpufleet.k8s import consolidation, names
-from gpufleet.k8s.consolidator import Consolidator
-from gpufleet.k8s.drain import Cordon, apply_cordon, delete_node
-from gpufleet.k8s.interruption import mark_from_event, mark_node, node_for_instance
-from gpufleet.k8s.launch_records import LaunchRecord, LaunchRecords, new_token
-from gpufleet.k8s.snapshot import Snapshot
+from gpufleet.k8s.capacity import inputs as plan
+from gpufleet.k8s.capacity.launch_records import LaunchRecord, LaunchRecords, new_token
+from gpufleet.k8s.disruption import consolidation_mark
+from gpufleet.k8s.disruption.consolidation import Consolidator
+from gpufleet.k8s.disruption.drain import Cordon, apply_cordon, delete_node
+from gpufleet.k8s.disruption.interruption import mark_from_event, mark_node, node_for_instance
+from gpufleet.k8s.translate import names
+from gpufleet.k8s.translate.snapshot import Snapshot
 from gpufleet.market.bidding import SpotStrategy, get_spot_strategy
 from gpufleet.provisioning import DisruptionPolicy, NodeView, ScaleUpPolicy
 from gpufleet.provisioning.disruption import Command
 from gpufleet.provisioning.disruption.command import EMPTINESS
-from gpufleet.sim.scenario import Scenario
 
 log = logging.getLogger(__name__)
 
@@ -143,8 +146,8 @@ class CapacityController:
         registry: CollectorRegistry,
         registration_timeout_s: float = 900.0,
         clock: Callable[[], float] = time.time,
-        consolidation_validation_s: float = consolidation.DEFAULT_VALIDATION_S,
-        consolidation_drain_timeout_s: float = consolidation.DEFAULT_DRAIN_TIMEOUT_S,
+        consolidation_validation_s: float = consolidation_mark.DEFAULT_VALIDATION_S,
+        consolidation_drain_timeout_s: float = consolidation_mark.DEFAULT_DRAIN_TIMEOUT_S,
     ) -> None:
         self.core = core
         self.provider = provider
@@ -363,7 +366,7 @@ class CapacityController:
                     out: ReconcileReport) -> None:
         managed: dict[str, tuple[InstanceType, bool]] = {}
         inst_of: dict[str, Instance] = {}
-        marked: dict[str, tuple[InstanceType, bool, consolidation.ConsolidationMark]] = {}
+        marked: dict[str, tuple[InstanceType, bool, consolidation_mark.ConsolidationMark]] = {}
         for i in live:
             node = by_pid.get(i.provider_id)
             if node is None or not _managed(node) or i.instance_type not in self.types:
@@ -372,10 +375,10 @@ class CapacityController:
             if meta.get("deletionTimestamp") or _marked(node):
                 continue
             kind = (self.types[i.instance_type], i.capacity_type == CapacityType.SPOT)
-            if consolidation.annotated(node):
-                mark = consolidation.mark_of(node)
+            if consolidation_mark.annotated(node):
+                mark = consolidation_mark.mark_of(node)
                 if mark is None:  # not ours to act on, and it must not pin a cordon
-                    consolidation.unmark_node(self.core, meta["name"], "malformed mark")
+                    consolidation_mark.unmark_node(self.core, meta["name"], "malformed mark")
                 else:
                     marked[meta["name"]] = (*kind, mark)
                 continue
@@ -383,7 +386,7 @@ class CapacityController:
                 continue  # booting, or cordoned by someone else: neither room nor candidate
             managed[meta["name"]] = kind
             inst_of[meta["name"]] = i
-        movable = consolidation.movable_keys(pods)
+        movable = consolidation_mark.movable_keys(pods)
         busy = {name for name in managed if plan.pods_to_evict(name, pods)}
         since = self.empty.update(managed, busy, now)
         views = plan.with_underused(plan.node_views(snap, managed, since, movable),

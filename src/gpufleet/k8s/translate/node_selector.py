@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpufleet.catalog.gpus import GpuCatalog
-from gpufleet.k8s import names
+from gpufleet.k8s.translate import names
 
 Requirement = tuple[str, str, tuple[str, ...]]
 Term = tuple[Requirement, ...]

@@ -26,9 +26,9 @@ from prometheus_client import CollectorRegistry
 from gpufleet.catalog.instances import InstanceType, default_instance_catalog
 from gpufleet.catalog.yamlfile import load_model, read_yaml
 from gpufleet.cloud.provider import CloudProvider
+from gpufleet.config import Scenario
 from gpufleet.errors import InputError
-from gpufleet.k8s.capacity import CapacityController
-from gpufleet.sim.scenario import Scenario
+from gpufleet.k8s.capacity.loop import CapacityController
 
 
 def capacity_types(sc: Scenario, provider: str | None = None,

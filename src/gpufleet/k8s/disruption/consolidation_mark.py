@@ -14,10 +14,11 @@ Karpenter's way — decide, wait, re-validate, replace first, then drain:
    register in time drops it too.
 3. **Mark.** Each candidate gets the annotation ``gpufleet.io/consolidation`` (JSON: method,
    started_at) and ``spec.unschedulable`` in one merge patch: the commitment, kept in the API.
-4. **Drain.** From here on the drain (:mod:`gpufleet.k8s.drain`) owns the Node exactly as it owns
+4. **Drain.** From here on the drain (:mod:`gpufleet.k8s.disruption.drain`) owns the Node exactly
+as it owns
    an interrupted one: evict every pod through the Eviction API with its own grace period (a
    PodDisruptionBudget's 429 is "not now", retried next cycle) and, once no pod is left, hand it
-   to :meth:`gpufleet.k8s.capacity.CapacityController.terminate`, which deletes the instance
+   to :meth:`gpufleet.k8s.capacity.loop.CapacityController.terminate`, which deletes the instance
    through the provider, then the Node (``gpufleet_terminations{reason="consolidation"}``).
    Unlike an interruption there is no deadline: a consolidated Node is only deleted empty.
 5. **Abandon.** Each cycle the capacity loop looks at every marked Node still holding pods that
@@ -42,8 +43,8 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from gpufleet.decisions import Preempt
-from gpufleet.k8s import names
-from gpufleet.k8s.node_marks import epoch_seconds, json_object, read_mark
+from gpufleet.k8s.translate import names
+from gpufleet.k8s.translate.node_marks import epoch_seconds, json_object, read_mark
 from gpufleet.provisioning.disruption import Command, DisruptionSnapshot, NodeView
 
 log = logging.getLogger(__name__)

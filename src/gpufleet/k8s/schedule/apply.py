@@ -32,10 +32,10 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from gpufleet.decisions import Bind, Preempt
-from gpufleet.k8s.cycle import Refuse
-from gpufleet.k8s.pod_translation import binding_annotations, parse_time
-from gpufleet.k8s.ratelimit import TokenBucket
-from gpufleet.k8s.telemetry import ControllerMetrics
+from gpufleet.k8s.schedule.cycle import Refuse
+from gpufleet.k8s.schedule.telemetry import ControllerMetrics
+from gpufleet.k8s.translate.pods import binding_annotations, parse_time
+from gpufleet.k8s.watch.ratelimit import TokenBucket
 
 log = logging.getLogger(__name__)
 

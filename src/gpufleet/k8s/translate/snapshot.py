@@ -16,8 +16,8 @@ import numpy as np
 
 from gpufleet.catalog.gpus import GpuCatalog, default_gpu_catalog
 from gpufleet.decisions import Bind
-from gpufleet.k8s.node_translation import NodeSpec, node_spec
-from gpufleet.k8s.pod_translation import PodInfo, pod_info
+from gpufleet.k8s.translate.nodes import NodeSpec, node_spec
+from gpufleet.k8s.translate.pods import PodInfo, pod_info
 from gpufleet.placement.gpu_select import best_fit_gpu
 from gpufleet.placement.mig import bind_masks, choose_mig
 from gpufleet.placement.view import pod_view

@@ -2,7 +2,8 @@
 
 One per node (a DaemonSet, ``deploy/kubernetes/40-agent.yaml``). It polls the cloud's metadata
 service with the checkpoint library's watchers (AWS IMDSv2, Aliyun, GCP) and, on a notice, marks
-its own Node (:func:`gpufleet.k8s.interruption.mark_node`: annotation + taint, once). It does not
+its own Node (:func:`gpufleet.k8s.disruption.interruption.mark_node`: annotation + taint, once). It
+does not
 drain: the controller does that for every marked Node, whoever marked it, so the agent needs only
 get/patch on its own Node and the SQS path and this one never drain twice.
 
@@ -39,8 +40,8 @@ from gpufleet.checkpoint.notices import (
 )
 from gpufleet.cli_app import app, friendly_errors
 from gpufleet.errors import InputError
-from gpufleet.k8s.apply import ApiErrors
-from gpufleet.k8s.interruption import mark_from_notice, mark_node, read_node
+from gpufleet.k8s.disruption.interruption import mark_from_notice, mark_node, read_node
+from gpufleet.k8s.schedule.apply import ApiErrors
 
 log = logging.getLogger(__name__)
 console = Console(stderr=True)

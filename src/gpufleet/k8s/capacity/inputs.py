@@ -26,9 +26,8 @@ from gpufleet.catalog.gpus import default_gpu_catalog
 from gpufleet.catalog.instances import InstanceType
 from gpufleet.cloud.provider import Offering
 from gpufleet.decisions import CapacityType
-from gpufleet.k8s.drain import finished, stays_on_drain
-from gpufleet.k8s.pod_translation import PodInfo, tolerates
-from gpufleet.k8s.snapshot import Snapshot
+from gpufleet.k8s.translate.pods import PodInfo, finished, stays_on_drain, tolerates
+from gpufleet.k8s.translate.snapshot import Snapshot
 from gpufleet.market.bidding import ZoneMarket
 from gpufleet.provisioning import InFlight, NodeShape, NodeView, Offer, PendingPod, PodView
 from gpufleet.provisioning.zones import on_demand_zone
@@ -149,8 +148,8 @@ def node_views(snap: Snapshot, managed: Mapping[str, tuple[InstanceType, bool]],
                movable: Collection[str] = frozenset()) -> list[NodeView]:
     """A ``NodeView`` for each gpufleet-launched node in the snapshot (its room and its pods).
     ``managed``: node → (instance type, spot); ``movable``: keys of the pods consolidation may
-    move (:func:`gpufleet.k8s.consolidation.movable`). A node on a MIG config has the MIG shape
-    and its slices' use, so consolidation packs MIG pods by the placement rule."""
+    move (:func:`gpufleet.k8s.disruption.consolidation_mark.movable`). A node on a MIG config has
+    the MIG shape and its slices' use, so consolidation packs MIG pods by the placement rule."""
     st = snap.state
     pods: dict[str, list[PodView]] = {}
     for a in snap.allocations.values():

@@ -1,0 +1,1 @@
+"""The capacity loop: pending pods → launches, launch records, idle nodes → terminations, cost."""

@@ -1,0 +1,1 @@
+"""Nodes going away: the node agent, interruption and consolidation marks, the one drain."""

@@ -1,0 +1,1 @@
+"""The scheduler: the controller loop, one cycle, decisions → API writes, its own telemetry."""
