@@ -1,1 +1,1 @@
-"""API objects → the driver-neutral model: pods → requests, Nodes → FleetState rows, the snapshot."""
+"""API objects → the driver-neutral model: pods → requests, Nodes → FleetState rows, snapshot."""
