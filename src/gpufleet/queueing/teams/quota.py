@@ -1,0 +1,161 @@
+"""Team quotas with cohort borrowing: who may start now, and whose borrowed work gives way.
+
+The model is Kueue's ClusterQueue/Cohort, in GPU-equivalents (:mod:`.shares`):
+
+* a team has a **nominal** quota; work that keeps the team's usage within it is *within quota*;
+* teams in the same **cohort** lend each other what they do not use: a team may go above its
+  nominal quota by at most its **borrowing limit** (None: no limit), and only while the cohort's
+  total usage stays within the cohort's total nominal quota — borrowing never creates capacity,
+  it only hands idle entitlement to whoever has work;
+* a team without a cohort cannot borrow; a team that has no queue at all is not managed by quotas
+  (its work is admitted as before), so adding quotas for some teams never blocks the others.
+
+Reclaim (Kueue's ``reclaimWithinCohort: Any``, KAI's reclaim): when a team has work that would fit
+within its nominal quota but the cohort's room is held by other teams' borrowed work, those
+borrowing teams give back, newest-started workload first, only from teams still above their own
+nominal — **work within quota is never evicted by another team**. Where we differ from Kueue:
+no per-flavor quotas beyond an optional per-GPU-model nominal, and no lending limit (everything
+unused is lendable), which is what a renting team wants from capacity it pays for only when used.
+
+Pure: usage comes from the caller's snapshot; decisions are returned as data.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class TeamQuota:
+    """One team's queue. Amounts in milli-GPU-equivalents (1000 = one whole GPU)."""
+
+    name: str
+    nominal_milli: int
+    cohort: str | None = None
+    borrowing_limit_milli: int | None = None
+    weight: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.nominal_milli < 0:
+            raise ValueError(f"team {self.name}: nominal quota must be ≥ 0")
+        if self.borrowing_limit_milli is not None and self.borrowing_limit_milli < 0:
+            raise ValueError(f"team {self.name}: borrowing limit must be ≥ 0")
+        if not self.weight > 0:
+            raise ValueError(f"team {self.name}: fair-share weight must be > 0")
+
+
+class Admission(enum.Enum):
+    UNMANAGED = "unmanaged"  # the team has no queue: quotas do not apply
+    WITHIN = "within-quota"
+    BORROWING = "borrowing"
+    BLOCKED = "over-quota"
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    admission: Admission
+    borrowed_milli: int = 0  # how much of the team's usage would be borrowed after admitting
+    reason: str = ""
+
+    @property
+    def admitted(self) -> bool:
+        return self.admission is not Admission.BLOCKED
+
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    """A running workload as quota sees it (a whole gang is one workload)."""
+
+    key: str
+    team: str
+    milli: int
+    started_s: float
+
+
+class QuotaBook:
+    """Nominal quotas and current usage per team; ``verdict`` answers "may this start now"."""
+
+    def __init__(self, teams: Iterable[TeamQuota], usage: Mapping[str, int] | None = None) -> None:
+        self.teams = {t.name: t for t in teams}
+        self.usage: dict[str, int] = {n: 0 for n in self.teams}
+        for team, milli in (usage or {}).items():
+            if team in self.teams:
+                self.usage[team] = milli
+
+    def members(self, cohort: str) -> list[TeamQuota]:
+        return [t for t in self.teams.values() if t.cohort == cohort]
+
+    def borrowed(self, team: str) -> int:
+        t = self.teams.get(team)
+        return 0 if t is None else max(0, self.usage[team] - t.nominal_milli)
+
+    def cohort_room(self, cohort: str) -> int:
+        """Cohort nominal total minus cohort usage (what is still unused, by anyone)."""
+        ms = self.members(cohort)
+        return sum(t.nominal_milli for t in ms) - sum(self.usage[t.name] for t in ms)
+
+    def verdict(self, team: str, milli: int) -> Verdict:
+        t = self.teams.get(team)
+        if t is None:
+            return Verdict(Admission.UNMANAGED)
+        after = self.usage[team] + milli
+        if after <= t.nominal_milli:
+            return Verdict(Admission.WITHIN)
+        over = after - t.nominal_milli
+        if t.cohort is None:
+            return Verdict(Admission.BLOCKED, over,
+                           f"team {team}: {fmt(after)} GPU would exceed its quota of "
+                           f"{fmt(t.nominal_milli)} and it has no cohort to borrow from")
+        if t.borrowing_limit_milli is not None and over > t.borrowing_limit_milli:
+            return Verdict(Admission.BLOCKED, over,
+                           f"team {team}: would borrow {fmt(over)} GPU, over its borrowing limit "
+                           f"of {fmt(t.borrowing_limit_milli)}")
+        room = self.cohort_room(t.cohort)
+        if milli > room:
+            return Verdict(Admission.BLOCKED, over,
+                           f"team {team}: cohort {t.cohort} has {fmt(max(room, 0))} GPU of idle "
+                           f"quota, {fmt(milli)} needed")
+        return Verdict(Admission.BORROWING, over)
+
+    def admit(self, team: str, milli: int) -> None:
+        if team in self.teams:
+            self.usage[team] += milli
+
+    def release(self, team: str, milli: int) -> None:
+        if team in self.teams:
+            self.usage[team] = max(0, self.usage[team] - milli)
+
+
+def reclaim_victims(book: QuotaBook, team: str, milli: int,
+                    running: Sequence[Running]) -> list[Running] | None:
+    """Borrowed workloads of other teams to evict so that ``team``'s ``milli`` fits within its
+    own nominal quota; ``[]`` when it fits already, ``None`` when reclaim cannot make room (the
+    work is not within quota, the team has no cohort, or the borrowers' excess is too small).
+
+    Newest-started first; a team stops giving back once it is no longer above its nominal quota,
+    so what it keeps is within quota. ``book`` is not changed.
+    """
+    t = book.teams.get(team)
+    if t is None or t.cohort is None or book.usage[team] + milli > t.nominal_milli:
+        return None
+    short = milli - book.cohort_room(t.cohort)
+    if short <= 0:
+        return []
+    excess = {m.name: book.borrowed(m.name) for m in book.members(t.cohort) if m.name != team}
+    victims: list[Running] = []
+    for r in sorted(running, key=lambda r: (-r.started_s, r.key)):
+        if short <= 0:
+            break
+        if excess.get(r.team, 0) <= 0:
+            continue
+        victims.append(r)
+        excess[r.team] -= r.milli
+        short -= r.milli
+    return victims if short <= 0 else None
+
+
+def fmt(milli: int) -> str:
+    """Milli-GPU as GPUs for messages: 2500 → '2.5'."""
+    return f"{milli / 1000:g}"

@@ -1,0 +1,62 @@
+"""Budget periods in UTC and the state a spend puts a team in, worked by hand."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from gpufleet.queueing.teams.budget import (
+    MICRO,
+    Budget,
+    BudgetState,
+    budget_state,
+    period_window,
+    restriction,
+)
+
+
+def ts(*a: int) -> float:
+    return datetime(*a, tzinfo=UTC).timestamp()
+
+
+@pytest.mark.parametrize(
+    ("now", "period", "start", "end"),
+    [
+        (ts(2026, 12, 3, 22, 51), "day", ts(2026, 12, 3), ts(2026, 12, 4)),
+        # 2026-12-03 is a Thursday: the ISO week began Monday 2026-11-30
+        (ts(2026, 12, 3, 22, 51), "week", ts(2026, 11, 30), ts(2026, 12, 7)),
+        (ts(2026, 12, 3, 22, 51), "month", ts(2026, 12, 1), ts(2027, 1, 1)),
+        (ts(2028, 2, 29, 12), "month", ts(2028, 2, 1), ts(2028, 3, 1)),  # leap February
+    ],
+)
+def test_period_window(now: float, period: str, start: float, end: float) -> None:
+    assert period_window(now, period) == (start, end)  # type: ignore[arg-type]
+
+
+B = Budget(amount_micro=1000 * MICRO, period="day", action="spot-only")  # $1,000 a day
+
+
+@pytest.mark.parametrize(
+    ("spent", "rate_per_h", "now", "state"),
+    [
+        (500, 100, ts(2026, 12, 3, 12), BudgetState.OK),  # 500 + 100 < 1000
+        (950, 100, ts(2026, 12, 3, 12), BudgetState.LOW),  # 950 + 100 ≥ 1000 within the hour
+        (1000, 0, ts(2026, 12, 3, 12), BudgetState.EXHAUSTED),
+        # 23:30: only half an hour is left in the day, 950 + 50 = 1000 → still low
+        (950, 100, ts(2026, 12, 3, 23, 30), BudgetState.LOW),
+        # 23:45: 15 min left, 950 + 25 < 1000 → the budget renews first
+        (950, 100, ts(2026, 12, 3, 23, 45), BudgetState.OK),
+    ],
+)
+def test_budget_state(spent: int, rate_per_h: float, now: float, state: BudgetState) -> None:
+    got = budget_state(B, spent * MICRO, rate_per_h * MICRO / 3600, now)
+    assert got is state
+    assert restriction(B, got) == (None if state is BudgetState.OK else "spot-only")
+
+
+def test_bad_budget_is_refused() -> None:
+    with pytest.raises(ValueError, match="positive amount"):
+        Budget(amount_micro=0)
+    with pytest.raises(ValueError, match="unknown budget period 'year'"):
+        period_window(0.0, "year")  # type: ignore[arg-type]
