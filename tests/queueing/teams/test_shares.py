@@ -40,7 +40,7 @@ def test_unplaced_mig_takes_the_largest_share_over_models_offering_it() -> None:
 
 
 def test_unknown_profile_is_a_clear_error() -> None:
-    with pytest.raises(ValueError, match="offers MIG profile '9g.99gb'"):
+    with pytest.raises(ValueError, match=r"offers MIG profile '9g\.99gb'"):
         mig_share_milli(CAT, "9g.99gb")
     with pytest.raises(ValueError, match="GPU model T4 offers"):
         mig_share_milli(CAT, "1g.5gb", "T4")

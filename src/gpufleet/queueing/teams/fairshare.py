@@ -48,7 +48,7 @@ class UsageHistory:
         k = math.log(2) / self.half_life_s
         keep = math.exp(-k * dt)
         gain = (1 - keep) / k  # ∫₀^dt e^{-k(dt-s)} ds
-        for team, res in self.decayed.items():
+        for res in self.decayed.values():
             for r in res:
                 res[r] *= keep
         for team, amounts in usage.items():
