@@ -1,0 +1,85 @@
+"""The ``teams:`` section of a scenario / controller config, validated, and what it builds.
+
+```yaml
+teams:
+  half_life_s: 604800            # fair-share usage half-life (Slurm's default, 7 days)
+  queues:
+    - name: vision               # the trace's tenant / the namespace label's value
+      gpus: 16                   # nominal quota in GPU-equivalents (fractions, MIG by share)
+      cohort: research           # borrow idle quota from / lend to the cohort's other queues
+      borrowing_limit: 8         # at most this many GPU-equivalents above nominal (omit: any)
+      weight: 1                  # fair-share weight above quota
+      budget: {usd: 5000, period: month, action: spot-only}   # or hold / notify
+```
+
+Amounts are GPUs in the file (what people write) and milli-GPU inside (what placement counts);
+dollars in the file, integer micro-dollars inside.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from gpufleet.queueing.teams.budget import MICRO, Budget
+from gpufleet.queueing.teams.fairshare import DEFAULT_HALF_LIFE_S
+from gpufleet.queueing.teams.quota import TeamQuota
+
+
+class BudgetSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    usd: float = Field(gt=0, le=1e12)
+    period: Literal["day", "week", "month"] = "month"
+    action: Literal["spot-only", "hold", "notify"] = "notify"
+    lookahead_s: float = Field(default=3600.0, ge=0, le=31 * 86400)
+
+    def build(self) -> Budget:
+        return Budget(round(self.usd * MICRO), self.period, self.action, self.lookahead_s)
+
+
+class QueueSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    name: str = Field(min_length=1, max_length=63)
+    gpus: float = Field(ge=0, le=1e6)
+    cohort: str | None = Field(default=None, min_length=1, max_length=63)
+    borrowing_limit: float | None = Field(default=None, ge=0, le=1e6)
+    weight: float = Field(default=1.0, gt=0, le=1e6)
+    budget: BudgetSettings | None = None
+
+    def quota(self) -> TeamQuota:
+        limit = None if self.borrowing_limit is None else round(self.borrowing_limit * 1000)
+        return TeamQuota(self.name, round(self.gpus * 1000), self.cohort, limit, self.weight)
+
+
+class TeamsSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    half_life_s: float = Field(default=DEFAULT_HALF_LIFE_S, gt=0, le=10 * 365 * 86400)
+    queues: list[QueueSettings] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _unique(self) -> TeamsSettings:
+        seen: set[str] = set()
+        for q in self.queues:
+            if q.name in seen:
+                raise ValueError(f"queue {q.name!r} is defined twice")
+            seen.add(q.name)
+        return self
+
+    def quotas(self) -> list[TeamQuota]:
+        return [q.quota() for q in self.queues]
+
+    def budgets(self) -> dict[str, Budget]:
+        return {q.name: q.budget.build() for q in self.queues if q.budget is not None}
+
+
+def jain_index(xs: Sequence[float]) -> float:
+    """Jain's fairness index (Σx)² / (n·Σx²): 1 when every x is equal, 1/n when one takes all.
+    Used over each team's delivered / entitled ratio. 1.0 for an empty or all-zero input."""
+    n = len(xs)
+    sq = sum(x * x for x in xs)
+    return 1.0 if n == 0 or sq == 0 else sum(xs) ** 2 / (n * sq)
