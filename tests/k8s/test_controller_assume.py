@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from gpufleet.config import default_scenario
 from gpufleet.k8s.schedule.controller import Controller
@@ -100,7 +101,6 @@ BIND_CASES = [
 ]
 
 
-@pytest.mark.xfail(strict=True, reason="issue 17: the JSON overlay is lost in the parse cache")
 @pytest.mark.parametrize(("case", "n", "first", "second"), BIND_CASES,
                          ids=[c[0] for c in BIND_CASES])
 def test_a_bind_not_yet_seen_holds_its_pod_and_its_gpus(case: str, n: dict, first: tuple,
@@ -116,7 +116,6 @@ def test_a_bind_not_yet_seen_holds_its_pod_and_its_gpus(case: str, n: dict, firs
     assert rec.binds == [("a", "n")]  # neither "a" again nor "b" into a's GPUs
 
 
-@pytest.mark.xfail(strict=True, reason="issue 17: the JSON overlay is lost in the parse cache")
 def test_an_eviction_not_yet_seen_counts_as_in_progress() -> None:
     held = {"nvidia.com/gpu": "1"}
     low = [pod(f"low{i}", held, {"gpufleet.io/node": f"t4-{i}", "gpufleet.io/gpus": "0",
@@ -129,6 +128,49 @@ def test_an_eviction_not_yet_seen_counts_as_in_progress() -> None:
     assert len(rec.evictions) == 1  # one victim for one preemptor
     ctl.run_cycle()  # the informer still shows the victim running, not terminating
     assert len(rec.evictions) == 1, "evicted again (or a second victim) for one preemptor"
+
+
+class ConflictingCore(RecordingCore):
+    """Every Binding answered 409, as when another replica or a user changed the pod first."""
+
+    def create_namespaced_binding(self, ns: str, body: dict, **_: Any) -> None:
+        super().create_namespaced_binding(ns, body)
+        raise ApiException(status=409, reason="Conflict")
+
+
+def test_a_409_bind_is_forgotten_at_once() -> None:
+    n = node("n", 4)
+    a = pod("a", {"nvidia.com/gpu": "4"}, t=1)
+    ctl, _ = controller([n], [a])
+    ctl.applier.core = rec = ConflictingCore()
+    out = ctl.run_cycle()
+    assert out is not None and out.conflicts == ["ns/a"] and not out.bound
+    assert len(ctl.assumed) == 0  # nothing held: the next cycle reads the pod as the API has it
+    ctl.run_cycle()
+    assert rec.binds == [("a", "n"), ("a", "n")]  # planned again from the API's view
+
+
+def test_assumed_binds_are_confirmed_by_the_informer_and_counted() -> None:
+    n = node("n", 4)
+    a = pod("a", {"nvidia.com/gpu": "2"}, t=1)
+    ctl, rec = controller([n], [a])
+    ctl.run_cycle()
+    inform(ctl, [n], [a, pod("b", {"nvidia.com/gpu": "2"}, t=2)])
+    ctl.run_cycle()  # "a" held: "b" gets the other two GPUs
+    assert rec.binds == [("a", "n"), ("b", "n")]
+    sample = ctl.metrics.registry.get_sample_value
+    assert sample("gpufleet_cycles_with_assumed_binds_total") == 1
+    assert sample("gpufleet_assumed_pods", {"kind": "bind"}) == 1
+    shown = []
+    for p, (name, where) in zip([a, pod("b", {"nvidia.com/gpu": "2"}, t=2)], rec.binds,
+                                strict=True):
+        got = {**p, "metadata": {**p["metadata"], "resourceVersion": "900"}}
+        got["spec"] = {**p["spec"], "nodeName": where}
+        assert name == p["metadata"]["name"]
+        shown.append(got)
+    inform(ctl, [n], shown)  # the informer catches up: nothing left to hold
+    ctl.run_cycle()
+    assert len(ctl.assumed) == 0 and rec.binds == [("a", "n"), ("b", "n")]
 
 
 def test_bind_cases_are_tight() -> None:
