@@ -10,27 +10,17 @@ the test's own cleanup (its namespace and nodes deleted), when there is nothing 
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
 
 from gpufleet.k8s.translate.overcommit import Overcommit, find_overcommits
+from gpufleet.k8s.watch.informer import list_all
 
 
 def listed(call: Any) -> list[dict]:
-    """Every object of a list call, paged, as the API's JSON."""
-    items: list[dict] = []
-    cont: str | None = None
-    while True:
-        kw: dict[str, Any] = {"limit": 500, "_preload_content": False}
-        if cont:
-            kw["_continue"] = cont
-        body = json.loads(call(**kw).data)
-        items += body.get("items") or []
-        cont = (body.get("metadata") or {}).get("continue")
-        if not cont:
-            return items
+    """Every object of a list call (e.g. ``core.list_node``), paged, as the API's JSON."""
+    return list_all(call)[0]
 
 
 def cluster_overcommits(core: Any) -> list[Overcommit]:
