@@ -1,9 +1,10 @@
 """A burst of pods faster than the informer catches up: the assume cache, live.
 
-Sixteen threads create ~250 small pods at once — fractions of T4 and V100 GPUs, whole GPUs, MIG
-instances on A100s — for a running controller. Each cycle binds what arrived, and the next one
-starts on the next creation event, usually before the watch has brought back the previous
-cycle's bindings: those cycles must hold the bound pods and their GPUs from the assume cache.
+Sixteen threads create 250 small pods at once — fractions of T4 and V100 GPUs, whole GPUs, MIG
+instances on A100s — for a running controller whose pod informer is slowed a little. Each cycle
+binds what arrived, and the next one starts on the next creation event, before the watch has
+brought back the previous cycle's bindings: those cycles must hold the bound pods and their GPUs
+from the assume cache.
 The demand is larger than the zone's GPUs, so some pods stay pending. At the end, read from the
 API objects alone: no GPU index, MIG slot or milli-GPU is given out twice on any node, and no
 pending pod could have been placed (a fresh plan over the final objects binds nothing).
@@ -12,6 +13,7 @@ pending pod could have been placed (a fresh plan over the final objects binds no
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -33,6 +35,7 @@ pytestmark = pytest.mark.live
 ZONE = "topology.kubernetes.io/zone"
 PRODUCT = "nvidia.com/gpu.product"
 T4, V100 = "Tesla-T4", "Tesla-V100-SXM2-16GB"
+LAG_S = 0.01  # per pod watch event: ~700 events (creates, binds, status) → seconds behind
 
 # (how many, name, extended-resource limits, annotations, GPU product or None)
 FLOOD = [
@@ -90,6 +93,15 @@ def settled(core: client.CoreV1Api, ns: str, total: int) -> dict[str, int] | Non
 def test_a_burst_of_pods_never_overcommits_a_gpu(lab: Any, zone: str) -> None:
     core = lab.core
     ctl = Controller(lab.api, default_scenario(), leader_elect=False, resync_s=0.5)
+    # the pod informer applies each watch event LAG_S late, as on a busy API server: the burst
+    # then outruns it for sure (unslowed, 2-3 of 20-34 cycles held binds on this machine)
+    applies = ctl.pods._apply
+
+    def lagging(ev: dict[str, Any]) -> None:
+        time.sleep(LAG_S)
+        applies(ev)
+
+    ctl.pods._apply = lagging  # type: ignore[method-assign]
     ctl.start()
     try:
         wait_for("informers to sync", ctl.ready)
