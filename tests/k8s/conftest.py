@@ -7,6 +7,9 @@ per test session, shared with tests/lab, torn down at the end.
 It starts the default mixed fleet and no gpufleet controller: tests run the controller they need.
 Tests share the cluster, so each works in its own namespace and on nodes it adds itself.
 
+Every test on the lab ends with the over-commit check (``tests/support/overcommit.py``): no GPU
+index, MIG slot or milli-GPU given out twice on any node, read from the API objects alone.
+
 Without the binaries the tests skip with the build command, except under CI (env ``CI`` set),
 where a live test may never skip: there it is a failure.
 """
@@ -18,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from overcommit import check_after_live_test
 
 from gpufleet.lab.binaries import bin_dir, missing_reason
 from gpufleet.lab.session import LabSession, acquire_shared, release_shared
@@ -47,3 +51,12 @@ def lab(lab_binaries: Path) -> Iterator[LabSession]:
         yield session
     finally:
         release_shared()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """Every test on the lab ends with the over-commit check, from the API objects alone
+    (``tests/support/overcommit.py``), while its pods and nodes still exist."""
+    result = yield
+    check_after_live_test(item)
+    return result

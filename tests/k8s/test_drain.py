@@ -57,6 +57,16 @@ def test_pods_already_terminating_are_not_evicted_twice_but_keep_the_node() -> N
     assert (plan.cordon, plan.evict, plan.terminate) == ((), (), ())
 
 
+def test_the_controllers_held_binds_and_evictions_count_as_the_pods_will_show_them() -> None:
+    """A bind the pods do not show yet keeps its node from looking empty, and an eviction the
+    pods do not show yet is not made again (the controller's assume cache)."""
+    marked = node("a", SPOT, cordoned=True)
+    plan = plan_drain([marked], [pod("new", None)], 1010.0, assumed_on={"ns/new": "a"})
+    assert plan.evict == (Preempt("ns/new", plan.evict[0].reason),) and plan.terminate == ()
+    plan = plan_drain([marked], [pod("w", "a")], 1010.0, evicting={"ns/w"})
+    assert (plan.evict, plan.terminate) == ((), ())
+
+
 def test_an_empty_marked_node_goes_to_termination() -> None:
     plan = plan_drain([node("a", SPOT, cordoned=True)],
                       [pod("agent", "a", owner="ds", kind="DaemonSet")], 1010.0)

@@ -19,7 +19,10 @@ no bind happened for ``settle_s``.
 Measured per scheduler: pods submitted and bound; unallocated GPU % = 100 − (GPU milli the
 *bound pods asked for in the trace*) / capacity — a fraction rounded up to a whole GPU wastes the
 rest, as in the packing benchmark; bind throughput = pods bound / (last bind − first create);
-p50/p99 of create → bound (client-side clocks: create returned → watch saw ``nodeName``).
+p50/p99 of create → bound (client-side clocks: create returned → watch saw ``nodeName``);
+and, at the end of each run, the GPUs over-committed on any node, read from the Pods and Nodes
+the API holds (:mod:`gpufleet.k8s.translate.overcommit`: milli per GPU, MIG slots, whole GPUs,
+indices; kube-scheduler's pods by their whole-GPU count) — it must be 0.
 """
 
 from __future__ import annotations
@@ -65,6 +68,9 @@ class BenchResult:
     wall_s: float
     load_1m_start: float  # the machine's 1-minute load average when pods started arriving
     load_1m_end: float
+    # GPUs given out beyond what they have at the end (translate.overcommit, from the API's
+    # Pods and Nodes); anything but 0 is a scheduler bug
+    overcommitted_gpus: int = 0
 
 
 def pod_manifest(name: str, req: ResourceRequest, scheduler: str) -> dict[str, Any]:
@@ -142,6 +148,8 @@ def run_one(
     from kubernetes import client
 
     from gpufleet.k8s.translate.node_objects import spec_from_openb
+    from gpufleet.k8s.translate.overcommit import find_overcommits, overcommitted_gpus
+    from gpufleet.k8s.watch.informer import list_all
     from gpufleet.lab.cluster import LabOptions, api_client, down, up
 
     kube = scheduler == "kube-scheduler"
@@ -191,6 +199,10 @@ def run_one(
             watch.stop.set()
             wall = time.monotonic() - t0
             load_end = os.getloadavg()[0]
+            found = find_overcommits(list_all(core.list_node)[0],
+                                     list_all(core.list_pod_for_all_namespaces)[0])
+            for f in found:
+                log(f"{scheduler}: over-committed: {f}")
         finally:
             down(d)
     bound = [names.index(n) for n in watch.bound_at]
@@ -206,6 +218,7 @@ def run_one(
         latency_p99_s=round(float(np.percentile(lat, 99)), 4) if len(lat) else float("nan"),
         wall_s=round(wall, 2),
         load_1m_start=round(load_start, 2), load_1m_end=round(load_end, 2),
+        overcommitted_gpus=overcommitted_gpus(found),
     )
 
 

@@ -170,11 +170,13 @@ def bench_k8s_packing(
                         log=lambda m: console.print(m, highlight=False))
     except LabError as exc:
         raise InputError(str(exc), field="lab") from None
-    table = Table("scheduler", "submitted", "bound", "unallocated %", "pods/s", "p50 s", "p99 s")
+    table = Table("scheduler", "submitted", "bound", "unallocated %", "pods/s", "p50 s", "p99 s",
+                  "over-committed GPUs")
     for r in out["results"]:
         table.add_row(r["scheduler"], str(r["pods_submitted"]), str(r["pods_bound"]),
                       f"{r['unallocated_pct']:.2f}", f"{r['pods_per_s']:.1f}",
-                      f"{r['latency_p50_s']:.3f}", f"{r['latency_p99_s']:.3f}")
+                      f"{r['latency_p50_s']:.3f}", f"{r['latency_p99_s']:.3f}",
+                      str(r["overcommitted_gpus"]))
     Console().print(table)
     Console().print(f"{out['nodes']} nodes, {out['gpus']} GPUs, arrived GPU load "
                     f"{out['arrived_gpu_pct']} %, client qps/burst {out['client_qps']}/"

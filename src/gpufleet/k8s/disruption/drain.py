@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,8 +82,15 @@ def drain_deadline(mark: InterruptionMark, default_drain_s: float = DEFAULT_DRAI
 
 
 def plan_drain(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]],
-               now: float, default_drain_s: float = DEFAULT_DRAIN_S) -> DrainPlan:
-    """What to do this cycle for every marked Node (pure: objects in, decisions out)."""
+               now: float, default_drain_s: float = DEFAULT_DRAIN_S,
+               assumed_on: Mapping[str, str] | None = None,
+               evicting: AbstractSet[str] = frozenset()) -> DrainPlan:
+    """What to do this cycle for every marked Node (pure: objects in, decisions out).
+
+    ``assumed_on`` (pod key → node) and ``evicting`` are the controller's own binds and
+    evictions the pods do not show yet: an assumed pod counts on its node (the node is not
+    empty), an assumed eviction is not made again."""
+    assumed_on = assumed_on or {}
     marked: dict[str, InterruptionMark] = {}
     consolidated: dict[str, ConsolidationMark] = {}
     cordoned: set[str] = set()
@@ -102,7 +110,7 @@ def plan_drain(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, A
         return DrainPlan()
     on_node: dict[str, list[Mapping[str, Any]]] = {n: [] for n in (*marked, *consolidated)}
     for p in pods:
-        where = (p.get("spec") or {}).get("nodeName")
+        where = (p.get("spec") or {}).get("nodeName") or assumed_on.get(pod_key(p))
         if where in on_node and not stays_on_drain(p) and not finished(p):
             on_node[where].append(p)
     cordon: list[Cordon] = []
@@ -115,7 +123,8 @@ def plan_drain(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, A
         if name not in cordoned:
             cordon.append(Cordon(name, why))
         evict.extend(Preempt(pod_key(p), why) for p in on_node[name]
-                     if not (p.get("metadata") or {}).get("deletionTimestamp"))
+                     if not (p.get("metadata") or {}).get("deletionTimestamp")
+                     and pod_key(p) not in evicting)
         if not on_node[name]:
             terminate.append(Terminate(name, f"{why}: drained"))
             return True
@@ -179,9 +188,11 @@ class Drainer:
         self.clock = RecoveryClock()
 
     def cycle(self, nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]],
-              now: float) -> list[str]:
-        """One pass over the marked Nodes; returns the keys of the pods evicted now."""
-        plan = plan_drain(nodes, pods, now, self.default_drain_s)
+              now: float, assumed_on: Mapping[str, str] | None = None,
+              evicting: AbstractSet[str] = frozenset()) -> list[str]:
+        """One pass over the marked Nodes; returns the keys of the pods evicted now
+        (``assumed_on``/``evicting``: see :func:`plan_drain`)."""
+        plan = plan_drain(nodes, pods, now, self.default_drain_s, assumed_on, evicting)
         self.clock.note(plan.marked, pods)
         recovered = self.clock.observe(pods, now)
         for seconds in recovered:

@@ -3,10 +3,12 @@
 Threads: one informer per resource (Pods in all namespaces, Nodes), the Lease elector, and the
 loop that runs a cycle whenever something changed (or every ``resync_s``) *while this replica
 leads*. Every cycle starts from the informers' objects, never from memory, except for one
-bridge: binds and evictions this replica just made are *assumed* (kube-scheduler's scheduler
-cache does the same) until the watch shows them, so the next cycle neither places a pod twice
-nor gives its GPUs to someone else in the few milliseconds before the event arrives. An
-assumption expires after ``assume_ttl_s`` whatever happens, so the API stays the truth.
+bridge: binds and evictions this replica just made are *assumed*
+(:class:`~gpufleet.k8s.translate.assume.AssumeCache`, after kube-scheduler's scheduler cache)
+until the watch shows them, so the next cycle neither places a pod twice nor gives its GPUs to
+someone else before the event arrives. A failed or 409'd bind is forgotten at once, and an
+accepted one that the informer never confirms expires ``assume_ttl_s`` later, so the API stays
+the truth.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from gpufleet.k8s.schedule.apply import ApiErrors, Applier, Outcome
 from gpufleet.k8s.schedule.cycle import Refuse, plan_cycle
 from gpufleet.k8s.schedule.telemetry import ControllerMetrics, pending_reason, serve
 from gpufleet.k8s.settings import apply_levers, backfill_for, policy_for
-from gpufleet.k8s.translate.pods import binding_annotations
+from gpufleet.k8s.translate.assume import AssumeCache
 from gpufleet.k8s.translate.snapshot import ParseCache, Snapshot, build_snapshot
 from gpufleet.k8s.watch.connections import BASE_CONNECTIONS, client_with_pool
 from gpufleet.k8s.watch.informer import Informer
@@ -46,6 +48,10 @@ log = logging.getLogger(__name__)
 def _key(obj: Mapping[str, Any]) -> str:
     m = obj["metadata"]
     return f"{m.get('namespace')}/{m['name']}"
+
+
+def _uid(obj: Mapping[str, Any] | None) -> str:
+    return str((obj or {}).get("metadata", {}).get("uid") or "")
 
 
 def offered_prices(capacity: CapacityController) -> PriceBook | None:
@@ -117,8 +123,7 @@ class Controller:
         self.assume_ttl_s = assume_ttl_s
         self.preemption = preemption
         self._cache = ParseCache()
-        self._assumed: dict[str, tuple[Bind, str, float]] = {}
-        self._evicting: dict[str, float] = {}
+        self.assumed = AssumeCache(assume_ttl_s)
         self._threads: list[threading.Thread] = []
         self._server = None
         self.cycles = 0
@@ -163,8 +168,7 @@ class Controller:
     def _leading(self, leading: bool) -> None:
         self.metrics.leader.set(1 if leading else 0)
         if leading:
-            self._assumed.clear()  # a new term starts from the API alone
-            self._evicting.clear()
+            self.assumed.clear()  # a new term starts from the API alone
             self.changed.set()
 
     def stop(self, release: bool = True) -> None:
@@ -190,48 +194,21 @@ class Controller:
             self.run_cycle()
 
     # -- one cycle ----------------------------------------------------------------------------
-    def _overlay(self, pods: list[dict[str, Any]], now: float) -> list[dict[str, Any]]:
-        """The informer's pods with this replica's not-yet-observed binds and evictions."""
-        if not self._assumed and not self._evicting:
-            return pods
-        out = []
-        for p in pods:
-            key = _key(p)
-            got = self._assumed.get(key)
-            if got is not None:
-                bind, uid, t = got
-                seen = (p.get("spec") or {}).get("nodeName") or p["metadata"].get("uid") != uid
-                if seen or now - t > self.assume_ttl_s:
-                    del self._assumed[key]
-                else:
-                    meta = dict(p["metadata"])
-                    had = meta.get("annotations") or {}
-                    meta["annotations"] = {**had, **binding_annotations(bind, had)}
-                    p = {**p, "metadata": meta, "spec": {**p["spec"], "nodeName": bind.node}}
-            t_ev = self._evicting.get(key)
-            if t_ev is not None:
-                if p["metadata"].get("deletionTimestamp") or now - t_ev > self.assume_ttl_s:
-                    del self._evicting[key]
-                else:
-                    p = {**p, "metadata": {**p["metadata"], "deletionTimestamp": "assumed"}}
-            out.append(p)
-        keys = {_key(p) for p in pods}
-        for gone in [k for k in self._assumed if k not in keys]:
-            del self._assumed[gone]
-        for gone in [k for k in self._evicting if k not in keys]:
-            del self._evicting[gone]
-        return out
-
     def run_cycle(self) -> Outcome | None:
         """Snapshot → plan → apply, once, then the capacity loop (when there is a cloud).
         Returns what was applied (None: nothing pending)."""
         t0 = time.monotonic()
         now = time.time()
-        raw = self._overlay(self.pods.objects(), t0)
-        for k in self.drainer.cycle(self.nodes.objects(), raw, now):  # interrupted nodes first
-            self._evicting[k] = t0
+        pods = self.pods.objects()
         nodes = self.nodes.objects()
-        snap = build_snapshot(nodes, raw, cache=self._cache)
+        by_key = {_key(p): p for p in pods}
+        # interrupted nodes first; the drain counts held binds on their node and does not evict
+        # a pod again whose eviction is held
+        for k in self.drainer.cycle(nodes, pods, now, assumed_on=self.assumed.bound_nodes(),
+                                    evicting=self.assumed.evicting()):
+            self.assumed.evicted(k, _uid(by_key.get(k)))
+        snap = build_snapshot(nodes, pods, cache=self._cache, assumed=self.assumed)
+        self._observe_assumed(snap)
         self.fleet.observe_state(snap.state)
         out: Outcome | None = None
         refused: list[str] = []
@@ -240,12 +217,7 @@ class Controller:
             plan = plan_cycle(snap, self.policy, self.rng, self.backfill, now, self.preemption)
             if not self.is_leader:  # lost the lease while planning: act on nothing
                 return None
-            by_key = {_key(p): p for p in raw}
-            out = self.applier.apply(plan.decisions, by_key)
-            for b in out.bound:
-                self._assumed[b.job_id] = (b, by_key[b.job_id]["metadata"].get("uid", ""), t0)
-            for k in out.evicted:
-                self._evicting[k] = t0
+            out = self._apply(plan.decisions, plan.of(Bind), by_key)
             if out.conflicts or out.errors:
                 self.changed.set()  # re-read and retry soon
             reasons: dict[str, int] = {}
@@ -258,8 +230,38 @@ class Controller:
             self.cycles += 1
         else:
             self.metrics.set_pending({})
-        self._capacity_cycle(snap, refused, nodes, raw, t0)
+        self._capacity_cycle(snap, refused, nodes, pods, t0)
         return out
+
+    def _apply(self, decisions: list, binds: list[Bind],
+               by_key: Mapping[str, Mapping[str, Any]]) -> Outcome:
+        """Apply the plan with its binds assumed while they are written (kube-scheduler's
+        AssumePod → bind → FinishBinding, or ForgetPod when the bind failed or 409'd)."""
+        for b in binds:
+            self.assumed.assume(b, _uid(by_key.get(b.job_id)))
+        accepted: set[str] = set()
+        try:
+            out = self.applier.apply(decisions, by_key)
+            accepted = {b.job_id for b in out.bound}
+        finally:
+            for b in binds:
+                if b.job_id in accepted:
+                    self.assumed.finish(b.job_id)
+                else:
+                    self.assumed.forget(b.job_id)
+        for k in out.evicted:
+            self.assumed.evicted(k, _uid(by_key.get(k)))
+        return out
+
+    def _observe_assumed(self, snap: Snapshot) -> None:
+        got = snap.assumed
+        if got is None:
+            return
+        self.metrics.assumed.labels(kind="bind").set(len(got.binds))
+        self.metrics.assumed.labels(kind="eviction").set(len(got.evictions))
+        self.metrics.assumed_expired.inc(got.expired)
+        if got.binds:
+            self.metrics.assumed_cycles.inc()
 
     def _capacity_cycle(self, snap: Snapshot, refused: list[str], nodes: list[dict[str, Any]],
                         pods: list[dict[str, Any]], t0: float) -> None:

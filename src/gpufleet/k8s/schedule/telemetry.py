@@ -53,6 +53,15 @@ class ControllerMetrics:
         self.drained = Counter("gpufleet_interrupted_nodes_drained_total",
                                "Interrupted nodes handed to termination (emptied or out of time)",
                                registry=r)
+        self.assumed = Gauge("gpufleet_assumed_pods",
+                             "This replica's binds and evictions the informer has not shown yet "
+                             "at the last cycle, by kind", ["kind"], registry=r)
+        self.assumed_expired = Counter("gpufleet_assumed_expired_total",
+                                       "Assumed binds and evictions dropped at their TTL, never "
+                                       "seen by the informer", registry=r)
+        self.assumed_cycles = Counter("gpufleet_cycles_with_assumed_binds_total",
+                                      "Cycles that held at least one bind the informer had not "
+                                      "shown yet", registry=r)
         self.leader = Gauge("gpufleet_leader", "1 while this replica holds the lease",
                             registry=r)
 

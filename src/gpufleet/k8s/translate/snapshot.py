@@ -3,7 +3,9 @@
 Level-triggered by construction: the snapshot is rebuilt from the API objects alone, so after a
 restart (or a failover) GPU assignments come back from the annotations gpufleet's binding put on
 each pod (in the same update as its node). A bound pod without our annotations (another
-scheduler's) gets GPUs picked the way placement's Reserve step would, on its node.
+scheduler's) gets GPUs picked the way placement's Reserve step would, on its node. The one
+addition to the API's view is this replica's own binds and evictions the informer has not shown
+yet (:mod:`.assume`), laid over the parsed pods.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import numpy as np
 
 from gpufleet.catalog.gpus import GpuCatalog, default_gpu_catalog
 from gpufleet.decisions import Bind
+from gpufleet.k8s.translate.assume import AssumeCache, Overlay
 from gpufleet.k8s.translate.nodes import NodeSpec, node_spec
 from gpufleet.k8s.translate.pods import PodInfo, pod_info
 from gpufleet.placement.gpu_select import best_fit_gpu
@@ -44,6 +47,7 @@ class Snapshot:
     pending: list[PodInfo]  # ours, not bound, not terminating
     taints: frozenset[str]
     unaccounted: dict[str, str] = field(default_factory=dict)  # bound pod → why not counted
+    assumed: Overlay | None = None  # what the assume cache laid over the informer's pods
 
 
 def mig_masks(state: FleetState, bind: Bind, catalog: GpuCatalog) -> MigMasks | None:
@@ -126,7 +130,10 @@ def build_snapshot(
     pods: Iterable[Mapping[str, Any]],
     catalog: GpuCatalog | None = None,
     cache: ParseCache | None = None,
+    assumed: AssumeCache | None = None,
 ) -> Snapshot:
+    """The fleet as ``nodes`` and ``pods`` (the API's JSON) show it; ``cache`` re-uses parses of
+    unchanged objects, ``assumed`` adds this replica's writes the informer has not shown yet."""
     cat = catalog or default_gpu_catalog()
     state = FleetState()
     taints: set[str] = set()
@@ -139,7 +146,12 @@ def build_snapshot(
     infos = [cache.pod(p, cat) if cache is not None else pod_info(p, cat) for p in pod_list]
     if cache is not None:
         cache.prune({n["metadata"]["name"] for n in node_list}, {i.key for i in infos})
-    snap = Snapshot(state=state, pods={}, allocations={}, pending=[], taints=frozenset(taints))
+    overlay = None
+    if assumed is not None:  # after the parse cache: an assumption is not a resourceVersion
+        overlay = assumed.overlay(infos)
+        infos = overlay.infos
+    snap = Snapshot(state=state, pods={}, allocations={}, pending=[], taints=frozenset(taints),
+                    assumed=overlay)
     later: list[PodInfo] = []
     for info in infos:
         if info.terminal:

@@ -39,6 +39,23 @@ def _key(obj: dict[str, Any]) -> str:
     return f"{ns}/{meta.get('name')}" if ns else str(meta.get("name"))
 
 
+def list_all(list_call: ListCall, page_size: int = 500) -> tuple[list[dict[str, Any]], str | None]:
+    """Every object of a list call (paged by ``limit``/``continue``) as the API's JSON, and the
+    list's ``resourceVersion``."""
+    items: list[dict[str, Any]] = []
+    cont: str | None = None
+    while True:
+        kw: dict[str, Any] = {"limit": page_size, "_preload_content": False}
+        if cont:
+            kw["_continue"] = cont
+        body = json.loads(list_call(**kw).data)
+        items.extend(body.get("items") or ())
+        meta = body.get("metadata") or {}
+        cont = meta.get("continue")
+        if not cont:
+            return items, meta.get("resourceVersion")
+
+
 class Informer:
     def __init__(self, name: str, list_call: ListCall, changed: threading.Event,
                  page_size: int = 500, watch_timeout_s: int = 60,
@@ -65,21 +82,8 @@ class Informer:
 
     # -- list ---------------------------------------------------------------------------------
     def relist(self) -> None:
-        items: dict[str, dict[str, Any]] = {}
-        cont: str | None = None
-        while True:
-            kw: dict[str, Any] = {"limit": self.page_size, "_preload_content": False}
-            if cont:
-                kw["_continue"] = cont
-            resp = self._list(**kw)
-            body = json.loads(resp.data)
-            for obj in body.get("items") or ():
-                items[_key(obj)] = obj
-            meta = body.get("metadata") or {}
-            cont = meta.get("continue")
-            if not cont:
-                rv = meta.get("resourceVersion")
-                break
+        listed, rv = list_all(self._list, self.page_size)
+        items = {_key(obj): obj for obj in listed}
         with self._lock:
             self._store = items
             self.resource_version = rv

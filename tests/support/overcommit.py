@@ -1,0 +1,43 @@
+"""The over-commit check every live test ends with: list the cluster's Pods and Nodes from the
+API (nothing from a controller's memory) and find any GPU given out twice
+(:func:`gpufleet.k8s.translate.overcommit.find_overcommits`: milli per GPU ≤ 1000, no MIG slot
+twice, whole GPUs exclusive, indices within the node's GPUs).
+
+The live conftests call :func:`check_after_live_test` from a ``pytest_runtest_call`` wrapper,
+right after the test body and before its fixtures tear down: a fixture's teardown would run after
+the test's own cleanup (its namespace and nodes deleted), when there is nothing left to check.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gpufleet.k8s.translate.overcommit import Overcommit, find_overcommits
+from gpufleet.k8s.watch.informer import list_all
+
+
+def listed(call: Any) -> list[dict]:
+    """Every object of a list call (e.g. ``core.list_node``), paged, as the API's JSON."""
+    return list_all(call)[0]
+
+
+def cluster_overcommits(core: Any) -> list[Overcommit]:
+    """Over-commits in the cluster ``core`` (a ``kubernetes.client.CoreV1Api``) talks to."""
+    nodes = listed(core.list_node)
+    pods = listed(core.list_pod_for_all_namespaces)
+    return find_overcommits(nodes, pods)
+
+
+def assert_no_overcommit(core: Any) -> None:
+    found = cluster_overcommits(core)
+    assert not found, "GPUs over-committed:\n" + "\n".join(f"  {f}" for f in found)
+
+
+def check_after_live_test(item: pytest.Item) -> None:
+    """The check for one test that used the shared lab (no-op for any other test)."""
+    lab = getattr(item, "funcargs", {}).get("lab")
+    if lab is None:
+        return
+    assert_no_overcommit(lab.core)
