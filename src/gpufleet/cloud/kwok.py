@@ -49,6 +49,7 @@ from gpufleet.cloud.provider import (
     LaunchRequest,
     Offering,
 )
+from gpufleet.control.admission import spot_taint_object
 from gpufleet.decisions import CapacityType
 from gpufleet.k8s.translate.node_objects import LABEL_MIG_CONFIG, node_object, spec_from_instance
 from gpufleet.market.bidding import ZoneMarket
@@ -64,7 +65,6 @@ ANN_LAUNCHED = "gpufleet.io/launched-at"  # epoch seconds
 ANN_MARKET_LAUNCHED = "gpufleet.io/kwok-market-launched-at"  # market seconds
 ANN_RECLAIM = "gpufleet.io/kwok-reclaim-deadline"  # epoch seconds
 ANN_RECLAIM_ACK = "gpufleet.io/kwok-reclaim-acknowledged"
-SPOT_TAINT = {"key": "karpenter.sh/capacity-type", "value": "spot", "effect": "NoSchedule"}
 
 
 def node_name(token: str) -> str:
@@ -178,7 +178,7 @@ class KwokProvider:
         body["metadata"]["annotations"].update({
             ANN_LAUNCHED: d["launched_at"], ANN_MARKET_LAUNCHED: d["market_launched_at"]})
         if d["capacity_type"] == CapacityType.SPOT:
-            body["spec"]["taints"] = [dict(SPOT_TAINT)]
+            body["spec"]["taints"] = [spot_taint_object()]
         return body
 
     def _instance_of_node(self, node: Any) -> Instance:

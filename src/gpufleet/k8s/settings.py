@@ -18,9 +18,6 @@ from gpufleet.config import Scenario, default_scenario, load_scenarios
 from gpufleet.control.admission import round_up_unshared
 from gpufleet.errors import InputError
 from gpufleet.k8s.translate.snapshot import Snapshot
-from gpufleet.placement import DEFAULT_POLICY, get_policy
-from gpufleet.placement.policy import Policy
-from gpufleet.queueing import BackfillPass
 
 
 def load_config(path: Path | str | None) -> Scenario:
@@ -31,15 +28,6 @@ def load_config(path: Path | str | None) -> Scenario:
         raise InputError(f"expected one scenario, found {len(found)}", path=path,
                          field="scenarios")
     return found[0]
-
-
-def policy_for(sc: Scenario, seed: int = 0) -> Policy:
-    name = sc.placement or (DEFAULT_POLICY if sc.packing else "spread")
-    return get_policy(name, tie_seed=seed)
-
-
-def backfill_for(sc: Scenario) -> BackfillPass:
-    return BackfillPass(sc.starvation_s)
 
 
 def apply_levers(snap: Snapshot, sc: Scenario) -> None:
