@@ -72,9 +72,14 @@ def scan_config(sc: Scenario) -> ScanConfig:
                       sc.max_pending_wait_s, sc.consolidation, sc.consolidation_recheck_s)
 
 
+def deadline_guards_on(sc: Scenario) -> bool:
+    """Whether deadline jobs are guarded: a spot fleet with a ``deadline_policy``."""
+    return bool(sc.spot and sc.deadline_policy)
+
+
 def deadline_policy(sc: Scenario) -> DeadlinePolicy | None:
     """The deadline controller's policy where the scenario asks for one on a spot fleet."""
-    if not (sc.spot and sc.deadline_policy):
+    if not deadline_guards_on(sc) or sc.deadline_policy is None:
         return None
     name = sc.deadline_policy
     return get_deadline_policy(DEFAULT_DEADLINE_POLICY if name == "default" else name)

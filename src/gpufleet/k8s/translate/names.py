@@ -59,3 +59,9 @@ INTERRUPTED_TAINT_EFFECT = "NoSchedule"
 # removes with this annotation (JSON: method, started_at) and cordons them; the drain empties
 # and terminates them, or the capacity loop removes mark and cordon when the pods cannot move.
 ANN_CONSOLIDATION = "gpufleet.io/consolidation"
+
+# live deadlines: a pod's deadline (RFC 3339, with a UTC offset) and, optionally, how long it runs
+# (seconds of work, e.g. "3600"); the control layer's deadline guard moves a pod whose slack ran
+# out from spot to on-demand (k8s.translate.deadlines, control.deadline.pending_pin)
+ANN_DEADLINE = "gpufleet.io/deadline"
+ANN_DURATION = "gpufleet.io/duration"
