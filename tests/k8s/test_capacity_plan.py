@@ -9,9 +9,9 @@ import pytest
 
 from gpufleet.catalog.instances import default_instance_catalog
 from gpufleet.cloud.provider import TAG_MANAGED, TAG_TOKEN, Offering
+from gpufleet.control.node_clocks import SinceClock
 from gpufleet.decisions import CapacityType
 from gpufleet.errors import InputError
-from gpufleet.control.node_clocks import SinceClock
 from gpufleet.k8s.capacity.inputs import (
     inflight,
     markets_from,

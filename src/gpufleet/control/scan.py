@@ -82,7 +82,8 @@ class ConsolidationLook:
         return False
 
     def next_at(self, now: float) -> float:
-        """The earliest time a look refused now could run (``recheck_s`` after the last)."""
+        """When to ask again about a look refused now: ``recheck_s`` after now, or after the
+        last look if that is later (the simulator's rescan time)."""
         return max(now, self.last) + self.recheck_s
 
 
