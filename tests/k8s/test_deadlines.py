@@ -81,9 +81,11 @@ def test_pin_case_table(name: str, deadline_in: float, duration: str | None, spo
 
 
 def test_a_pinned_pod_loses_the_spot_toleration_and_gets_an_on_demand_launch() -> None:
-    sc = Scenario(name="dl", spot=True, provisioning_delay_s=10.0, max_pending_wait_s=60.0)
+    sc = Scenario(name="dl", spot=True, provisioning_delay_s=10.0, max_pending_wait_s=60.0,
+                  cloud={"name": "kwok"})
     assert live_guards(sc) == CFG
     assert live_guards(sc.model_copy(update={"spot": False})) is None
+    assert live_guards(sc.model_copy(update={"cloud": None})) is None  # no capacity loop
     due = pod("due", {ANN_DEADLINE: "2026-01-01T00:15:00Z", ANN_DURATION: "600"})
     snap = build_snapshot([], [due, pod("free")])
     apply_levers(snap, sc, now=CREATED)

@@ -51,7 +51,12 @@ from gpufleet.cloud.provider import (
 )
 from gpufleet.control.admission import spot_taint_object
 from gpufleet.decisions import CapacityType
-from gpufleet.k8s.translate.node_objects import LABEL_MIG_CONFIG, node_object, spec_from_instance
+from gpufleet.k8s.translate.node_objects import (
+    LABEL_CAPACITY_TYPE,
+    LABEL_MIG_CONFIG,
+    node_object,
+    spec_from_instance,
+)
 from gpufleet.market.bidding import ZoneMarket
 from gpufleet.market.spot_model import SpotMarket
 
@@ -194,7 +199,7 @@ class KwokProvider:
             instance_id=m.name, provider_id=node.spec.provider_id or f"kwok://{m.name}",
             instance_type=labels.get("node.kubernetes.io/instance-type", ""),
             zone=labels.get("topology.kubernetes.io/zone", ""),
-            capacity_type=CapacityType(labels.get("karpenter.sh/capacity-type", "on-demand")),
+            capacity_type=CapacityType(labels.get(LABEL_CAPACITY_TYPE, "on-demand")),
             state=state, launched_at=float(ann.get(ANN_LAUNCHED, 0.0)),
             client_token=labels.get(TAG_TOKEN, ""),
             tags=tags,
@@ -349,7 +354,7 @@ class KwokProvider:
             labels = meta.labels or {}
             deadline = ann.get(ANN_RECLAIM)
             if deadline is None and m is not None and labels.get(
-                    "karpenter.sh/capacity-type") == CapacityType.SPOT:
+                    LABEL_CAPACITY_TYPE) == CapacityType.SPOT:
                 it = labels.get("node.kubernetes.io/instance-type", "")
                 zone = labels.get("topology.kubernetes.io/zone", "")
                 if (it, zone) in m.avail:

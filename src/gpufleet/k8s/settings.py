@@ -40,9 +40,10 @@ def load_config(path: Path | str | None) -> Scenario:
 
 
 def live_guards(sc: Scenario) -> GuardConfig | None:
-    """The deadline guards' settings where the scenario switches them on (a spot fleet with a
-    ``deadline_policy``, as for the simulator), else None."""
-    return guard_config(sc) if deadline_guards_on(sc) else None
+    """The deadline guards' settings where the scenario switches them on — a spot fleet with a
+    ``deadline_policy``, as for the simulator — and a capacity loop runs (``cloud:``): without
+    one nothing launches on-demand capacity for a pinned pod. None: off."""
+    return guard_config(sc) if deadline_guards_on(sc) and sc.cloud is not None else None
 
 
 def apply_levers(snap: Snapshot, sc: Scenario, now: float | None = None) -> None:

@@ -21,7 +21,7 @@ from enum import Enum
 from gpufleet.catalog.commitments import on_demand_rate
 from gpufleet.catalog.gpus import default_gpu_catalog
 from gpufleet.catalog.instances import InstanceType
-from gpufleet.control.admission import SPOT_TAINT
+from gpufleet.control.admission import SPOT_TAINT, SPOT_TAINT_KEY
 from gpufleet.control.node_clocks import Idle, idle_state
 from gpufleet.control.offers import OfferBook
 from gpufleet.decisions import Bind, CapacityType
@@ -90,7 +90,7 @@ class SimFleet:
         it = node.itype
         gm = self.catalog[it.gpu_model]
         labels = {"nvidia.com/gpu.product": it.gpu_model,
-                  "karpenter.sh/capacity-type": "spot" if node.spot else "on-demand",
+                  SPOT_TAINT_KEY: "spot" if node.spot else "on-demand",
                   "topology.kubernetes.io/zone": node.zone}
         mig_kw: dict = {}
         if node.mig and gm.mig is not None:

@@ -9,6 +9,8 @@ label, and KAI scheduler's ``gpu-fraction`` annotation for fractional GPUs. Writ
 
 from __future__ import annotations
 
+from gpufleet.control.admission import SPOT_TAINT_KEY
+
 SCHEDULER_NAME = "gpufleet"
 
 # extended resources (device plugin)
@@ -29,7 +31,8 @@ CUDA_DRIVER_MAJOR = ("nvidia.com/cuda.driver-version.major", "nvidia.com/cuda.dr
 
 ZONE = "topology.kubernetes.io/zone"
 INSTANCE_TYPE = "node.kubernetes.io/instance-type"
-CAPACITY_TYPE = "karpenter.sh/capacity-type"
+# Karpenter's capacity-type label; the spot taint has the same key (control.admission)
+CAPACITY_TYPE = SPOT_TAINT_KEY
 UNSCHEDULABLE_TAINT_KEY = "node.kubernetes.io/unschedulable"
 
 # fractional GPUs: KAI scheduler's convention (a share of one GPU, "0.5"; optional GPU memory MiB)
