@@ -138,10 +138,10 @@ def rerun_pin(v: DeadlineView, now: float, cfg: GuardConfig) -> Pin | None:
 def safety_net_pin(v: DeadlineView, now: float, cfg: GuardConfig, gap_s: float) -> Pin | None:
     """A checkpointing job the deadline controller's safety net sends to on-demand, evaluated
     as if its first availability tick were now (idle, no work done)."""
-    if v.on_demand_only or hopeless(v, now, cfg):
+    spec = v.spec
+    if spec.deadline_s is None or v.on_demand_only or hopeless(v, now, cfg):
         return None
     idle = np.array([Choice.IDLE], dtype=np.int8)
-    spec = v.spec
     job = DeadlineJob(task_s=spec.duration_s, deadline_s=spec.deadline_s - spec.submit_s,
                       overhead_s=spec.restart_overhead_s, gap_s=gap_s)
     net = safety_net(idle, job=job, t_s=now - spec.submit_s, done_s=np.zeros(1),
