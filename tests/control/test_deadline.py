@@ -101,3 +101,46 @@ def test_urgent_movable_and_reference_type() -> None:
     assert not movable(_spec(1329.0), 400.0, 30.0, 400.0, CFG)
     assert spot_reference_type({"p3.8xlarge": 4, "p3.2xlarge": 1, "g4dn": 1}) == "g4dn"
     assert spot_reference_type({}) is None
+
+
+def test_pending_pin_level_triggered_case_table() -> None:
+    """``pending_pin`` at t = 0 for the module's 1,000 s job (restart 120 s, provisioning 180 s,
+    gap 100 s). Rerun rule (no checkpoints): spot while deadline ≥ 2·1,000 + 120 + 180 = 2,300;
+    hopeless below 180 + 1,000 = 1,180 (never pinned). Checkpointing jobs: the safety net."""
+    from gpufleet.control.deadline import pending_pin
+
+    fixed = GuardConfig(autoscaling=False, checkpointing=True, provisioning_delay_s=180.0,
+                        max_pending_wait_s=60.0)
+    rows = [
+        # (name, deadline, checkpointable, on_demand_only, pending, cfg, pinned?)
+        ("rerun fits exactly: 2,300", 2300.0, False, False, True, CFG, False),
+        ("rerun does not fit: 2,299", 2299.0, False, False, True, CFG, True),
+        ("not hopeless at 1,180", 1180.0, False, False, True, CFG, True),
+        ("hopeless at 1,179: left alone", 1179.0, False, False, True, CFG, False),
+        ("already pinned", 2000.0, False, True, True, CFG, False),
+        ("running: not a pending question", 2000.0, False, False, False, CFG, False),
+        ("fixed fleet: no pin", 2000.0, False, False, True, fixed, False),
+        ("checkpointing, loose deadline: net waits", 100_000.0, True, False, True, CFG, False),
+        ("checkpointing, hopeless", 1000.0, True, False, True, CFG, False),
+    ]
+    for name, deadline, ckpt, pinned, pending, cfg, want in rows:
+        v = DeadlineView(_spec(deadline, checkpointable=ckpt), pending=pending,
+                         running=not pending, on_demand_only=pinned, on_spot=False, done_s=0.0)
+        got = pending_pin(v, 0.0, cfg, 100.0)
+        assert (got is not None) is want, name
+        if got is not None:
+            assert got == Pin("j", CapacityType.ON_DEMAND, "deadline: rerun would not fit")
+
+
+def test_pending_pin_checkpointing_job_agrees_with_check_arrivals() -> None:
+    """The level-triggered question gives the simulator's arrival answer for a checkpointing
+    job, deadline by deadline (the safety net at its first tick)."""
+    from gpufleet.control.deadline import pending_pin
+
+    for deadline in (1200.0, 1300.0, 1400.0, 1500.0, 1700.0, 2000.0, 5000.0):
+        v = _pending(_spec(deadline))
+        g = _guards()
+        g.on_arrival(0, v, 0.0)
+        sim = g.check_arrivals({0: v}, 0.0)
+        live = pending_pin(v, 0.0, CFG, 100.0)
+        assert sim == ([live] if live is not None else []), deadline

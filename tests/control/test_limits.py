@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from gpufleet.control.limits import consolidation_set, may_launch
+import pytest
+
+from gpufleet.control.limits import consolidation_set, launch_room, may_launch
 from gpufleet.state import GPU_MILLI
 
 
@@ -12,6 +14,16 @@ def test_may_launch_below_the_cap_only() -> None:
     assert not may_launch(10, 10)
     assert not may_launch(11, 10)  # over the cap (a cap lowered mid-run): still no
     assert not may_launch(0, 0)
+
+
+@pytest.mark.parametrize(("live", "cap", "room"), [
+    (0, 5, 5), (3, 5, 2), (4, 5, 1), (5, 5, 0),
+    (7, 5, 0),  # a cap lowered under a running fleet: nothing more, never negative
+    (0, 0, 0),
+])
+def test_launch_room(live: int, cap: int, room: int) -> None:
+    assert launch_room(live, cap) == room
+    assert may_launch(live, cap) is (room > 0)
 
 
 def test_consolidation_set_candidates_room_and_full_nodes() -> None:

@@ -70,3 +70,31 @@ def test_after_a_scan_a_stranded_pod_is_looked_at_when_the_trigger_fires() -> No
     # below the threshold, nothing under way: when the oldest pod (queued at 90) waited 60 s
     assert c.after_scan(100.0, True, False, lambda: 90.0) == 160.0
     assert c.after_scan(200.0, True, False, lambda: 90.0) is None  # trigger long past
+
+
+def test_consolidation_look_needs_something_new_and_the_recheck_interval() -> None:
+    """``ConsolidationLook`` (recheck 300 s): each row is one question, in order, to one look
+    clock — (now, nodes due, a pod left a node just before) → looks? Worked by hand: a look
+    needs due > 0, something new since the last look (a pod moved, or more nodes due than
+    then) and ≥ 300 s since the last look; a look resets "pod moved" and remembers the count."""
+    from gpufleet.control.scan import ConsolidationLook
+
+    look = ConsolidationLook(300.0)
+    rows = [
+        (0.0, 0, False, False),  # nothing due
+        (10.0, 1, False, True),  # first look (pods_moved starts True)
+        (20.0, 1, False, False),  # nothing new, too soon
+        (400.0, 1, False, False),  # interval passed but nothing new (the old live rule looked)
+        (410.0, 1, True, True),  # a pod left, 400 s since the look at 10
+        (420.0, 2, False, False),  # more due, but 10 s since the last look (old live: looked)
+        (710.0, 2, False, True),  # more due than at 410 (2 > 1), 300 s since: look
+        (1100.0, 1, True, True),  # fewer due, but a pod left: look
+        (1200.0, 0, True, False),  # a pod left but nothing is due
+        (1400.0, 1, False, True),  # pod_moved was kept from 1200 (no look consumed it)
+    ]
+    for now, due_n, moved, want in rows:
+        if moved:
+            look.pod_moved()
+        assert look.due(now, due_n) is want, now
+    # the simulator rescans a recheck after now (not after the last look): 1450 + 300
+    assert look.next_at(1450.0) == 1750.0 and look.next_at(1300.0) == 1700.0

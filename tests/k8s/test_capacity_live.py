@@ -21,7 +21,6 @@ from gpufleet.catalog.instances import default_instance_catalog
 from gpufleet.cloud.kwok import (
     ANN_RECLAIM,
     PENDING_LABEL,
-    SPOT_TAINT,
     KwokProvider,
     kwok_market,
     node_name,
@@ -37,6 +36,7 @@ from gpufleet.cloud.provider import (
     LaunchRequest,
 )
 from gpufleet.config import Scenario
+from gpufleet.control.admission import SPOT_TAINT_EFFECT, SPOT_TAINT_KEY, SPOT_TAINT_VALUE
 from gpufleet.decisions import CapacityType
 from gpufleet.k8s.capacity.launch_records import LaunchRecord, LaunchRecords, new_token
 from gpufleet.k8s.capacity.loop import CapacityController
@@ -114,7 +114,7 @@ def test_kwok_provider_launches_idempotently_and_replays_a_reclaim(lab: Any,
         # KWOK reports the Node Ready: that taint is Kubernetes', not the provider's
         assert [(t.key, t.value, t.effect) for t in node.spec.taints
                 if not t.key.startswith("node.kubernetes.io/")] == [
-            (SPOT_TAINT["key"], SPOT_TAINT["value"], SPOT_TAINT["effect"])]
+            (SPOT_TAINT_KEY, SPOT_TAINT_VALUE, SPOT_TAINT_EFFECT)]
         assert node.status.capacity["nvidia.com/gpu"] == "1"
         third = kw.create(spot_request(tok))  # after the Node exists: still the same one
         assert isinstance(third, Instance) and third.instance_id == name

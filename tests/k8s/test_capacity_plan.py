@@ -1,4 +1,4 @@
-"""The capacity controller's pure translation (k8s.capacity_plan) and its launch records, on
+"""The capacity controller's pure translation (k8s.capacity.inputs) and its launch records, on
 hand-written Node/Pod JSON (no API server)."""
 
 from __future__ import annotations
@@ -9,21 +9,20 @@ import pytest
 
 from gpufleet.catalog.instances import default_instance_catalog
 from gpufleet.cloud.provider import TAG_MANAGED, TAG_TOKEN, Offering
+from gpufleet.control.node_clocks import SinceClock
 from gpufleet.decisions import CapacityType
 from gpufleet.errors import InputError
 from gpufleet.k8s.capacity.inputs import (
-    EmptySince,
     inflight,
     markets_from,
     node_views,
     offers_from,
     pending_pods,
-    spot_ok,
 )
 from gpufleet.k8s.capacity.launch_records import LaunchRecord, new_token
 from gpufleet.k8s.settings import load_config
 from gpufleet.k8s.translate.node_objects import node_object, spec_from_instance
-from gpufleet.k8s.translate.pods import pod_info
+from gpufleet.k8s.translate.pods import pod_info, spot_ok
 from gpufleet.k8s.translate.snapshot import build_snapshot
 from gpufleet.provisioning import ScaleUpPolicy
 
@@ -107,24 +106,24 @@ def test_scale_up_from_the_translation_launches_spot_only_for_tolerating_pods() 
     assert again == []
 
 
-def test_empty_since_starts_when_the_last_pod_leaves_and_forgets_gone_nodes() -> None:
-    e = EmptySince()
-    assert e.update(["a", "b"], {"a"}, 10.0) == {"a": None, "b": 10.0}
-    assert e.update(["a", "b"], set(), 20.0) == {"a": 20.0, "b": 10.0}
-    assert e.update(["a"], {"a"}, 30.0) == {"a": None}
-    assert e.since == {}
-
-
 def test_node_views_cover_managed_nodes_with_their_pods() -> None:
     it = TYPES["p3.8xlarge"]
     n = node_object(spec_from_instance(it, "kwok-gf-1"))
     n["metadata"]["labels"] |= {TAG_MANAGED: "true", TAG_TOKEN: "gf-1"}
     other = node_object(spec_from_instance(it, "static-0"))
-    snap = build_snapshot([n, other], [pod("r", 2, node="kwok-gf-1")])
-    views = node_views(snap, {"kwok-gf-1": (it, False)}, {"kwok-gf-1": None})
+    raw = [pod("r", 2, node="kwok-gf-1")]
+    snap = build_snapshot([n, other], raw)
+    empty, under = SinceClock(), SinceClock()
+    views = node_views(snap, {"kwok-gf-1": (it, False)}, raw, empty, under, 0.5, 100.0)
     assert [v.name for v in views] == ["kwok-gf-1"]
     assert [p.job_id for p in views[0].pods] == ["ns/r"]
     assert sorted(views[0].free_milli) == [0, 0, 1000, 1000]
+    # 2,000 of 4,000 milli-GPU is not below the 0.5 threshold: busy, no clock runs
+    assert (views[0].empty_since, views[0].underused_since) == (None, None)
+    views = node_views(snap, {"kwok-gf-1": (it, False)}, raw, empty, under, 0.75, 110.0)
+    assert (views[0].empty_since, views[0].underused_since) == (None, 110.0)  # 2,000 < 3,000
+    views = node_views(snap, {"kwok-gf-1": (it, False)}, [], empty, under, 0.75, 120.0)
+    assert (views[0].empty_since, views[0].underused_since) == (120.0, None)  # no pod: empty
 
 
 def test_launch_record_round_trips_and_always_asks_with_its_token() -> None:

@@ -9,7 +9,8 @@ from aws_env import clear_aws_credentials
 from typer.testing import CliRunner
 
 from gpufleet.cli import _register, app
-from gpufleet.k8s.settings import load_config, policy_for
+from gpufleet.control.policies import placement_policy
+from gpufleet.k8s.settings import load_config
 
 _register()
 runner = CliRunner()
@@ -19,7 +20,7 @@ def test_config_is_a_simulator_scenario_unknown_keys_rejected(tmp_path: Path) ->
     good = tmp_path / "ok.yaml"
     good.write_text("name: live\nplacement: bestfit\nsharing: false\nscale_down_unneeded_s: 300\n")
     sc = load_config(good)
-    assert sc.name == "live" and not sc.sharing and policy_for(sc).name == "bestfit"
+    assert sc.name == "live" and not sc.sharing and placement_policy(sc).name == "bestfit"
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: live\nplacment: bestfit\n")
     res = runner.invoke(app, ["controller", "--kubeconfig", str(good), "--config", str(bad)])

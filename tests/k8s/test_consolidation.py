@@ -70,6 +70,10 @@ class FakeCore:
                 ann[k] = v
         node["spec"].update(body.get("spec") or {})
 
+    def delete_node(self, name: str, **_: Any) -> None:
+        self.patches.append((name, {"deleted": True}))
+        self.nodes.pop(name, None)
+
 
 class FakeCloud:
     name = "kwok"
@@ -97,6 +101,9 @@ class FakeCloud:
 
     def interruptions(self) -> list:
         return []
+
+    def delete(self, iid: str) -> None:
+        self.instances = [i for i in self.instances if i.instance_id != iid]
 
 
 def kwok_node(name: str, it: Any = P16) -> dict:
@@ -274,3 +281,38 @@ def test_no_replacement_is_launched_at_max_nodes() -> None:
     for dt in (0.0, 60.0, 15.0, 300.0):
         assert rig.cycle(pods, dt).consolidating == []
     assert rig.cloud.requests == [] and rig.cap.consolidator.proposal is None
+
+
+def test_empty_nodes_go_through_the_termination_path_after_unneeded_s() -> None:
+    rig = Rig()
+    pods = [job_pod("p", "a")]
+    assert rig.cycle(pods).terminated == []  # b empty since T0, a busy
+    assert rig.cycle(pods, 59.0).terminated == []
+    got = rig.cycle(pods, 1.0)  # b empty for 60 s
+    assert got.terminated == ["b"]
+    assert rig.core.patches == [("b", {"spec": {"unschedulable": True}}), ("b", {"deleted": True})]
+    assert [i.instance_id for i in rig.cloud.instances] == ["a"]
+    assert rig.cap.metrics.terminations.labels(reason="empty")._value.get() == 1
+    assert "b" not in rig.cap.scale_down.empty.since  # the clock went with the node
+
+
+def test_consolidation_looks_again_only_after_a_pod_left_and_the_recheck() -> None:
+    """The simulator's look rule live (``control.scan.ConsolidationLook``): a look that found
+    nothing is not repeated every ``consolidation_recheck_s`` with nothing new."""
+    rig = Rig(consolidation_recheck_s=100.0, multi_node_consolidation=False)
+    # a holds 7 of 8 GPUs (busy), b two 1-GPU pods (underused) that do not fit a's one free
+    # GPU: no command
+    pods = [job_pod("big", "a", gpus=7), job_pod("x", "b"), job_pod("y", "b")]
+    looks: list[float] = []
+    real = rig.cap.consolidator.decide
+
+    def counting(*args: Any, **kw: Any) -> Any:
+        looks.append(rig.t)
+        return real(*args, **kw)
+
+    rig.cap.consolidator.decide = counting  # type: ignore[method-assign]
+    rig.cycle(pods)
+    rig.cycle(pods, 60.0)  # b underused for 60 s: the first look
+    rig.cycle(pods, 150.0)  # recheck passed, nothing new: no look
+    rig.cycle(pods[:2], 10.0)  # y left b: something new, 160 s since the look
+    assert looks == [T0 + 60.0, T0 + 220.0]

@@ -49,8 +49,14 @@ from gpufleet.cloud.provider import (
     LaunchRequest,
     Offering,
 )
+from gpufleet.control.admission import spot_taint_object
 from gpufleet.decisions import CapacityType
-from gpufleet.k8s.translate.node_objects import LABEL_MIG_CONFIG, node_object, spec_from_instance
+from gpufleet.k8s.translate.node_objects import (
+    LABEL_CAPACITY_TYPE,
+    LABEL_MIG_CONFIG,
+    node_object,
+    spec_from_instance,
+)
 from gpufleet.market.bidding import ZoneMarket
 from gpufleet.market.spot_model import SpotMarket
 
@@ -64,7 +70,6 @@ ANN_LAUNCHED = "gpufleet.io/launched-at"  # epoch seconds
 ANN_MARKET_LAUNCHED = "gpufleet.io/kwok-market-launched-at"  # market seconds
 ANN_RECLAIM = "gpufleet.io/kwok-reclaim-deadline"  # epoch seconds
 ANN_RECLAIM_ACK = "gpufleet.io/kwok-reclaim-acknowledged"
-SPOT_TAINT = {"key": "karpenter.sh/capacity-type", "value": "spot", "effect": "NoSchedule"}
 
 
 def node_name(token: str) -> str:
@@ -178,7 +183,7 @@ class KwokProvider:
         body["metadata"]["annotations"].update({
             ANN_LAUNCHED: d["launched_at"], ANN_MARKET_LAUNCHED: d["market_launched_at"]})
         if d["capacity_type"] == CapacityType.SPOT:
-            body["spec"]["taints"] = [dict(SPOT_TAINT)]
+            body["spec"]["taints"] = [spot_taint_object()]
         return body
 
     def _instance_of_node(self, node: Any) -> Instance:
@@ -194,7 +199,7 @@ class KwokProvider:
             instance_id=m.name, provider_id=node.spec.provider_id or f"kwok://{m.name}",
             instance_type=labels.get("node.kubernetes.io/instance-type", ""),
             zone=labels.get("topology.kubernetes.io/zone", ""),
-            capacity_type=CapacityType(labels.get("karpenter.sh/capacity-type", "on-demand")),
+            capacity_type=CapacityType(labels.get(LABEL_CAPACITY_TYPE, "on-demand")),
             state=state, launched_at=float(ann.get(ANN_LAUNCHED, 0.0)),
             client_token=labels.get(TAG_TOKEN, ""),
             tags=tags,
@@ -349,7 +354,7 @@ class KwokProvider:
             labels = meta.labels or {}
             deadline = ann.get(ANN_RECLAIM)
             if deadline is None and m is not None and labels.get(
-                    "karpenter.sh/capacity-type") == CapacityType.SPOT:
+                    LABEL_CAPACITY_TYPE) == CapacityType.SPOT:
                 it = labels.get("node.kubernetes.io/instance-type", "")
                 zone = labels.get("topology.kubernetes.io/zone", "")
                 if (it, zone) in m.avail:

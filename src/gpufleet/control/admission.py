@@ -22,7 +22,19 @@ from gpufleet.errors import InputError
 from gpufleet.state import GPU_MILLI, ResourceRequest
 from gpufleet.traces.jobs import JobSpec
 
-SPOT_TAINT = "karpenter.sh/capacity-type=spot"
+# The spot taint, Karpenter's: every spot node carries it, so only pods that tolerate it land
+# there. One spelling for both drivers: the simulator's nodes and jobs carry the string, the
+# live driver's node translation writes Kubernetes taints as the same ``key=value:Effect``
+# string, and the kwok cloud puts the taint object (``spot_taint_object``) on its spot Nodes.
+SPOT_TAINT_KEY = "karpenter.sh/capacity-type"
+SPOT_TAINT_VALUE = "spot"
+SPOT_TAINT_EFFECT = "NoSchedule"
+SPOT_TAINT = f"{SPOT_TAINT_KEY}={SPOT_TAINT_VALUE}:{SPOT_TAINT_EFFECT}"
+
+
+def spot_taint_object() -> dict[str, str]:
+    """The spot taint as a Node's ``spec.taints`` entry (a fresh dict: callers may keep it)."""
+    return {"key": SPOT_TAINT_KEY, "value": SPOT_TAINT_VALUE, "effect": SPOT_TAINT_EFFECT}
 
 
 def mig_models(req: ResourceRequest) -> frozenset[str]:

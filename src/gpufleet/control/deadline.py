@@ -122,6 +122,48 @@ def market_signal(
     return avail, m.best_price(ref, now) or 0.0, on_demand_usd[ref]
 
 
+def _keeps_progress(spec: JobSpec, cfg: GuardConfig) -> bool:
+    return spec.checkpointable and cfg.checkpointing
+
+
+def rerun_pin(v: DeadlineView, now: float, cfg: GuardConfig) -> Pin | None:
+    """A job that loses its work on a reclaim is pinned to on-demand once a rerun from zero
+    would no longer fit (and the job is not hopeless); only an autoscaled fleet pins (a fixed
+    one creates no on-demand node for it)."""
+    if cfg.autoscaling and not _rerun_fits(v.spec, now, cfg) and not hopeless(v, now, cfg):
+        return Pin(v.spec.job_id, CapacityType.ON_DEMAND, "deadline: rerun would not fit")
+    return None
+
+
+def safety_net_pin(v: DeadlineView, now: float, cfg: GuardConfig, gap_s: float) -> Pin | None:
+    """A checkpointing job the deadline controller's safety net sends to on-demand, evaluated
+    as if its first availability tick were now (idle, no work done)."""
+    spec = v.spec
+    if spec.deadline_s is None or v.on_demand_only or hopeless(v, now, cfg):
+        return None
+    idle = np.array([Choice.IDLE], dtype=np.int8)
+    job = DeadlineJob(task_s=spec.duration_s, deadline_s=spec.deadline_s - spec.submit_s,
+                      overhead_s=spec.restart_overhead_s, gap_s=gap_s)
+    net = safety_net(idle, job=job, t_s=now - spec.submit_s, done_s=np.zeros(1),
+                     holding=idle, overhead_left_s=np.zeros(1))
+    if int(net[0]) == Choice.ON_DEMAND:
+        return Pin(spec.job_id, CapacityType.ON_DEMAND, "deadline: safety net")
+    return None
+
+
+def pending_pin(v: DeadlineView, now: float, cfg: GuardConfig, gap_s: float) -> Pin | None:
+    """The guards' answer for a pending watched job, level-triggered: what a driver that
+    re-reads its jobs every cycle (the live one) asks each cycle. A checkpointing job gets the
+    safety net, any other the rerun rule — the two checks the simulator makes at arrival
+    (:meth:`DeadlineGuards.on_arrival`, :meth:`DeadlineGuards.check_arrivals`). Only on an
+    autoscaled fleet, and never for a job already pinned or running."""
+    if not v.pending or v.on_demand_only or not cfg.autoscaling:
+        return None
+    if _keeps_progress(v.spec, cfg):
+        return safety_net_pin(v, now, cfg, gap_s)
+    return rerun_pin(v, now, cfg)
+
+
 class DeadlineGuards:
     """Per-job deadline controllers plus the guards; ``gap_s`` is the tick period."""
 
@@ -137,18 +179,15 @@ class DeadlineGuards:
     def watches(spec: JobSpec, spot_tolerant: bool) -> bool:
         return spec.deadline_s is not None and spot_tolerant
 
-    def _keeps_progress(self, spec: JobSpec) -> bool:
-        return spec.checkpointable and self.cfg.checkpointing
-
     def on_arrival(self, idx: int, v: DeadlineView, now: float) -> list[Decision]:
         """A watched job arrives (before it is queued)."""
         self.live.add(idx)
         cfg = self.cfg
-        if cfg.autoscaling and self._keeps_progress(v.spec):
+        if cfg.autoscaling and _keeps_progress(v.spec, cfg):
             self._arrivals.append(idx)
-        elif cfg.autoscaling and not _rerun_fits(v.spec, now, cfg) and not hopeless(v, now, cfg):
-            return [Pin(v.spec.job_id, CapacityType.ON_DEMAND, "deadline: rerun would not fit")]
-        return []
+            return []
+        pin = rerun_pin(v, now, cfg)
+        return [pin] if pin is not None else []
 
     def done(self, idx: int) -> None:
         self.live.discard(idx)
@@ -163,19 +202,14 @@ class DeadlineGuards:
 
     def check_arrivals(self, views: dict[int, DeadlineView], now: float) -> list[Decision]:
         """The safety net for new arrivals, before scale-up (see the module docstring)."""
-        idle = np.array([Choice.IDLE], dtype=np.int8)
         out: list[Decision] = []
         for idx in self._arrivals:
             v = views[idx]
-            if not v.pending or idx in self._ctl or v.on_demand_only or hopeless(v, now, self.cfg):
+            if not v.pending or idx in self._ctl:
                 continue
-            spec = v.spec
-            job = DeadlineJob(task_s=spec.duration_s, deadline_s=spec.deadline_s - spec.submit_s,
-                              overhead_s=spec.restart_overhead_s, gap_s=self.gap_s)
-            net = safety_net(idle, job=job, t_s=now - spec.submit_s, done_s=np.zeros(1),
-                             holding=idle, overhead_left_s=np.zeros(1))
-            if int(net[0]) == Choice.ON_DEMAND:
-                out.append(Pin(spec.job_id, CapacityType.ON_DEMAND, "deadline: safety net"))
+            pin = safety_net_pin(v, now, self.cfg, self.gap_s)
+            if pin is not None:
+                out.append(pin)
         self._arrivals.clear()
         return out
 
@@ -189,11 +223,10 @@ class DeadlineGuards:
         for idx in sorted(views):
             v = views[idx]
             spec = v.spec
-            if cfg.autoscaling and not self._keeps_progress(spec):
-                if v.pending and not v.on_demand_only and not _rerun_fits(spec, now, cfg) \
-                        and not hopeless(v, now, cfg):
-                    out.append(Pin(spec.job_id, CapacityType.ON_DEMAND,
-                                   "deadline: rerun would not fit"))
+            if cfg.autoscaling and not _keeps_progress(spec, cfg):
+                pin = rerun_pin(v, now, cfg) if v.pending and not v.on_demand_only else None
+                if pin is not None:
+                    out.append(pin)
                 continue
             got = self._ctl.get(idx)
             if got is None:

@@ -20,9 +20,15 @@ from collections.abc import Iterable
 from gpufleet.state import GPU_MILLI
 
 
+def launch_room(live: int, max_nodes: int) -> int:
+    """How many more nodes may be launched with ``live`` nodes up or booting (0 at the cap or
+    above it: a cap lowered under a running fleet launches nothing, it deletes nothing)."""
+    return max(0, max_nodes - live)
+
+
 def may_launch(live: int, max_nodes: int) -> bool:
     """Whether one more node may be launched with ``live`` nodes up or booting."""
-    return live < max_nodes
+    return launch_room(live, max_nodes) > 0
 
 
 def consolidation_set(

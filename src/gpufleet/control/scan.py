@@ -44,6 +44,49 @@ class Disrupt(Enum):
     UNDERUSED = "underused"
 
 
+class ConsolidationLook:
+    """When consolidation is computed: the one rule both drivers follow.
+
+    A look is due when some node has been underused for ``unneeded_s`` (``due_n`` of them),
+    something new could change its answer since the last look — a pod left a node
+    (``pod_moved``: room freed, or a candidate lost a pod) or more nodes are due than then
+    (more candidates can make multi-node consolidation possible) — **and** the last look is at
+    least ``recheck_s`` old. Both, not either: a look over the same candidates with no pod gone
+    from any node finds no more room than the last one did, so it would repeat its answer, and
+    the interval bounds the cost of the search (multi-node consolidation tries up to 20
+    candidate prefixes) while pods churn. (Karpenter instead looks on any cluster change and at
+    least every 5 minutes; the live driver used to look every ``recheck_s`` even with nothing
+    new, the simulator never did — one rule now, the simulator's.)
+
+    Example (recheck 300 s): looks at 600 (first); at 610 nothing new → none; a pod leaves at
+    620 → still none at 620 (recheck), the next at 900.
+    """
+
+    def __init__(self, recheck_s: float) -> None:
+        self.recheck_s = recheck_s
+        self.pods_moved = True  # a pod left a node since the last look
+        self.last = -INF  # when the last look ran
+        self.last_due_n = 0  # how many nodes were due for it then
+
+    def pod_moved(self) -> None:
+        self.pods_moved = True
+
+    def due(self, now: float, due_n: int) -> bool:
+        """Whether to look now (and, if so, that it counts as the look)."""
+        fresh = self.pods_moved or due_n > self.last_due_n
+        if due_n > 0 and fresh and now - self.last >= self.recheck_s:
+            self.last = now
+            self.pods_moved = False
+            self.last_due_n = due_n
+            return True
+        return False
+
+    def next_at(self, now: float) -> float:
+        """When to ask again about a look refused now: ``recheck_s`` after now, or after the
+        last look if that is later (the simulator's rescan time)."""
+        return max(now, self.last) + self.recheck_s
+
+
 class ScanClock:
     """The scan schedule and the memory that lets a scan skip a look that cannot change."""
 
@@ -51,10 +94,8 @@ class ScanClock:
         self.cfg = cfg
         self._scheduled: set[float] = set()
         self.demand_changed = True  # pending pods or booting capacity changed since scale-up
-        self.pods_moved = True  # a pod left a node since the last consolidation look
         self.last_scale_up = -INF
-        self.last_consolidation = -INF
-        self._last_due_n = 0
+        self.look = ConsolidationLook(cfg.recheck_s)
 
     # -- the schedule ------------------------------------------------------------------------
     def want(self, t: float | None, now: float) -> float | None:
@@ -109,7 +150,7 @@ class ScanClock:
 
     def pod_moved(self) -> None:
         """A pod left a node (finished, interrupted, moved): consolidation may find more."""
-        self.pods_moved = True
+        self.look.pod_moved()
 
     # -- inside a scan ------------------------------------------------------------------------
     def scale_up_due(self, now: float, pending: bool) -> bool:
@@ -129,24 +170,17 @@ class ScanClock:
         due but was tried too recently or with nothing new (``(kind, rescan_at)``).
 
         ``empty_since``/``underused_since``: since when each empty/underused node has been so.
-        Consolidation looks again only if a pod moved or more candidates are due than at the
-        last look (more candidates can make multi-node consolidation possible)."""
+        Consolidation follows :class:`ConsolidationLook`."""
         unneeded = self.cfg.unneeded_s
         due_empty = any(now - t >= unneeded for t in empty_since)
         due_n = sum(1 for t in underused_since if now - t >= unneeded) \
             if self.cfg.consolidation else 0
-        fresh = self.pods_moved or due_n > self._last_due_n
-        recheck = self.cfg.recheck_s
-        due_under = due_n > 0 and fresh and now - self.last_consolidation >= recheck
-        if due_under:
-            self.last_consolidation = now
-            self.pods_moved = False
-            self._last_due_n = due_n
+        if self.look.due(now, due_n):
             return Disrupt.UNDERUSED, None
         if due_empty:
             return Disrupt.EMPTY, None
         if due_n > 0:
-            return Disrupt.NONE, self.want(max(now, self.last_consolidation) + recheck, now)
+            return Disrupt.NONE, self.want(self.look.next_at(now), now)
         return Disrupt.NONE, None
 
     def after_scan(

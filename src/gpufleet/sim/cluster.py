@@ -51,6 +51,7 @@ from gpufleet.control.deadline import market_signal
 from gpufleet.control.fleet import fixed_fleet
 from gpufleet.control.limits import consolidation_set, may_launch
 from gpufleet.control.offers import OfferBook
+from gpufleet.control.policies import controls_for, deadline_guards
 from gpufleet.control.queue import PendingQueue
 from gpufleet.control.replacement import FixedFleet, Replacement, replaces_lost_node
 from gpufleet.control.scan import Disrupt
@@ -70,7 +71,6 @@ from gpufleet.provisioning import InFlight, NodeView, Unprovisioned
 from gpufleet.recovery import SpotExposure
 from gpufleet.sim.books import Series, Tally
 from gpufleet.sim.cloud import SimNode
-from gpufleet.sim.controls import controls_for, deadline_guards
 from gpufleet.sim.engine import Engine
 from gpufleet.sim.events import (
     ARRIVAL,

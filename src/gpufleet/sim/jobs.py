@@ -26,6 +26,7 @@ from gpufleet.catalog.gpus import GpuCatalog
 from gpufleet.config import Scenario
 from gpufleet.control.admission import request_now
 from gpufleet.control.deadline import DeadlineGuards, DeadlineView
+from gpufleet.control.policies import Controls
 from gpufleet.control.queue import PendingQueue, effective_shape
 from gpufleet.decisions import Bind, Decision, Requeue
 from gpufleet.placement import PlacementResult
@@ -34,7 +35,6 @@ from gpufleet.queueing.gang import place_gang
 from gpufleet.recovery import NoticeView, SpotExposure, checkpoint_interval
 from gpufleet.sim.books import Tally, held_milli
 from gpufleet.sim.cloud import SimCloud, SimNode
-from gpufleet.sim.controls import Controls
 from gpufleet.sim.engine import Engine
 from gpufleet.sim.events import CKPT_DONE, FINISH, PASS
 from gpufleet.sim.jobrun import DONE, PENDING, RUNNING, JobRun

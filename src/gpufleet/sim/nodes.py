@@ -21,14 +21,15 @@ from enum import Enum
 from gpufleet.catalog.commitments import on_demand_rate
 from gpufleet.catalog.gpus import default_gpu_catalog
 from gpufleet.catalog.instances import InstanceType
-from gpufleet.control.admission import SPOT_TAINT
+from gpufleet.control.admission import SPOT_TAINT, SPOT_TAINT_KEY
+from gpufleet.control.node_clocks import Idle, idle_state
 from gpufleet.control.offers import OfferBook
 from gpufleet.decisions import Bind, CapacityType
 from gpufleet.market.spot_model import SpotMarket
 from gpufleet.provisioning import MIG_CONFIG, MIG_CONFIG_LABEL
 from gpufleet.recovery import SpotExposure
 from gpufleet.sim.cloud import MICRO, SimCloud, SimNode
-from gpufleet.state import GPU_MILLI, FleetState, NodeInfo, ResourceRequest
+from gpufleet.state import FleetState, NodeInfo, ResourceRequest
 
 Allocation = tuple[ResourceRequest, Bind, tuple[tuple[int, int, int], ...]]
 
@@ -89,7 +90,7 @@ class SimFleet:
         it = node.itype
         gm = self.catalog[it.gpu_model]
         labels = {"nvidia.com/gpu.product": it.gpu_model,
-                  "karpenter.sh/capacity-type": "spot" if node.spot else "on-demand",
+                  SPOT_TAINT_KEY: "spot" if node.spot else "on-demand",
                   "topology.kubernetes.io/zone": node.zone}
         mig_kw: dict = {}
         if node.mig and gm.mig is not None:
@@ -121,7 +122,8 @@ class SimFleet:
         transition a scan timer wants to hear of."""
         if node.state != "ready":
             return None
-        if not node.jobs:
+        state = idle_state(len(node.jobs), node.alloc_milli, node.gpus, self.threshold)
+        if state is Idle.EMPTY:
             node.underused_since = None
             self.under.pop(node.name, None)
             if node.empty_since is None:
@@ -132,7 +134,7 @@ class SimFleet:
         if node.empty_since is not None:
             node.empty_since = None
             del self.empty[node.name]
-        under = node.alloc_milli < self.threshold * GPU_MILLI * node.gpus
+        under = state is Idle.UNDERUSED
         if under and node.underused_since is None:
             node.underused_since = now
             self.under[node.name] = node

@@ -10,7 +10,6 @@ the cycle's views, launches and offers (:mod:`gpufleet.k8s.capacity.loop`).
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -19,13 +18,15 @@ from prometheus_client import Counter
 from gpufleet.catalog.instances import InstanceType
 from gpufleet.cloud.provider import Instance
 from gpufleet.config import Scenario
+from gpufleet.control.policies import disruption_policy
+from gpufleet.control.scan import ConsolidationLook
 from gpufleet.decisions import Launch
 from gpufleet.k8s.capacity import inputs as plan
 from gpufleet.k8s.disruption import consolidation_mark
 from gpufleet.k8s.disruption.consolidation_mark import ConsolidationMark, Proposal
 from gpufleet.k8s.translate.pods import finished, stays_on_drain
 from gpufleet.k8s.translate.snapshot import Snapshot
-from gpufleet.provisioning import DisruptionPolicy, NodeView, Offer
+from gpufleet.provisioning import NodeView, Offer
 from gpufleet.provisioning.disruption import Command
 
 log = logging.getLogger(__name__)
@@ -44,29 +45,28 @@ class Consolidator:
         self.validation_s = validation_s
         self.drain_timeout_s = drain_timeout_s
         self.registration_timeout_s = registration_timeout_s
-        # the simulator's policy with the scenario's switches (sim.controls builds the same)
-        self.policy = DisruptionPolicy(
-            scenario.scale_down_unneeded_s, scenario.utilization_threshold,
-            scenario.consolidation, multi_node=scenario.multi_node_consolidation)
+        # the simulator's policy with the scenario's switches (control.policies builds both)
+        self.policy = disruption_policy(scenario)
         self.proposal: Proposal | None = None
-        self._last_look = -math.inf  # when consolidation was last computed
-        self._last_due = 0  # how many nodes were due for it then
+        self.look = ConsolidationLook(scenario.consolidation_recheck_s)  # the simulator's rule
+        self._placed: dict[str, str] = {}  # pod key -> node, on the views of the last cycle
 
     def look_due(self, views: Sequence[NodeView], now: float) -> bool:
-        """Whether to compute consolidation now: a node has been under-used for
-        ``scale_down_unneeded_s``, and it was not computed in the last
-        ``consolidation_recheck_s`` — unless more nodes became due since (the simulator's scan
-        clock's rule). Computing counts as the look."""
-        unneeded = self.sc.scale_down_unneeded_s
-        due = sum(1 for v in views if v.pods and v.underused_since is not None
-                  and now - v.underused_since >= unneeded)
-        if not (self.sc.consolidation and due > 0 and (
-                due > self._last_due or now - self._last_look >= self.sc.consolidation_recheck_s)):
-            if due == 0:
-                self._last_due = 0
+        """Whether to compute consolidation now: ``control.scan.ConsolidationLook``'s rule —
+        some node under-used for ``scale_down_unneeded_s``, a pod gone from a node or more nodes
+        due since the last look, and that look ``consolidation_recheck_s`` ago. A pod that was
+        on one of ``views`` last cycle and is not there now (finished, evicted, moved) is the
+        simulator's ``pod_moved``. Computing counts as the look."""
+        placed = {p.job_id: v.name for v in views for p in v.pods}
+        if any(placed.get(k) != node for k, node in self._placed.items()):
+            self.look.pod_moved()
+        self._placed = placed
+        if not self.sc.consolidation:
             return False
-        self._last_look, self._last_due = now, due
-        return True
+        unneeded = self.sc.scale_down_unneeded_s
+        due = sum(1 for v in views if v.underused_since is not None
+                  and now - v.underused_since >= unneeded)
+        return self.look.due(now, due)
 
     def decide(self, views: Sequence[NodeView], now: float,
                offers: Sequence[Offer]) -> Command | None:
@@ -145,7 +145,7 @@ class Consolidator:
             if holding and now - mark.started_at > self.drain_timeout_s:
                 why = f"pods still there after {self.drain_timeout_s:.0f} s"
             elif left:
-                own = plan.node_views(snap, {name: (it, spot)}, {name: None}, movable)
+                own = plan.views_without_clocks(snap, {name: (it, spot)}, movable)
                 if own:  # (not in the snapshot: the time bound above still applies)
                     why = "; ".join(consolidation_mark.still_movable(own[0], left, mark,
                                                                 list(views), now))

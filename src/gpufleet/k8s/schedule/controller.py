@@ -26,6 +26,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gpufleet.config import Scenario
+from gpufleet.control.policies import backfill_pass, placement_policy
 from gpufleet.decisions import Bind
 from gpufleet.k8s.capacity.cost import LiveFleet, LiveFleetCollector, PriceBook
 from gpufleet.k8s.capacity.loop import CapacityController
@@ -34,7 +35,7 @@ from gpufleet.k8s.disruption.drain import PROVIDER_FAULTS, Drainer
 from gpufleet.k8s.schedule.apply import ApiErrors, Applier, Outcome
 from gpufleet.k8s.schedule.cycle import Refuse, plan_cycle
 from gpufleet.k8s.schedule.telemetry import ControllerMetrics, pending_reason, serve
-from gpufleet.k8s.settings import apply_levers, backfill_for, policy_for
+from gpufleet.k8s.settings import apply_levers
 from gpufleet.k8s.translate.assume import AssumeCache
 from gpufleet.k8s.translate.snapshot import ParseCache, Snapshot, build_snapshot
 from gpufleet.k8s.watch.connections import BASE_CONNECTIONS, client_with_pool
@@ -116,8 +117,8 @@ class Controller:
         self.metrics.registry.register(LiveFleetCollector(
             self.fleet, self.nodes.objects, self.pods.objects,
             lambda: self.is_leader and self.ready(), time.time))
-        self.policy = policy_for(scenario, seed)
-        self.backfill = backfill_for(scenario)
+        self.policy = placement_policy(scenario, tie_seed=seed)
+        self.backfill = backfill_pass(scenario)
         self.rng = np.random.default_rng(seed)
         self.resync_s = resync_s
         self.assume_ttl_s = assume_ttl_s

@@ -26,7 +26,7 @@ import numpy as np
 
 from gpufleet.decisions import Bind, Preempt
 from gpufleet.k8s.translate.node_selector import Selector, matches
-from gpufleet.k8s.translate.pods import PodInfo, tolerated
+from gpufleet.k8s.translate.pods import PodInfo, tolerated_now
 from gpufleet.k8s.translate.snapshot import Snapshot
 from gpufleet.placement import PlacementResult
 from gpufleet.placement.mig import bind_masks
@@ -82,7 +82,7 @@ def _units(snap: Snapshot) -> list[Unit]:
             continue
         req = p.request
         if req is not None:
-            req = replace(req, tolerations=tolerated(p.tolerations, snap.taints))
+            req = replace(req, tolerations=tolerated_now(p, snap.taints))
         units.append(Unit(p.key, [p], req, p.refusal, p.priority, p.created_s,
                           selector=p.selector))
     bound: dict[str, int] = {}
@@ -95,7 +95,7 @@ def _units(snap: Snapshot) -> list[Unit]:
         refusal = next((p.refusal for p in members if p.refusal), None)
         for p in members:
             if p.request is not None:
-                reqs.add(replace(p.request, tolerations=tolerated(p.tolerations, snap.taints)))
+                reqs.add(replace(p.request, tolerations=tolerated_now(p, snap.taints)))
         if refusal is None and len(reqs) != 1:
             refusal = f"pod group {g}: members ask for different resources (not supported)"
         units.append(Unit(

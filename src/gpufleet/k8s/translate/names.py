@@ -9,6 +9,8 @@ label, and KAI scheduler's ``gpu-fraction`` annotation for fractional GPUs. Writ
 
 from __future__ import annotations
 
+from gpufleet.control.admission import SPOT_TAINT_KEY
+
 SCHEDULER_NAME = "gpufleet"
 
 # extended resources (device plugin)
@@ -29,7 +31,8 @@ CUDA_DRIVER_MAJOR = ("nvidia.com/cuda.driver-version.major", "nvidia.com/cuda.dr
 
 ZONE = "topology.kubernetes.io/zone"
 INSTANCE_TYPE = "node.kubernetes.io/instance-type"
-CAPACITY_TYPE = "karpenter.sh/capacity-type"
+# Karpenter's capacity-type label; the spot taint has the same key (control.admission)
+CAPACITY_TYPE = SPOT_TAINT_KEY
 UNSCHEDULABLE_TAINT_KEY = "node.kubernetes.io/unschedulable"
 
 # fractional GPUs: KAI scheduler's convention (a share of one GPU, "0.5"; optional GPU memory MiB)
@@ -59,3 +62,9 @@ INTERRUPTED_TAINT_EFFECT = "NoSchedule"
 # removes with this annotation (JSON: method, started_at) and cordons them; the drain empties
 # and terminates them, or the capacity loop removes mark and cordon when the pods cannot move.
 ANN_CONSOLIDATION = "gpufleet.io/consolidation"
+
+# live deadlines: a pod's deadline (RFC 3339, with a UTC offset) and, optionally, how long it runs
+# (seconds of work, e.g. "3600"); the control layer's deadline guard moves a pod whose slack ran
+# out from spot to on-demand (k8s.translate.deadlines, control.deadline.pending_pin)
+ANN_DEADLINE = "gpufleet.io/deadline"
+ANN_DURATION = "gpufleet.io/duration"

@@ -31,6 +31,7 @@ from typing import Any
 from gpufleet.catalog.gpus import GpuCatalog, GpuModel, default_gpu_catalog
 from gpufleet.catalog.instances import InstanceType
 from gpufleet.errors import InputError
+from gpufleet.k8s.translate import names
 from gpufleet.provisioning.binpack import MIG_CONFIG
 from gpufleet.traces.openb import OpenbNode
 
@@ -52,7 +53,7 @@ LABEL_CUDA_RUNTIME_MINOR = "nvidia.com/cuda.runtime.minor"
 LABEL_ZONE = "topology.kubernetes.io/zone"
 LABEL_REGION = "topology.kubernetes.io/region"
 LABEL_INSTANCE_TYPE = "node.kubernetes.io/instance-type"
-LABEL_CAPACITY_TYPE = "karpenter.sh/capacity-type"
+LABEL_CAPACITY_TYPE = names.CAPACITY_TYPE
 CAPACITY_TYPES = ("on-demand", "spot")
 
 # The first driver release of each CUDA version (NVIDIA's CUDA toolkit release notes): GFD

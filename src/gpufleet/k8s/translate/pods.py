@@ -23,8 +23,10 @@ from datetime import datetime
 from typing import Any
 
 from gpufleet.catalog.gpus import GpuCatalog, default_gpu_catalog
+from gpufleet.control.admission import SPOT_TAINT
 from gpufleet.decisions import Bind, MigSlot
 from gpufleet.k8s.translate import names
+from gpufleet.k8s.translate.deadlines import parse_deadline
 from gpufleet.k8s.translate.node_selector import Selector, lift_gpu_constraints, selector_of
 from gpufleet.k8s.translate.quantity import count, cpu_milli, memory_mib, quantity
 from gpufleet.state import GPU_MILLI, ResourceRequest
@@ -57,6 +59,9 @@ class PodInfo:
     scheduled_condition: tuple[str, str] | None  # (reason, message) of PodScheduled=False
     selector: Selector = ()  # node requirements placement's filters do not cover (() = any)
     annotations: Mapping[str, str] = field(default_factory=dict)
+    deadline_s: float | None = None  # gpufleet.io/deadline, epoch seconds (.deadlines)
+    work_s: float | None = None  # gpufleet.io/duration
+    on_demand_only: bool = False  # pinned off spot by the deadline guard (k8s.settings)
 
     @property
     def pending(self) -> bool:
@@ -193,6 +198,9 @@ def pod_info(pod: Mapping[str, Any], catalog: GpuCatalog | None = None) -> PodIn
     key = f"{ns}/{name}"
     ann = dict(meta.get("annotations") or {})
     request, refusal = request_of(pod, cat)
+    deadline, work, bad_deadline = parse_deadline(ann)
+    if bad_deadline and not refusal:
+        request, refusal = None, bad_deadline
     group, min_av = _group(meta)
     node = spec.get("nodeName") or ""
     cond = next((c for c in status.get("conditions") or () if c.get("type") == "PodScheduled"
@@ -213,6 +221,7 @@ def pod_info(pod: Mapping[str, Any], catalog: GpuCatalog | None = None) -> PodIn
         scheduled_condition=(cond.get("reason", ""), cond.get("message", "")) if cond else None,
         annotations=ann,
         selector=lift_gpu_constraints(selector_of(spec)[0], cat)[2],
+        deadline_s=deadline, work_s=work,
     )
 
 
@@ -229,6 +238,19 @@ def tolerates(tol: Mapping[str, Any], taint: str) -> bool:
     if tkey != key:
         return False
     return op == "Exists" or (tol.get("value") or "") == value
+
+
+def spot_ok(pod: PodInfo) -> bool:
+    """Whether the pod may be interrupted: it tolerates the spot taint (admission's rule), read
+    from its own tolerations — the snapshot lists only taints some node already carries."""
+    return any(tolerates(t, SPOT_TAINT) for t in pod.tolerations)
+
+
+def tolerated_now(pod: PodInfo, taints: Iterable[str]) -> frozenset[str]:
+    """The fleet's taints the pod tolerates now: a pod pinned to on-demand no longer tolerates
+    the spot taint (``control.admission.request_now``'s rule for the simulator's jobs)."""
+    got = tolerated(pod.tolerations, taints)
+    return got - {SPOT_TAINT} if pod.on_demand_only else got
 
 
 def tolerated(tolerations: Iterable[Mapping[str, Any]], taints: Iterable[str]) -> frozenset[str]:

@@ -1,0 +1,134 @@
+"""Scale-down (step 4 of the capacity loop): gpufleet-launched Nodes (``TAG_MANAGED``; never
+anyone else's; not cordoned or marked) → :class:`gpufleet.provisioning.DisruptionPolicy`, the
+simulator's, built by ``control.policies`` with the scenario's ``consolidation``,
+``multi_node_consolidation`` and ``utilization_threshold``; the empty and underused clocks are
+``control.node_clocks``'.
+
+Emptiness alone runs every cycle (it costs nothing); the whole policy when the consolidation
+look is due (``control.scan.ConsolidationLook``, via the consolidator). An emptiness command is
+carried out at once — if the node still has no pod to evict — through the one termination
+path (cordon, instance, Node). A consolidation command goes through
+:class:`gpufleet.k8s.disruption.consolidation.Consolidator` (steps and mark in
+:mod:`gpufleet.k8s.disruption.consolidation_mark`): proposed, re-validated after a validation
+period, the replacement launched first, then its Nodes marked and cordoned for the drain, which
+hands each emptied Node back to the termination path.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from gpufleet.catalog.instances import InstanceType
+from gpufleet.cloud.provider import TAG_MANAGED, CloudProvider, Instance
+from gpufleet.config import Scenario
+from gpufleet.control.limits import launch_room
+from gpufleet.control.node_clocks import SinceClock
+from gpufleet.control.policies import disruption_policy
+from gpufleet.decisions import CapacityType, Launch, Terminate
+from gpufleet.k8s.capacity import inputs
+from gpufleet.k8s.capacity.metrics import ReconcileReport
+from gpufleet.k8s.capacity.provisioner import ready
+from gpufleet.k8s.capacity.termination import Terminator
+from gpufleet.k8s.disruption import consolidation_mark
+from gpufleet.k8s.disruption.consolidation import Consolidator
+from gpufleet.k8s.translate import names
+from gpufleet.k8s.translate.snapshot import Snapshot
+from gpufleet.provisioning import NodeView
+from gpufleet.provisioning.disruption import Command
+from gpufleet.provisioning.disruption.command import EMPTINESS
+
+log = logging.getLogger(__name__)
+
+
+def managed(node: Mapping[str, Any]) -> bool:
+    return ((node.get("metadata") or {}).get("labels") or {}).get(TAG_MANAGED) == "true"
+
+
+def interruption_marked(node: Mapping[str, Any]) -> bool:
+    """Carries the interruption annotation (even one that does not parse: the drain owns it)."""
+    return names.ANN_INTERRUPTION in ((node.get("metadata") or {}).get("annotations") or {})
+
+
+class ScaleDown:
+    def __init__(self, core: Any, provider: CloudProvider, scenario: Scenario,
+                 types: Mapping[str, InstanceType], consolidator: Consolidator,
+                 terminator: Terminator) -> None:
+        self.core = core
+        self.provider = provider
+        self.sc = scenario
+        self.types = types
+        self.consolidator = consolidator
+        self.terminator = terminator
+        self.emptiness = disruption_policy(scenario, consolidation=False)
+        self.empty = SinceClock()
+        self.underused = SinceClock()
+
+    def forget(self, node: str) -> None:
+        """A Node goes: its clocks must not carry over to a new Node of the same name."""
+        self.empty.forget(node)
+        self.underused.forget(node)
+
+    def run(self, snap: Snapshot, live: list[Instance], by_pid: Mapping[str, Mapping[str, Any]],
+            pods: Sequence[Mapping[str, Any]], now: float, recorded: set[str],
+            launch: Callable[[Launch], str | None], out: ReconcileReport) -> None:
+        cands: dict[str, tuple[InstanceType, bool]] = {}
+        inst_of: dict[str, Instance] = {}
+        marked: dict[str, tuple[InstanceType, bool, consolidation_mark.ConsolidationMark]] = {}
+        for i in live:
+            node = by_pid.get(i.provider_id)
+            if node is None or not managed(node) or i.instance_type not in self.types:
+                continue
+            meta = node["metadata"]
+            if meta.get("deletionTimestamp") or interruption_marked(node):
+                continue
+            kind = (self.types[i.instance_type], i.capacity_type == CapacityType.SPOT)
+            if consolidation_mark.annotated(node):
+                mark = consolidation_mark.mark_of(node)
+                if mark is None:  # not ours to act on, and it must not pin a cordon
+                    consolidation_mark.unmark_node(self.core, meta["name"], "malformed mark")
+                else:
+                    marked[meta["name"]] = (*kind, mark)
+                continue
+            if not ready(node) or (node.get("spec") or {}).get("unschedulable"):
+                continue  # booting, or cordoned by someone else: neither room nor candidate
+            cands[meta["name"]] = kind
+            inst_of[meta["name"]] = i
+        movable = consolidation_mark.movable_keys(pods)
+        views = inputs.node_views(snap, cands, pods, self.empty, self.underused,
+                                  self.sc.utilization_threshold, now, movable)
+        out.abandoned += self.consolidator.watch_marked(snap, marked, views, pods, movable, now)
+        if self.consolidator.proposal is not None:  # one at a time, as Karpenter's orchestrator
+            out.consolidating += self.consolidator.carry_out(views, live, by_pid, recorded, now)
+            return
+        cmd = self._decide(views, live, now)
+        if cmd is None:
+            return
+        if cmd.method != EMPTINESS:
+            self.consolidator.propose(cmd, now, launch_room(len(live), self.sc.max_nodes), launch)
+            return
+        # emptiness: every Terminate is only-if-empty (consolidation, which moves pods, went
+        # to the consolidator above), so there is nothing to evict
+        for d in cmd.decisions:
+            if not isinstance(d, Terminate) or d.node not in inst_of:
+                continue
+            if d.only_if_empty and inputs.pods_to_evict(d.node, pods):
+                continue
+            self.terminator.terminate(d.reason or "disruption", node=d.node,
+                                      instances=[inst_of[d.node]], cordon=True)
+            out.terminated.append(d.node)
+
+    def _decide(self, views: list[NodeView], live: list[Instance],
+                now: float) -> Command | None:
+        """Emptiness every cycle; the whole policy when the consolidation look is due (the
+        offers, for a multi-node replacement, only then and only below ``max_nodes``)."""
+        if not self.consolidator.look_due(views, now):
+            return self.emptiness.decide(views, now)
+        offers: list[Any] = []
+        if self.sc.multi_node_consolidation and launch_room(len(live), self.sc.max_nodes) > 0:
+            on_demand = [o for o in self.provider.offerings()
+                         if o.capacity_type == CapacityType.ON_DEMAND]
+            offers = inputs.live_offers(on_demand, live, self.types,
+                                        any(v.shape.mig for v in views))
+        return self.consolidator.decide(views, now, offers)

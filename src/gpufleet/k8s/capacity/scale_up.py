@@ -1,0 +1,67 @@
+"""Scale-up (step 3 of the capacity loop): the pods the scheduling cycle refused →
+:class:`gpufleet.provisioning.ScaleUpPolicy` — the simulator's, built by ``control.policies``
+with the scenario's spot strategy — minus the capacity still booting, up to the node cap
+(``control.limits.launch_room``). A pod goes on spot only if it tolerates the spot taint and the
+deadline guard has not pinned it to on-demand (``k8s.capacity.inputs.pending_pods``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from gpufleet.catalog.instances import InstanceType
+from gpufleet.cloud.provider import TAG_MIG_CONFIG, CloudProvider, Instance
+from gpufleet.config import Scenario
+from gpufleet.control.limits import launch_room
+from gpufleet.control.policies import scale_up_policy, spot_strategy
+from gpufleet.decisions import CapacityType, Launch
+from gpufleet.k8s.capacity import inputs
+from gpufleet.k8s.settings import live_guards
+from gpufleet.k8s.translate.snapshot import Snapshot
+
+
+class ScaleUp:
+    def __init__(self, provider: CloudProvider, scenario: Scenario,
+                 types: Mapping[str, InstanceType]) -> None:
+        self.provider = provider
+        self.sc = scenario
+        self.types = types
+        self.policy = scale_up_policy(scenario)
+        self.spot_strategy = spot_strategy(scenario)
+        self.guards = live_guards(scenario)
+
+    def run(self, snap: Snapshot, refused: Sequence[str], live: list[Instance],
+            booting: list[Instance], nodes: Sequence[Mapping[str, Any]], now: float,
+            launch: Callable[[Launch], str | None]) -> None:
+        """Launch what the policy asks for, one node at a time through ``launch`` (the
+        provisioner's record-first path; None: the cloud had no capacity for that launch)."""
+        pending = inputs.pending_pods(snap, refused, now, self.guards)
+        if not pending:
+            return
+        offerings = self.provider.offerings()
+        if not self.sc.spot:
+            offerings = [o for o in offerings if o.capacity_type == CapacityType.ON_DEMAND]
+        wants_mig = any(p.request.mig_profile is not None for p in pending)
+        offers = inputs.live_offers(offerings, live, self.types, wants_mig)
+        markets_of = getattr(self.provider, "markets", None)
+        if callable(markets_of):
+            markets = {t: markets_of(t) for t in self.types}
+        else:
+            markets = inputs.markets_from(offerings, self.types)
+        known = set(snap.state.index)
+        joined = {(n.get("spec") or {}).get("providerID") for n in nodes
+                  if n["metadata"]["name"] in known}
+        coming = [(i.instance_type, i.capacity_type, i.zone, bool(i.tags.get(TAG_MIG_CONFIG)))
+                  for i in [*(i for i in live if i.provider_id not in joined
+                              and i not in booting), *booting]]
+        launches = self.policy.decide(pending, offers, inputs.inflight(coming, self.types),
+                                      markets, self.spot_strategy)
+        room = launch_room(len(live), self.sc.max_nodes)
+        for want in launches:
+            for _ in range(want.count):
+                if room <= 0:
+                    return
+                if launch(want) is None:
+                    break
+                room -= 1
