@@ -57,12 +57,12 @@ from gpufleet.cloud.provider import (
     InstanceState,
 )
 from gpufleet.config import Scenario
-from gpufleet.decisions import CapacityType, Launch, Terminate
+from gpufleet.decisions import CapacityType, Cordon, Launch, Terminate
 from gpufleet.k8s.capacity import inputs as plan
 from gpufleet.k8s.capacity.launch_records import LaunchRecord, LaunchRecords, new_token
 from gpufleet.k8s.disruption import consolidation_mark
 from gpufleet.k8s.disruption.consolidation import Consolidator
-from gpufleet.k8s.disruption.drain import Cordon, apply_cordon, delete_node
+from gpufleet.k8s.disruption.drain import apply_cordon, delete_node
 from gpufleet.k8s.disruption.interruption import mark_from_event, mark_node, node_for_instance
 from gpufleet.k8s.translate import names
 from gpufleet.k8s.translate.snapshot import Snapshot

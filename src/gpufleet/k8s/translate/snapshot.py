@@ -17,7 +17,7 @@ import numpy as np
 from gpufleet.catalog.gpus import GpuCatalog, default_gpu_catalog
 from gpufleet.decisions import Bind
 from gpufleet.k8s.translate.nodes import NodeSpec, node_spec
-from gpufleet.k8s.translate.pods import PodInfo, pod_info
+from gpufleet.k8s.translate.pods import PodInfo, pod_info, requeued_keys
 from gpufleet.placement.gpu_select import best_fit_gpu
 from gpufleet.placement.mig import bind_masks, choose_mig
 from gpufleet.placement.view import pod_view
@@ -44,6 +44,7 @@ class Snapshot:
     pending: list[PodInfo]  # ours, not bound, not terminating
     taints: frozenset[str]
     unaccounted: dict[str, str] = field(default_factory=dict)  # bound pod → why not counted
+    requeued: frozenset[str] = frozenset()  # pending pods that replace an interrupted one
 
 
 def mig_masks(state: FleetState, bind: Bind, catalog: GpuCatalog) -> MigMasks | None:
@@ -139,7 +140,8 @@ def build_snapshot(
     infos = [cache.pod(p, cat) if cache is not None else pod_info(p, cat) for p in pod_list]
     if cache is not None:
         cache.prune({n["metadata"]["name"] for n in node_list}, {i.key for i in infos})
-    snap = Snapshot(state=state, pods={}, allocations={}, pending=[], taints=frozenset(taints))
+    snap = Snapshot(state=state, pods={}, allocations={}, pending=[], taints=frozenset(taints),
+                    requeued=requeued_keys(infos))
     later: list[PodInfo] = []
     for info in infos:
         if info.terminal:
