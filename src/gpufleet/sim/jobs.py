@@ -114,7 +114,7 @@ class JobLifecycle:
         self._units: dict[int, tuple[tuple, PendingUnit]] = {}
         # preemption needs two priorities; a workload with one never builds victims
         self._preemptible = len({j.spec.priority for j in jobs}) > 1
-        self._running_single: set[int] = set()  # running single-replica jobs: the victims
+        self._running_idx: set[int] = set()  # running jobs (single-replica ones are victims)
 
     @property
     def now(self) -> float:
@@ -183,8 +183,7 @@ class JobLifecycle:
             self.tally.recoveries.append(rec)
             self._recent_recoveries.append(rec)
         self.running += 1
-        if j.spec.replicas == 1:
-            self._running_single.add(j.idx)
+        self._running_idx.add(j.idx)
         self._at(j.finish_time(), FINISH, (j.idx, j.version))
 
     def _tau(self, j: JobRun, on_spot: bool) -> float:
@@ -215,7 +214,7 @@ class JobLifecycle:
             self._node_changed(node)
         j.binds = []
         self.running -= 1
-        self._running_single.discard(j.idx)
+        self._running_idx.discard(j.idx)
         self._freed = True
         self.ctl.scan.pod_moved()
         self.want_pass()
@@ -337,10 +336,11 @@ class JobLifecycle:
         if not cand:
             return None
         victims: list[Victim] = []
-        if self._preemptible:
-            victims = [job_victim(jobs[i]) for i in sorted(self._running_single)
-                       if not jobs[i].leaving]
-        leaving = any(jobs[i].leaving for i in self._running_single) if victims else False
+        leaving = False
+        if self._preemptible:  # a job checkpointing to leave still holds the room it frees
+            running = [jobs[i] for i in sorted(self._running_idx)]
+            leaving = any(j.leaving for j in running)
+            victims = [job_victim(j) for j in running if j.spec.replicas == 1 and not j.leaving]
         plan = plan_cycle(
             self.state, [self._unit(j) for j in cand], self.ctl.placement, self.rng,
             backfill=self.ctl.backfill, now=self.now, victims=victims, evicting=leaving,
