@@ -10,7 +10,8 @@ forget an undo on an early return, and they can nest: a statement may start insi
 is undone before it.
 
 Used as a context manager a statement discards on exit unless it was committed — the safe
-default for a what-if.
+default for a what-if. Nodes must not be added or removed while a statement is open (its undo
+log names them by row).
 """
 
 from __future__ import annotations
