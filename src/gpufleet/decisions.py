@@ -102,4 +102,24 @@ class Pin:
     reason: str = ""
 
 
-Decision = Bind | Preempt | Launch | Terminate | Requeue | Pin
+@dataclass(frozen=True, slots=True)
+class Refuse:
+    """Leave ``job_id`` pending, saying why: the scheduling cycle's answer for a unit it could
+    not place (the live driver writes ``message`` on the pod's ``PodScheduled=False`` condition
+    and one Event per new message; the simulator has no one to tell). ``never``: no node of
+    this fleet could ever host it, as opposed to "not now"."""
+
+    job_id: str
+    message: str
+    never: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Cordon:
+    """Mark ``node`` unschedulable (before draining it, or when its instance is going away)."""
+
+    node: str
+    reason: str = ""
+
+
+Decision = Bind | Preempt | Launch | Terminate | Requeue | Pin | Refuse | Cordon

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpufleet.decisions import Bind, Preempt
-from gpufleet.k8s.schedule.cycle import Refuse, plan_cycle
+from gpufleet.decisions import Bind, Preempt, Refuse
+from gpufleet.k8s.schedule.cycle import plan_cycle
 from gpufleet.k8s.translate.snapshot import build_snapshot
 from gpufleet.placement import get_policy
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from gpufleet.cloud.provider import InterruptionKind
-from gpufleet.decisions import Preempt
-from gpufleet.k8s.disruption.drain import Cordon, plan_drain
+from gpufleet.decisions import Cordon, Preempt
+from gpufleet.k8s.disruption.drain import plan_drain
 from gpufleet.k8s.disruption.interruption import InterruptionMark
 from gpufleet.k8s.disruption.recovery_clock import RecoveryClock
 from gpufleet.k8s.translate import names

@@ -8,6 +8,7 @@ from gpufleet.k8s.translate.pods import (
     assignment_of,
     binding_annotations,
     pod_info,
+    requeued_keys,
     tolerated,
     tolerates,
 )
@@ -123,3 +124,52 @@ def test_tolerations_follow_kubernetes_rules() -> None:
     assert not tolerates({"key": "karpenter.sh/capacity-type", "operator": "Exists",
                           "effect": "NoExecute"}, t)
     assert tolerated([{"key": "a", "operator": "Exists"}], [t, "a:NoSchedule"]) == {"a:NoSchedule"}
+
+
+def job_pod(name: str, t: int, *, index: str | None = "0", owner: str = "j1",
+            ann: dict | None = None, phase: str = "Pending", conditions: list | None = None,
+            exit_code: int | None = None) -> dict:
+    body = pod(name, {"nvidia.com/gpu": "1"}, ann={
+        **({"batch.kubernetes.io/job-completion-index": index} if index is not None else {}),
+        **(ann or {})})
+    body["metadata"]["creationTimestamp"] = f"2026-01-01T00:00:{t:02d}Z"
+    body["metadata"]["ownerReferences"] = [{"kind": "Job", "name": owner, "uid": "uid-" + owner,
+                                            "controller": True}]
+    body["status"] = {"phase": phase, "conditions": conditions or []}
+    if exit_code is not None:
+        body["status"]["containerStatuses"] = [
+            {"name": "c", "state": {"terminated": {"exitCode": exit_code}}}]
+    return body
+
+
+EVICTED = [{"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}]
+
+
+# (case, pods, the pending pods requeued_keys names)
+REQUEUE_CASES = [
+    ("the replacement of an evicted pod (same Job, same index, created later)",
+     [job_pod("old", 1, phase="Failed", conditions=EVICTED), job_pod("new", 5)], {"ns/new"}),
+    ("the replacement of a pod that exited 75 (checkpointed, asked to be rescheduled)",
+     [job_pod("old", 1, phase="Failed", exit_code=75), job_pod("new", 5)], {"ns/new"}),
+    ("a pod that crashed (exit 1) is a retry, not requeued work",
+     [job_pod("old", 1, phase="Failed", exit_code=1), job_pod("new", 5)], set()),
+    ("another index of the Job was evicted: not this pod's predecessor",
+     [job_pod("old", 1, index="1", phase="Failed", conditions=EVICTED), job_pod("new", 5)],
+     set()),
+    ("another Job's pod was evicted", [job_pod("old", 1, owner="j2", phase="Failed",
+                                               conditions=EVICTED), job_pod("new", 5)], set()),
+    ("the evicted pod is gone, the Job controller counted the ignored failure on the new one",
+     [job_pod("new", 5, ann={"batch.kubernetes.io/job-index-ignored-failure-count": "1"})],
+     {"ns/new"}),
+    ("a first pod of an Indexed Job (count 0) is new work",
+     [job_pod("new", 5, ann={"batch.kubernetes.io/job-index-ignored-failure-count": "0"})],
+     set()),
+    ("a non-indexed Job: same owner, no index, still counts",
+     [job_pod("old", 1, index=None, phase="Failed", conditions=EVICTED),
+      job_pod("new", 5, index=None)], {"ns/new"}),
+]
+
+
+def test_requeued_keys_case_table() -> None:
+    for case, pods, want in REQUEUE_CASES:
+        assert requeued_keys(pod_info(p) for p in pods) == want, case

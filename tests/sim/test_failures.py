@@ -100,7 +100,7 @@ def test_failure_process_rate_conservation_and_checkpoint_value() -> None:
         cs = sim.sim
         runs[name] = s
         assert s["jobs_finished"] == len(jobs) and s["jobs_lost"] == 0
-        assert all(j.state == DONE for j in cs.jobs) and cs.done == len(jobs)
+        assert all(j.state == DONE for j in cs.jobs) and cs.life.done == len(jobs)
         assert s["allocated_gpu_hours"] <= s["provisioned_gpu_hours"] + 1e-9
         bill = sum(round(n.usd_per_hour * MICRO) * math.ceil(n.ended_s - n.launched_s) // 3600
                    for n in cs.cloud.nodes.values())

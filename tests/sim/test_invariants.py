@@ -9,7 +9,7 @@ import math
 import pytest
 
 from gpufleet.config import Scenario, builtin_scenarios
-from gpufleet.sim import cluster as cluster_mod
+from gpufleet.sim import jobs as jobs_mod
 from gpufleet.sim.invariants import assert_accounting, check_accounting, job_allocated_gpu_s
 from gpufleet.sim.jobrun import DONE, RUNNING, JobRun
 from gpufleet.sim.runner import Simulation
@@ -155,13 +155,13 @@ def test_mutation_reintroducing_the_gang_double_count_is_caught(
 ) -> None:
     """Put the old bug back (a job already checkpointing at a notice is interrupted again by
     its second node's notice): the checker reports the gang, and the fleet once it finished."""
-    real = cluster_mod.ClusterSim._interrupt
+    real = jobs_mod.JobLifecycle.interrupt
 
     def forgetful(self, j, *args, **kw):  # type: ignore[no-untyped-def]
         j.leaving = False  # forget that the job is already leaving
         return real(self, j, *args, **kw)
 
-    monkeypatch.setattr(cluster_mod.ClusterSim, "_interrupt", forgetful)
+    monkeypatch.setattr(jobs_mod.JobLifecycle, "interrupt", forgetful)
     sim = spot_gang_sim()
     cs = sim.sim
     sim.run_until(5 * HOUR)

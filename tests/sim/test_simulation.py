@@ -133,7 +133,7 @@ def test_books_balance_in_every_builtin_scenario(name: str) -> None:
     # every job ends exactly once
     assert s["jobs_finished"] == len(jobs) and s["jobs_lost"] == 0
     assert all(j.state == DONE and j.finish_s is not None for j in cs.jobs)
-    assert cs.done == len(jobs) and cs.running == 0 and not cs.pending
+    assert cs.life.done == len(jobs) and cs.life.running == 0 and not cs.pending
     # allocated >= useful + lost, per job and fleet-wide, against the allocation ledger
     assert check_accounting(cs) == []
     assert s["allocated_gpu_hours"] >= s["useful_gpu_hours"] + s["lost_gpu_hours"] - 1e-9
@@ -208,7 +208,7 @@ def test_snapshot_contract() -> None:
     assert snap.time_s == 4 * 3600.0
     assert snap.nodes and snap.gpus
     assert {n.capacity_type for n in snap.nodes} <= {"spot", "on-demand"}
-    assert sum(snap.jobs_running.values()) == sim.sim.running
+    assert sum(snap.jobs_running.values()) == sim.sim.life.running
     assert sum(snap.jobs_pending.values()) == len(sim.sim.pending)
     assert 0.0 <= snap.fragmentation_ratio <= 1.0
     assert all(0.0 <= g.util_pct <= 100.0 for g in snap.gpus)

@@ -41,10 +41,14 @@ def effective_shape(j: Queued) -> int:
     return j.shape * 2 + (1 if j.on_demand_only else 0)
 
 
+def is_urgent(j: Queued) -> bool:
+    """A deadline job pinned to on-demand (its slack ran out): ahead of older work."""
+    return j.on_demand_only and j.spec.deadline_s is not None
+
+
 def order_key(j: Queued, seq: int) -> tuple:
     """Sort key of ``j`` (see the module docstring); ``seq`` breaks ties in arrival order."""
-    urgent = j.on_demand_only and j.spec.deadline_s is not None
-    return queue_key(j.spec.priority, j.requeued, j.enqueued_s, seq, urgent)
+    return queue_key(j.spec.priority, j.requeued, j.enqueued_s, seq, is_urgent(j))
 
 
 class PendingQueue:

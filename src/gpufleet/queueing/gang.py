@@ -1,9 +1,9 @@
 """Gang admission: a multi-node job gets every replica placed, in one zone, or none.
 
 Each replica is placed with the (pure) placement policy against the state *as it would be* after
-the earlier replicas, so two replicas never claim the same GPUs. The trial allocations are undone
-before returning: the caller sees an unchanged state and a list of placements to apply — the same
-contract as a single placement call.
+the earlier replicas, so two replicas never claim the same GPUs. The trial allocations (one
+``queueing.statement.Statement``) are undone before returning: the caller sees an unchanged
+state and a list of placements to apply — the same contract as a single placement call.
 
 One zone: the replicas of a distributed training job exchange gradients every step, so they run
 in one cluster placement group, which AWS (and every cloud) confines to one availability zone.
@@ -22,6 +22,7 @@ import numpy as np
 from gpufleet.placement import PlacementResult, Unschedulable
 from gpufleet.placement.mig import bind_masks
 from gpufleet.placement.policy import Policy
+from gpufleet.queueing.statement import Statement
 from gpufleet.state import GPU_MILLI, FleetState, ResourceRequest
 
 
@@ -73,23 +74,17 @@ def _place_all(
     state: FleetState,
     req: ResourceRequest,
     replicas: int,
-    policy: object,
+    policy: Policy,
     rng: np.random.Generator,
     job_id: str,
 ) -> list[PlacementResult] | Unschedulable:
     placed: list[PlacementResult] = []
-    binds = []
-    try:
+    with Statement(state) as trial:  # every replica's trial allocation is undone on return
         for r in range(replicas):
             res = policy.place(state, req, rng)
             if not isinstance(res, PlacementResult):
                 return Unschedulable(f"replica {r + 1}/{replicas}: {res.reason}", res.status)
             bind = res.to_bind(state, f"{job_id}#{r}")
-            masks = bind_masks(state, bind, policy.catalog)
-            state.allocate(req, bind, masks)
-            binds.append((bind, masks))
+            trial.allocate(req, bind, bind_masks(state, bind, policy.catalog))
             placed.append(res)
         return placed
-    finally:
-        for bind, masks in reversed(binds):
-            state.release(req, bind, masks)

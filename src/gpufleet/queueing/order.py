@@ -23,6 +23,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+K = TypeVar("K", bound=Hashable)  # how a driver names a queued unit (a job id, an index)
 
 
 def queue_key(
@@ -33,10 +36,10 @@ def queue_key(
 
 
 @dataclass(slots=True)
-class PassResult:
-    started: list[str] = field(default_factory=list)
+class PassResult(Generic[K]):
+    started: list[K] = field(default_factory=list)
     blocked: set[Hashable] = field(default_factory=set)
-    stopped_for: str | None = None  # job id of a starving head that stopped backfill
+    stopped_for: K | None = None  # the starving head that stopped backfill
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,17 +48,17 @@ class BackfillPass:
 
     def run(
         self,
-        ordered: Iterable[tuple[str, Hashable, float]],
+        ordered: Iterable[tuple[K, Hashable, float]],
         now: float,
-        try_place: Callable[[str], bool],
+        try_place: Callable[[K], bool],
         shapes_present: int,
         blocked: set[Hashable] | None = None,
-    ) -> PassResult:
+    ) -> PassResult[K]:
         """Walk ``(job_id, shape, enqueued_s)`` in queue order; ``try_place`` applies a fit.
 
         ``blocked`` carries shapes already known not to fit (capacity has not grown since).
         """
-        res = PassResult(blocked=set(blocked or ()))
+        res: PassResult[K] = PassResult(blocked=set(blocked or ()))
         head_seen = False
         for job_id, shape, enqueued_s in ordered:
             if len(res.blocked) >= shapes_present:

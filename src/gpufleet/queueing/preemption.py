@@ -7,8 +7,9 @@ pod would then fit on that node; if so, give victims back one by one, highest pr
 only the pods that must go are evicted. Among the candidate nodes the winner has the lowest
 highest-victim priority, then the fewest victims, then the lowest priority sum, then the name.
 
-Pure like placement and gang admission: the trial releases are undone before returning and the
-answer is data (``Preempt`` decisions for the victims, or None when preemption cannot help).
+Pure like placement and gang admission: the trial releases (one
+``queueing.statement.Statement`` per candidate node) are undone before returning and the answer
+is data (``Preempt`` decisions for the victims, or None when preemption cannot help).
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpufleet.decisions import Bind, Preempt
+from gpufleet.placement.policy import Policy
 from gpufleet.placement.view import pod_view
+from gpufleet.queueing.statement import Statement
 from gpufleet.state import FleetState, ResourceRequest
 
 
@@ -41,9 +44,9 @@ class PreemptionPlan:
     preempts: tuple[Preempt, ...]
 
 
-def _fits_on(state: FleetState, req: ResourceRequest, row: int, policy: object) -> bool:
-    view = pod_view(state, req, policy.catalog)  # type: ignore[attr-defined]
-    rows, _ = policy.feasible(view)  # type: ignore[attr-defined]
+def _fits_on(state: FleetState, req: ResourceRequest, row: int, policy: Policy) -> bool:
+    view = pod_view(state, req, policy.catalog)
+    rows, _ = policy.feasible(view)
     return bool(np.any(rows == row))
 
 
@@ -52,7 +55,7 @@ def plan_preemption(
     req: ResourceRequest,
     priority: int,
     victims: Sequence[Victim],
-    policy: object,
+    policy: Policy,
     preemptor: str = "",
 ) -> PreemptionPlan | None:
     by_node: dict[str, list[Victim]] = {}
@@ -63,30 +66,22 @@ def plan_preemption(
     for node in sorted(by_node):
         row = state.index[node]
         cands = by_node[node]
-        released: list[Victim] = []
-        try:
+        evict: list[Victim] = []
+        with Statement(state) as what_if:  # the node's releases and reprieves, undone at the end
             for v in cands:
-                state.release(v.request, v.bind, v.masks)
-                released.append(v)
+                what_if.release(v.request, v.bind, v.masks)
             if not _fits_on(state, req, row, policy):
                 continue
-            evict: list[Victim] = []
             for v in sorted(cands, key=lambda v: (-v.priority, -v.started_s, v.job_id)):
-                state.allocate(v.request, v.bind, v.masks)
-                released.remove(v)
+                what_if.allocate(v.request, v.bind, v.masks)
                 if not _fits_on(state, req, row, policy):
-                    state.release(v.request, v.bind, v.masks)
-                    released.append(v)
+                    what_if.release(v.request, v.bind, v.masks)
                     evict.append(v)
-            if not evict:
-                continue  # it fits without evicting anyone: placement's job, not ours
-            key = (max(v.priority for v in evict), len(evict), sum(v.priority for v in evict),
-                   node)
-            if best is None or key < best[0]:
-                best = (key, node, evict)
-        finally:
-            for v in released:
-                state.allocate(v.request, v.bind, v.masks)
+        if not evict:
+            continue  # it fits without evicting anyone: placement's job, not ours
+        key = (max(v.priority for v in evict), len(evict), sum(v.priority for v in evict), node)
+        if best is None or key < best[0]:
+            best = (key, node, evict)
     if best is None:
         return None
     _, node, evict = best

@@ -7,7 +7,7 @@ The driver contract (what any driver, this one or the Kubernetes one, implements
    records; nothing else reads the world. Here: ``sim.events`` (event kinds and their order),
    ``sim.nodes`` (node lifecycle and snapshot rows), ``sim.books`` (ledger and series),
    ``sim.jobs`` (the job lifecycle: enqueue, bind, start, stop, finish, interrupt, requeue,
-   checkpoint, and the scheduling pass; ``ClusterSim`` inherits it), the node handlers below.
+   checkpoint, and the scheduling pass; a component ``ClusterSim`` holds), the node handlers.
 2. *Ask the control layer, with the clock and the snapshot.* Admission (``control.admission``)
    on submit; the pending queue (``control.queue``); the deadline guards (``control.deadline``)
    on arrival, before scale-up and on every availability tick (``market_signal``); when to
@@ -26,9 +26,8 @@ The driver contract (what any driver, this one or the Kubernetes one, implements
    one, as a fleet request with prioritised overrides would).
 
 What stays here is the world and its plumbing: the event loop, the node event handlers, which
-job is where, and ``_apply``. Left: ``JobLifecycle`` is a mixin that reads the driver's
-attributes (listed on it) rather than a component with its own narrow interface; the disruption
-and deadline *views* are still assembled here from ``SimNode``/``JobRun`` fields.
+job is where, and ``_apply``. Left: the disruption and deadline *views* are still assembled here
+from ``SimNode``/``JobRun`` fields.
 
 Hot-path notes (82k Philly jobs must replay in well under a minute): a scheduling pass runs once
 per timestamp at most; when no capacity was freed since the last pass only the newly arrived
@@ -70,7 +69,7 @@ from gpufleet.market.spot_model import SpotMarket
 from gpufleet.provisioning import InFlight, NodeView, Unprovisioned
 from gpufleet.recovery import SpotExposure
 from gpufleet.sim.books import Series, Tally
-from gpufleet.sim.cloud import SimNode
+from gpufleet.sim.cloud import SimCloud, SimNode
 from gpufleet.sim.engine import Engine
 from gpufleet.sim.events import (
     ARRIVAL,
@@ -87,10 +86,11 @@ from gpufleet.sim.events import (
 from gpufleet.sim.jobrun import INF, PENDING, RUNNING, JobRun
 from gpufleet.sim.jobs import JobLifecycle
 from gpufleet.sim.nodes import Allocation, Became, SimFleet
+from gpufleet.state import FleetState
 from gpufleet.traces.jobs import JobSpec
 
 
-class ClusterSim(JobLifecycle):
+class ClusterSim:
     """One scenario over one workload; ``run_until`` advances it."""
 
     def __init__(
@@ -123,25 +123,24 @@ class ClusterSim(JobLifecycle):
         self.exposure = SpotExposure()
         self.nodes = SimFleet(self.market, self.offers, scenario.pricing,
                               scenario.utilization_threshold, self.exposure)
-        self.pending = PendingQueue()
         self.unprovisioned: tuple[Unprovisioned, ...] = ()  # the last scale-up's leftovers
-        self.running = 0
-        self.done = 0
         self.arrived = 0
-        self._new: list[int] = []
-        self._freed = True
-        self._blocked: set[int] = set()
-        self._pass_at: float | None = None
-        self._recent_recoveries: list[float] = []
         self.finished = False
         self.end_s: float | None = None
         self.deadlines = deadline_guards(scenario, jobs, self.market is not None,
                                          self.market.availability_gap(scenario.price_tick_s)
                                          if self.market is not None else 0.0, self.ctl.guards)
+        self.life = JobLifecycle(
+            scenario=scenario, engine=self.engine, jobs=self.jobs, controls=self.ctl,
+            tally=self.tally, nodes=self.nodes, exposure=self.exposure,
+            gpu_catalog=self.gpu_catalog, gpu_mtbf_s=self.gpu_mtbf_s, deadlines=self.deadlines,
+            rng=self.rng, at=self._at, apply=self._apply, scan_at=self._scan_at,
+            node_changed=self._node_changed, finish=self._finish)
         self._periodic = 0
+        life = self.life
         self._handlers = [
-            self._on_arrival, self._on_finish, self._on_ready, self._on_notice, self._on_gone,
-            self._on_scan, self._on_pass, self._on_sample, self._on_ckpt_done, self._on_deadline,
+            self._on_arrival, life.on_finish, self._on_ready, self._on_notice, self._on_gone,
+            self._on_scan, life.on_pass, self._on_sample, life.on_ckpt_done, self._on_deadline,
             self._on_fail,
         ]
         for j in self.jobs:
@@ -151,6 +150,22 @@ class ClusterSim(JobLifecycle):
             self._fixed_fleet(jobs)
         if self.deadlines is not None:
             self._periodic_at(0.0, DEADLINE)
+
+    @property
+    def now(self) -> float:
+        return self.engine.now
+
+    @property
+    def state(self) -> FleetState:
+        return self.nodes.state
+
+    @property
+    def cloud(self) -> SimCloud:
+        return self.nodes.cloud
+
+    @property
+    def pending(self) -> PendingQueue:
+        return self.life.pending
 
     # -- setup --------------------------------------------------------------------------------
     def _job(self, i: int, spec: JobSpec) -> JobRun:
@@ -230,8 +245,8 @@ class ClusterSim(JobLifecycle):
                 self.ctl.placement.set_typical_tasks(tasks)
         dl = self.deadlines
         if dl is not None and dl.watches(j.spec, tolerates_spot(j.req)):
-            self._apply(dl.on_arrival(idx, self._deadline_view(j), self.now))
-        self._enqueue(j)
+            self._apply(dl.on_arrival(idx, self.life.deadline_view(j), self.now))
+        self.life.enqueue(j)
 
     # -- nodes (the world side: sim.nodes) ------------------------------------------------
     def _launch_one(
@@ -257,8 +272,7 @@ class ClusterSim(JobLifecycle):
             self._at(self.now + self.fail_rng.exponential(self.gpu_mtbf_s / node.gpus), FAIL,
                      name)
         self._scan_at(self.ctl.scan.node_ready(self.now))
-        self._freed = True
-        self._want_pass()
+        self.life.capacity_freed()
 
     def _node_changed(self, node: SimNode) -> None:
         became = self.nodes.changed(node, self.now)
@@ -293,7 +307,7 @@ class ClusterSim(JobLifecycle):
         was_provisioning = node.state == "provisioning"
         self._retire(node)
         for idx in list(node.jobs):
-            self._interrupt(self.jobs[idx], notice, "spot notice")
+            self.life.interrupt(self.jobs[idx], notice, "spot notice")
         self._at(self.now + (0.0 if was_provisioning else notice), GONE, name)
 
     def _on_gone(self, name: str) -> None:
@@ -301,9 +315,9 @@ class ClusterSim(JobLifecycle):
         for idx in list(node.jobs):  # jobs still checkpointing when the node dies
             j = self.jobs[idx]
             if j.state == RUNNING and j.binds:
-                self._ckpt_done_now(j, failed=True)
+                self.life.ckpt_done_now(j, failed=True)
         self._end_node(node, self.now)
-        if replaces_lost_node(self.sc.autoscaling, not self._all_done(), node.reclaimed,
+        if replaces_lost_node(self.sc.autoscaling, not self.life.all_done(), node.reclaimed,
                               failed=False):
             self._replace(self.fleet.reclaimed(node.itype, node.mig, self.now),
                           self.sc.provisioning_delay_s)
@@ -322,21 +336,20 @@ class ClusterSim(JobLifecycle):
         self._retire(node)
         leaving = {idx for idx in node.jobs if self.jobs[idx].leaving}
         for idx in list(node.jobs):
-            if self._interrupt(self.jobs[idx], 0.0, "node failure"):
+            if self.life.interrupt(self.jobs[idx], 0.0, "node failure"):
                 self.tally.failure_interruptions += 1
         for idx in list(node.jobs):  # a zero-cost checkpoint "fits" a zero notice: done now
             j = self.jobs[idx]
             if j.state == RUNNING and j.binds:
-                self._ckpt_done_now(j, failed=idx in leaving)
+                self.life.ckpt_done_now(j, failed=idx in leaving)
         self._end_node(node, self.now)
-        if replaces_lost_node(self.sc.autoscaling, not self._all_done(), reclaimed=False,
+        if replaces_lost_node(self.sc.autoscaling, not self.life.all_done(), reclaimed=False,
                               failed=True):
             rep = self.fleet.failed(name, node.itype, node.spot, node.mig, self.now)
             self._replace(rep, self.sc.provisioning_delay_s)
         # an autoscaled fleet replaces the capacity through scale-up: requeueing the node's jobs
         # (above) scans at once
 
-    # -- interruptions and recovery -----------------------------------------------------------
     # -- autoscaler scan ----------------------------------------------------------------------
     def _scan_at(self, t: float | None) -> None:
         if t is not None:
@@ -352,12 +365,12 @@ class ClusterSim(JobLifecycle):
         launched = 0
         dl = self.deadlines
         if dl is not None and dl.arrivals_to_check():
-            views = {i: self._deadline_view(self.jobs[i]) for i in dl.arrivals_to_check()}
+            views = {i: self.life.deadline_view(self.jobs[i]) for i in dl.arrivals_to_check()}
             self._apply(dl.check_arrivals(views, self.now))
         if self.ctl.scan.scale_up_due(self.now, bool(self.pending)):
             launched = self._scale_up()
         self._disrupt()
-        more_work = bool(self.running or self.nodes.booting or self.arrived < len(self.jobs)
+        more_work = bool(self.life.running or self.nodes.booting or self.arrived < len(self.jobs)
                          or launched)
         self._scan_at(self.ctl.scan.after_scan(
             self.now, bool(self.pending), more_work,
@@ -423,7 +436,7 @@ class ClusterSim(JobLifecycle):
         if cmd is None:
             return
         self.tally.consolidations += sum(1 for d in cmd.decisions if isinstance(d, Preempt)
-                                         and self._running(d.job_id))
+                                         and self.life.is_running(d.job_id))
         self.tally.replacements += self._apply(list(cmd.decisions))
 
     def _view(self, n: SimNode, room_only: bool = False) -> NodeView:
@@ -440,13 +453,13 @@ class ClusterSim(JobLifecycle):
     # -- deadline-aware spot fallback ---------------------------------------------------------
     def _on_deadline(self, _: object) -> None:
         dl = self.deadlines
-        if self._all_done() or dl is None:
+        if self.life.all_done() or dl is None:
             return
         now = self.now
         avail, spot_p, od_p = market_signal(
             {n: t.gpus for n, t in self.types.items()},
             {n: float(t.usd_per_hour) for n, t in self.types.items()}, self.market, now)
-        views = {i: self._deadline_view(self.jobs[i]) for i in dl.live
+        views = {i: self.life.deadline_view(self.jobs[i]) for i in dl.live
                  if self.jobs[i].state in (PENDING, RUNNING)}
         self._apply(dl.tick(views, now, avail, spot_p, od_p))
         self._periodic_at(now + dl.gap_s, DEADLINE)
@@ -459,7 +472,7 @@ class ClusterSim(JobLifecycle):
         for d in decisions:
             match d:
                 case Bind():
-                    self._bind(d)
+                    self.life.bind(d)
                 case Launch():
                     launched += self._apply_launch(d)
                 case Terminate(node=name, only_if_empty=empty_only):
@@ -470,19 +483,19 @@ class ClusterSim(JobLifecycle):
                     wait = max((self.jobs[i].ckpt_cost for i in node.jobs), default=0.0)
                     self._at(self.now + wait, GONE, name)
                 case Pin(job_id, capacity_type):
-                    j = self._job_by_id(job_id)
+                    j = self.life.job_by_id(job_id)
                     assert j is not None, job_id
                     if capacity_type == CapacityType.ON_DEMAND:
                         self.tally.deadline_switches += 1
-                    self._set_on_demand_only(j, capacity_type == CapacityType.ON_DEMAND)
+                    self.life.set_on_demand_only(j, capacity_type == CapacityType.ON_DEMAND)
                 case Preempt(job_id, reason):
-                    j = self._job_by_id(job_id)
+                    j = self.life.job_by_id(job_id)
                     if j is not None and j.state == RUNNING:
-                        self._interrupt(j, INF, reason, graceful=True)
+                        self.life.interrupt(j, INF, reason, graceful=True)
                 case Requeue(job_id):
-                    j = self._job_by_id(job_id)
+                    j = self.life.job_by_id(job_id)
                     if j is not None and j.state == RUNNING and not j.leaving:
-                        self._requeue(j, d)
+                        self.life.requeue(j, d)
                 case _:
                     raise TypeError(f"decision not applied here: {d!r}")
         return launched

@@ -1,19 +1,20 @@
 """A job's lifecycle in the simulated cluster: enqueue, bind, start, stop, finish, interrupt,
-requeue, checkpoint — and the books each transition keeps (running and done counts, the lost-work
-and allocation tallies, recoveries).
+requeue, checkpoint — the books each transition keeps (running and done counts, the lost-work
+and allocation tallies, recoveries) — and the scheduling pass.
 
-:class:`JobLifecycle` is a part of the driver (``sim.cluster.ClusterSim`` inherits it), kept in
-its own module so that the driver module holds only event plumbing, node events and ``_apply``.
-The transitions here are the world's; every *choice* is still the control layer's and arrives as
-a ``Decision`` through the driver's ``_apply`` (a recovery strategy's ``Requeue`` from
-``_interrupt``, a deadline guard's ``Pin`` into ``_set_on_demand_only``).
+:class:`JobLifecycle` is a component of the driver (``sim.cluster.ClusterSim`` holds one) with
+its dependencies named in its constructor: the scenario, the engine (the clock), the job
+records, the control layer's policies (``Controls``), the books, the simulated nodes and their
+snapshot, the spot exposure clock, the deadline guards, the placement RNG — and four calls back
+into the driver: ``at`` (schedule an event), ``apply`` (apply decisions: the driver's one
+place), ``scan_at`` (a scan at the time the scan clock names), ``node_changed`` (a node's load
+changed) and ``finish`` (the run is over).
 
-The scheduling pass lives here too (``_want_pass``/``_on_pass``/``_try_start``: the queueing
-policy's backfill pass over the pending queue, the placement policy's ``Bind``s applied through
-``_apply``). What it needs from the driver (the attributes annotated below, and these
-methods): ``_at`` (schedule an event), ``_apply`` (apply decisions), ``_scan_at`` (a scan at
-the time the scan clock names), ``_node_changed`` (a node's load changed), ``_finish`` (the run
-is over).
+The transitions here are the world's; every *choice* is the control layer's and arrives as a
+``Decision`` through ``apply``: the scheduling pass is ``control.cycle.plan_cycle`` on this
+driver's translation of its jobs (:func:`job_unit`, :func:`job_victim`), whose ``Bind``s and
+``Preempt``s go through ``apply``; a recovery strategy's ``Requeue`` comes from ``interrupt``; a
+deadline guard's ``Pin`` goes into ``set_on_demand_only``.
 """
 
 from __future__ import annotations
@@ -25,13 +26,13 @@ import numpy as np
 from gpufleet.catalog.gpus import GpuCatalog
 from gpufleet.config import Scenario
 from gpufleet.control.admission import request_now
+from gpufleet.control.cycle import CyclePlan, PendingUnit, plan_cycle
 from gpufleet.control.deadline import DeadlineGuards, DeadlineView
 from gpufleet.control.policies import Controls
-from gpufleet.control.queue import PendingQueue, effective_shape
-from gpufleet.decisions import Bind, Decision, Requeue
-from gpufleet.placement import PlacementResult
+from gpufleet.control.queue import PendingQueue, effective_shape, is_urgent
+from gpufleet.decisions import Bind, CapacityType, Decision, Requeue
 from gpufleet.placement.mig import bind_masks
-from gpufleet.queueing.gang import place_gang
+from gpufleet.queueing.preemption import Victim
 from gpufleet.recovery import NoticeView, SpotExposure, checkpoint_interval
 from gpufleet.sim.books import Tally, held_milli
 from gpufleet.sim.cloud import SimCloud, SimNode
@@ -42,34 +43,78 @@ from gpufleet.sim.nodes import SimFleet
 from gpufleet.state import FleetState
 
 
-class JobLifecycle:
-    """The job transitions of ``ClusterSim`` (see the module docstring for the contract)."""
+def job_unit(j: JobRun) -> PendingUnit:
+    """The simulator's translation of a pending job for ``control.cycle``: its replicas are the
+    members (``job#0``…, all needed together), its place in the queue the key
+    ``control.queue`` gave it (priority, urgent, requeued, enqueued time, sequence), a pin to
+    on-demand its ``pin``; every node is eligible (the request's constraints say the rest)."""
+    sid = j.spec.job_id
+    n = j.spec.replicas
+    return PendingUnit(
+        sid, j.req, j.spec.priority, tuple(f"{sid}#{r}" for r in range(n)), n,
+        submit_s=j.enqueued_s, seq=j.key[-1], requeued=j.requeued, urgent=is_urgent(j),
+        pin=CapacityType.ON_DEMAND if j.on_demand_only else None, shape=effective_shape(j))
 
-    sc: Scenario
-    engine: Engine
-    jobs: list[JobRun]
-    ctl: Controls
-    tally: Tally
-    pending: PendingQueue
-    nodes: SimFleet
-    exposure: SpotExposure
-    gpu_catalog: GpuCatalog
-    gpu_mtbf_s: float | None
-    deadlines: DeadlineGuards | None
-    running: int
-    done: int
-    _new: list[int]
-    _blocked: set[int]
-    _pass_at: float | None
-    rng: np.random.Generator
-    _freed: bool
-    _recent_recoveries: list[float]
-    _by_id: dict[str, JobRun]
-    _at: Callable[..., None]
-    _apply: Callable[[list[Decision]], int]
-    _scan_at: Callable[[float | None], None]
-    _node_changed: Callable[[SimNode], None]
-    _finish: Callable[[], None]
+
+def job_victim(j: JobRun) -> Victim:
+    """A running single-replica job as a preemption victim (a gang is not torn apart)."""
+    bind, masks = j.binds[0]
+    return Victim(j.spec.job_id, j.spec.priority, j.bound_s, request_now(j.req, j.on_demand_only),
+                  bind, masks)
+
+
+class JobLifecycle:
+    """The jobs of one simulation and their transitions (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        scenario: Scenario,
+        engine: Engine,
+        jobs: list[JobRun],
+        controls: Controls,
+        tally: Tally,
+        nodes: SimFleet,
+        exposure: SpotExposure,
+        gpu_catalog: GpuCatalog,
+        gpu_mtbf_s: float | None,
+        deadlines: DeadlineGuards | None,
+        rng: np.random.Generator,
+        at: Callable[..., None],
+        apply: Callable[[list[Decision]], int],
+        scan_at: Callable[[float | None], None],
+        node_changed: Callable[[SimNode], None],
+        finish: Callable[[], None],
+    ) -> None:
+        self.sc = scenario
+        self.engine = engine
+        self.jobs = jobs
+        self.ctl = controls
+        self.tally = tally
+        self.nodes = nodes
+        self.exposure = exposure
+        self.gpu_catalog = gpu_catalog
+        self.gpu_mtbf_s = gpu_mtbf_s
+        self.deadlines = deadlines
+        self.rng = rng
+        self._at = at
+        self._apply = apply
+        self._scan_at = scan_at
+        self._node_changed = node_changed
+        self._finish = finish
+        self.pending = PendingQueue()
+        self.running = 0
+        self.done = 0
+        self._by_id = {j.spec.job_id: j for j in jobs}
+        self._new: list[int] = []
+        self._freed = True
+        self._blocked: set = set()
+        self._pass_at: float | None = None
+        self._recent_recoveries: list[float] = []
+        self._units: dict[int, tuple[tuple, PendingUnit]] = {}
+        # preemption needs two priorities; a workload with one never builds victims
+        self._preemptible = len({j.spec.priority for j in jobs}) > 1
+        self._running_idx: set[int] = set()  # running jobs (single-replica ones are victims)
 
     @property
     def now(self) -> float:
@@ -83,14 +128,14 @@ class JobLifecycle:
     def cloud(self) -> SimCloud:
         return self.nodes.cloud
 
-    def _enqueue(self, j: JobRun) -> None:
+    def enqueue(self, j: JobRun) -> None:
         j.state = PENDING
         self.pending.push(j, self.now)
         self._new.append(j.idx)
-        self._want_pass()
+        self.want_pass()
         self._scan_at(self.ctl.scan.demand(self.now))
 
-    def _set_on_demand_only(self, j: JobRun, flag: bool) -> None:
+    def set_on_demand_only(self, j: JobRun, flag: bool) -> None:
         if j.on_demand_only == flag:
             return
         if j.state != PENDING:
@@ -98,12 +143,12 @@ class JobLifecycle:
             return
         self.pending.pin(j, flag)
         self._freed = True
-        self._want_pass()
+        self.want_pass()
         # a different request now: scale-up must look again (the pinned pod's spot node, if one
         # is booting, no longer absorbs it)
         self._scan_at(self.ctl.scan.demand(self.now))
 
-    def _deadline_view(self, j: JobRun) -> DeadlineView:
+    def deadline_view(self, j: JobRun) -> DeadlineView:
         running = j.state == RUNNING
         return DeadlineView(
             j.spec, j.state == PENDING, running, j.on_demand_only, j.on_spot,
@@ -111,10 +156,10 @@ class JobLifecycle:
             max(0.0, j.seg_start + j.overhead - self.now) if running else 0.0,
         )
 
-    def _bind(self, bind: Bind) -> None:
+    def bind(self, bind: Bind) -> None:
         """Apply one replica's ``Bind`` (MIG slices from its slots); the job starts with the
         last replica's."""
-        j = self._job_by_id(bind.job_id.rpartition("#")[0])
+        j = self.job_by_id(bind.job_id.rpartition("#")[0])
         assert j is not None and j.state == PENDING, bind
         if not j.binds:
             self.pending.remove(j)
@@ -138,6 +183,7 @@ class JobLifecycle:
             self.tally.recoveries.append(rec)
             self._recent_recoveries.append(rec)
         self.running += 1
+        self._running_idx.add(j.idx)
         self._at(j.finish_time(), FINISH, (j.idx, j.version))
 
     def _tau(self, j: JobRun, on_spot: bool) -> float:
@@ -168,11 +214,12 @@ class JobLifecycle:
             self._node_changed(node)
         j.binds = []
         self.running -= 1
+        self._running_idx.discard(j.idx)
         self._freed = True
         self.ctl.scan.pod_moved()
-        self._want_pass()
+        self.want_pass()
 
-    def _on_finish(self, payload: tuple[int, int]) -> None:
+    def on_finish(self, payload: tuple[int, int]) -> None:
         idx, version = payload
         j = self.jobs[idx]
         if j.version != version or j.state != RUNNING:
@@ -188,14 +235,14 @@ class JobLifecycle:
         if self.done == len(self.jobs):
             self._finish()
 
-    def _all_done(self) -> bool:
+    def all_done(self) -> bool:
         return self.done == len(self.jobs)
 
-    def _interrupt(self, j: JobRun, notice: float, why: str, graceful: bool = False) -> bool:
+    def interrupt(self, j: JobRun, notice: float, why: str, graceful: bool = False) -> bool:
         """Interrupt a running job once per leave: a job already leaving (checkpointing at an
         earlier notice, e.g. from another node of its gang) is not interrupted again — its
-        progress was settled then. The recovery strategy's ``Requeue`` is applied by ``_apply``.
-        Returns whether the job was interrupted now."""
+        progress was settled then. The recovery strategy's ``Requeue`` is applied through
+        ``apply``. Returns whether the job was interrupted now."""
         if j.state != RUNNING or j.leaving:
             return False
         done, saved = j.progress(self.now)
@@ -211,7 +258,7 @@ class JobLifecycle:
         self._apply([self.ctl.recovery.on_notice(view)])
         return True
 
-    def _requeue(self, j: JobRun, plan: Requeue) -> None:
+    def requeue(self, j: JobRun, plan: Requeue) -> None:
         """Apply a recovery strategy's ``Requeue``: book the work lost, then leave the nodes
         now or after a checkpoint (the GPUs stay held until it is written)."""
         now = self.now
@@ -219,20 +266,20 @@ class JobLifecycle:
         self.tally.lose(j, max(0.0, done - plan.resume_work_s))
         j.requeue(plan.resume_work_s, plan.ahead_of_new_work, plan.checkpoint_now, saved)
         if plan.on_demand_only:
-            self._set_on_demand_only(j, True)
+            self.set_on_demand_only(j, True)
         if plan.checkpoint_now:
             self._at(now + j.ckpt_cost, CKPT_DONE, (j.idx, j.version))
         else:
             self._stop(j, now)
-            self._enqueue(j)
+            self.enqueue(j)
 
-    def _on_ckpt_done(self, payload: tuple[int, int]) -> None:
+    def on_ckpt_done(self, payload: tuple[int, int]) -> None:
         idx, version = payload
         j = self.jobs[idx]
         if j.version == version and j.state == RUNNING and j.binds:
-            self._ckpt_done_now(j, failed=False)
+            self.ckpt_done_now(j, failed=False)
 
-    def _ckpt_done_now(self, j: JobRun, failed: bool) -> None:
+    def ckpt_done_now(self, j: JobRun, failed: bool) -> None:
         """The job leaves its nodes after checkpointing (``failed``: a node died first, so the
         job falls back to its previous checkpoint and the work since is lost)."""
         if failed:
@@ -240,15 +287,13 @@ class JobLifecycle:
             self.tally.lose(j, j.work_s - kept)
             j.work_s = kept
         self._stop(j, self.now)
-        self._enqueue(j)
+        self.enqueue(j)
 
-    def _running(self, job_id: str) -> bool:
-        j = self._job_by_id(job_id)
+    def is_running(self, job_id: str) -> bool:
+        j = self.job_by_id(job_id)
         return j is not None and j.state == RUNNING
 
-    def _job_by_id(self, job_id: str) -> JobRun | None:
-        if not hasattr(self, "_by_id"):
-            self._by_id = {j.spec.job_id: j for j in self.jobs}
+    def job_by_id(self, job_id: str) -> JobRun | None:
         return self._by_id.get(job_id)
 
     def take_recoveries(self) -> tuple[float, ...]:
@@ -257,49 +302,56 @@ class JobLifecycle:
         return out
 
     # -- the scheduling pass (pending jobs to Binds) ----------------------------------------
-    def _want_pass(self) -> None:
+    def capacity_freed(self) -> None:
+        """Capacity grew (a node is ready): every pending job is tried again."""
+        self._freed = True
+        self.want_pass()
+
+    def want_pass(self) -> None:
         if self._pass_at != self.now:
             self._pass_at = self.now
             self._at(self.now, PASS)
 
-    def _on_pass(self, _: object) -> None:
+    def on_pass(self, _: object) -> None:
+        plan = self.plan_pass()
+        if plan is not None:
+            self._apply([*plan.binds, *plan.evictions])
+
+    def plan_pass(self) -> CyclePlan | None:
+        """One ``control.cycle`` over the jobs worth trying: every pending job when capacity
+        was freed since the last pass, else only the new arrivals (a shape that failed stays
+        blocked until capacity grows). None when there is nothing to try."""
         self._pass_at = None
         if not self.pending:
             self._new.clear()
-            return
+            return None
         jobs = self.jobs
         if self._freed:
             self._freed = False
             self._blocked = set()
-            cand = [(i, effective_shape(jobs[i]), jobs[i].enqueued_s) for _, i in self.pending]
+            cand = [jobs[i] for _, i in self.pending]
         else:
-            new = sorted(
-                (jobs[i] for i in self._new if jobs[i].state == PENDING), key=lambda j: j.key
-            )
-            cand = [(j.idx, effective_shape(j), j.enqueued_s) for j in new]
+            cand = [jobs[i] for i in dict.fromkeys(self._new) if jobs[i].state == PENDING]
         self._new.clear()
         if not cand:
-            return
-        res = self.ctl.backfill.run(
-            cand, self.now, self._try_start, len(self.pending.shapes), self._blocked
-        )
-        self._blocked = res.blocked
+            return None
+        victims: list[Victim] = []
+        leaving = False
+        if self._preemptible:  # a job checkpointing to leave still holds the room it frees
+            running = [jobs[i] for i in sorted(self._running_idx)]
+            leaving = any(j.leaving for j in running)
+            victims = [job_victim(j) for j in running if j.spec.replicas == 1 and not j.leaving]
+        plan = plan_cycle(
+            self.state, [self._unit(j) for j in cand], self.ctl.placement, self.rng,
+            backfill=self.ctl.backfill, now=self.now, victims=victims, evicting=leaving,
+            blocked=self._blocked, shapes_present=len(self.pending.shapes), explain=False)
+        self._blocked = plan.blocked
+        return plan
 
-    def _try_start(self, idx: int) -> bool:
-        """Place a pending job (all replicas of a gang or none): its ``Bind``s are applied."""
-        j = self.jobs[idx]
-        req = request_now(j.req, j.on_demand_only)
-        state = self.state
-        if j.spec.replicas == 1:
-            res = self.ctl.placement.place(state, req, self.rng)
-            if not isinstance(res, PlacementResult):
-                return False
-            placed = [res]
-        else:
-            got = place_gang(state, req, j.spec.replicas, self.ctl.placement, self.rng,
-                             j.spec.job_id)
-            if not isinstance(got, list):
-                return False
-            placed = got
-        self._apply([res.to_bind(state, f"{j.spec.job_id}#{r}") for r, res in enumerate(placed)])
-        return True
+    def _unit(self, j: JobRun) -> PendingUnit:
+        """``job_unit(j)``, rebuilt only when the job's queue key changed (re-queued, pinned)."""
+        got = self._units.get(j.idx)
+        if got is None or got[0] is not j.key:
+            got = (j.key, job_unit(j))
+            self._units[j.idx] = got
+        return got[1]

@@ -190,9 +190,9 @@ class Simulation:
         while self.run_until(t):
             t += 86400.0
             if progress is not None:
-                progress(self.sim.done, total)
+                progress(self.sim.life.done, total)
         if progress is not None:
-            progress(self.sim.done, total)
+            progress(self.sim.life.done, total)
         return self.summary()
 
     def summary(self) -> dict[str, Any]:

@@ -132,7 +132,7 @@ def fleet_snapshot(sim: ClusterSim) -> FleetSnapshot:
         jobs_pending=dict(pending),
         jobs_running=dict(running),
         spot_interruptions_total=sim.tally.interruptions - sim.tally.failure_interruptions,
-        recovery_seconds=sim.take_recoveries(),
+        recovery_seconds=sim.life.take_recoveries(),
         cost_usd_total_by_tenant=cost_total,
         cost_usd_per_hour_by_tenant=dict(rate_by_tenant),
         fragmentation_ratio=free_partial / free_total if free_total else 0.0,

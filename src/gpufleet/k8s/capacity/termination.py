@@ -28,9 +28,9 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from gpufleet.cloud.provider import CloudProvider, Instance, InstanceState
-from gpufleet.decisions import Terminate
+from gpufleet.decisions import Cordon, Terminate
 from gpufleet.k8s.capacity.metrics import CapacityMetrics
-from gpufleet.k8s.disruption.drain import Cordon, apply_cordon, delete_node
+from gpufleet.k8s.disruption.drain import apply_cordon, delete_node
 from gpufleet.k8s.translate import names
 
 log = logging.getLogger(__name__)

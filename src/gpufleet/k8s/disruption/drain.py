@@ -43,7 +43,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from gpufleet.decisions import Preempt, Terminate
+from gpufleet.decisions import Cordon, Preempt, Terminate
 from gpufleet.k8s.disruption.consolidation_mark import ConsolidationMark
 from gpufleet.k8s.disruption.consolidation_mark import mark_of as consolidation_mark_of
 from gpufleet.k8s.disruption.interruption import InterruptionMark, mark_of
@@ -57,14 +57,6 @@ log = logging.getLogger(__name__)
 # A mark without a deadline (a rebalance recommendation, a provider that did not say) still ends:
 # after this long the node is handed to termination whatever still runs there.
 DEFAULT_DRAIN_S = 600.0
-
-
-@dataclass(frozen=True, slots=True)
-class Cordon:
-    """Set ``spec.unschedulable`` on ``node``."""
-
-    node: str
-    reason: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,8 +31,7 @@ from typing import Any
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
-from gpufleet.decisions import Bind, Preempt
-from gpufleet.k8s.schedule.cycle import Refuse
+from gpufleet.decisions import Bind, Preempt, Refuse
 from gpufleet.k8s.schedule.telemetry import ControllerMetrics
 from gpufleet.k8s.translate.pods import binding_annotations, parse_time
 from gpufleet.k8s.watch.ratelimit import TokenBucket

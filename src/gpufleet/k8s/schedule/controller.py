@@ -27,13 +27,13 @@ from kubernetes.client.exceptions import ApiException
 
 from gpufleet.config import Scenario
 from gpufleet.control.policies import backfill_pass, placement_policy
-from gpufleet.decisions import Bind
+from gpufleet.decisions import Bind, Refuse
 from gpufleet.k8s.capacity.cost import LiveFleet, LiveFleetCollector, PriceBook
 from gpufleet.k8s.capacity.loop import CapacityController
 from gpufleet.k8s.capacity.setup import build_capacity
 from gpufleet.k8s.disruption.drain import PROVIDER_FAULTS, Drainer
 from gpufleet.k8s.schedule.apply import ApiErrors, Applier, Outcome
-from gpufleet.k8s.schedule.cycle import Refuse, plan_cycle
+from gpufleet.k8s.schedule.cycle import plan_cycle
 from gpufleet.k8s.schedule.telemetry import ControllerMetrics, pending_reason, serve
 from gpufleet.k8s.settings import apply_levers
 from gpufleet.k8s.translate.assume import AssumeCache

@@ -45,6 +45,10 @@ POD_GROUP_LABELS = ("scheduling.x-k8s.io/pod-group", "pod-group.scheduling.sigs.
 MIN_AVAILABLE_KEYS = ("scheduling.x-k8s.io/min-available",
                       "pod-group.scheduling.sigs.k8s.io/min-available")
 
+# the Job controller's marks on the pods it creates (k8s.translate.pods.requeued_keys)
+JOB_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+JOB_INDEX_IGNORED_FAILURES = "batch.kubernetes.io/job-index-ignored-failure-count"
+
 # what gpufleet's binding writes on a pod with its node (docs/kubernetes.md)
 ANN_NODE = "gpufleet.io/node"  # the node the GPU assignment below belongs to
 ANN_GPUS = "gpufleet.io/gpus"  # GPU indices on that node, "0,1"

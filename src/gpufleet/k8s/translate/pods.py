@@ -10,6 +10,16 @@
   and CUDA constraints, the rest a node mask the cycle applies.
 * Gangs: the coscheduling label ``scheduling.x-k8s.io/pod-group`` (or the legacy
   ``pod-group.scheduling.sigs.k8s.io``) and a ``…/min-available`` annotation or label.
+* Requeued work (:func:`requeued_keys`): the pod that replaces an interrupted pod of a
+  checkpointing Job goes ahead of new work of its priority, as a requeued job does in the
+  simulator. The Job controller names the replacement only through its controller owner (the
+  Job's uid) and, for an Indexed Job, its completion index; the pod it replaces was interrupted
+  when it was evicted or preempted (condition ``DisruptionTarget``) or exited 75
+  (``checkpoint.protocol.EXIT_PREEMPTED``: checkpointed and asked to be rescheduled). Either the
+  interrupted pod is still there (same owner and index, created earlier), or it is gone and the
+  Job controller counted it on the replacement (``batch.kubernetes.io/job-index-ignored-failure-
+  count``, written when the Job has ``backoffLimitPerIndex`` and its ``podFailurePolicy`` ignored
+  the failure — the checkpointing Job's recipe in docs/kubernetes.md).
 
 Tolerations are kept raw and matched against the fleet's taints once the fleet is known
 (:func:`tolerated`), with Kubernetes' rules (``Exists``, ``Equal``, empty key, empty effect).
@@ -23,6 +33,7 @@ from datetime import datetime
 from typing import Any
 
 from gpufleet.catalog.gpus import GpuCatalog, default_gpu_catalog
+from gpufleet.checkpoint.protocol import EXIT_PREEMPTED
 from gpufleet.control.admission import SPOT_TAINT
 from gpufleet.decisions import Bind, MigSlot
 from gpufleet.k8s.translate import names
@@ -62,6 +73,10 @@ class PodInfo:
     deadline_s: float | None = None  # gpufleet.io/deadline, epoch seconds (.deadlines)
     work_s: float | None = None  # gpufleet.io/duration
     on_demand_only: bool = False  # pinned off spot by the deadline guard (k8s.settings)
+    owner_uid: str = ""  # the controller ownerReference's uid (a Job's), "" when none
+    completion_index: str | None = None  # an Indexed Job's completion index
+    interrupted: bool = False  # evicted/preempted (DisruptionTarget) or exited 75
+    ignored_failures: int = 0  # the Job controller's count of ignored failures of its index
 
     @property
     def pending(self) -> bool:
@@ -222,7 +237,44 @@ def pod_info(pod: Mapping[str, Any], catalog: GpuCatalog | None = None) -> PodIn
         annotations=ann,
         selector=lift_gpu_constraints(selector_of(spec)[0], cat)[2],
         deadline_s=deadline, work_s=work,
+        owner_uid=next((o.get("uid", "") for o in meta.get("ownerReferences") or ()
+                        if o.get("controller")), ""),
+        completion_index=ann.get(names.JOB_COMPLETION_INDEX),
+        interrupted=_interrupted(status),
+        ignored_failures=_count(ann.get(names.JOB_INDEX_IGNORED_FAILURES)),
     )
+
+
+def _count(text: str | None) -> int:
+    return int(text) if text is not None and text.isdigit() else 0
+
+
+def _interrupted(status: Mapping[str, Any]) -> bool:
+    """The pod left to be rescheduled: a ``DisruptionTarget`` condition (the Eviction API and
+    kube's own disruptions add it) or a container that exited 75 (``EXIT_PREEMPTED``)."""
+    if any(c.get("type") == "DisruptionTarget" and c.get("status") == "True"
+           for c in status.get("conditions") or ()):
+        return True
+    return any(((cs.get("state") or {}).get("terminated") or {}).get("exitCode") == EXIT_PREEMPTED
+               or ((cs.get("lastState") or {}).get("terminated") or {}).get("exitCode")
+               == EXIT_PREEMPTED
+               for cs in status.get("containerStatuses") or ())
+
+
+def requeued_keys(infos: Iterable[PodInfo]) -> frozenset[str]:
+    """The pending pods that replace an interrupted pod of their Job (see the module
+    docstring): they are queued as requeued work."""
+    infos = list(infos)
+    gone: dict[tuple[str, str | None], float] = {}
+    for i in infos:
+        if i.owner_uid and i.interrupted:
+            k = (i.owner_uid, i.completion_index)
+            gone[k] = min(gone.get(k, i.created_s), i.created_s)
+    return frozenset(
+        i.key for i in infos if i.pending and (
+            i.ignored_failures > 0
+            or (i.owner_uid and gone.get((i.owner_uid, i.completion_index), i.created_s)
+                < i.created_s)))
 
 
 def tolerates(tol: Mapping[str, Any], taint: str) -> bool:

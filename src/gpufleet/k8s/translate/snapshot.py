@@ -20,7 +20,7 @@ from gpufleet.catalog.gpus import GpuCatalog, default_gpu_catalog
 from gpufleet.decisions import Bind
 from gpufleet.k8s.translate.assume import AssumeCache, Overlay
 from gpufleet.k8s.translate.nodes import NodeSpec, node_spec
-from gpufleet.k8s.translate.pods import PodInfo, pod_info
+from gpufleet.k8s.translate.pods import PodInfo, pod_info, requeued_keys
 from gpufleet.placement.gpu_select import best_fit_gpu
 from gpufleet.placement.mig import bind_masks, choose_mig
 from gpufleet.placement.view import pod_view
@@ -48,6 +48,7 @@ class Snapshot:
     taints: frozenset[str]
     unaccounted: dict[str, str] = field(default_factory=dict)  # bound pod → why not counted
     assumed: Overlay | None = None  # what the assume cache laid over the informer's pods
+    requeued: frozenset[str] = frozenset()  # pending pods that replace an interrupted one
 
 
 def mig_masks(state: FleetState, bind: Bind, catalog: GpuCatalog) -> MigMasks | None:
@@ -151,7 +152,7 @@ def build_snapshot(
         overlay = assumed.overlay(infos)
         infos = overlay.infos
     snap = Snapshot(state=state, pods={}, allocations={}, pending=[], taints=frozenset(taints),
-                    assumed=overlay)
+                    assumed=overlay, requeued=requeued_keys(infos))
     later: list[PodInfo] = []
     for info in infos:
         if info.terminal:

@@ -1,0 +1,279 @@
+"""One scheduling cycle: the pending units in queue order → binds, evictions and refusals.
+
+The rule both drivers run, on driver-neutral inputs: the ``FleetState`` (running work already
+allocated), the pending units (:class:`PendingUnit`: a job, a pod, or the pending members of a
+gang, with a node-eligibility mask over the state's rows instead of any driver's selector
+types) and the running victims preemption may evict. The simulator (``sim.jobs``) builds units
+from its job records, the Kubernetes driver (``k8s.schedule.cycle``) from pods; both apply the
+returned :class:`CyclePlan`. In order:
+
+1. *Queue order* (``queueing.queue_key``): higher priority first, then urgent units (deadline
+   jobs pinned to on-demand), then requeued work (interrupted jobs that already queued once and
+   hold an ageing checkpoint), then submit time, then the driver's sequence, then the id.
+2. *Backfill* (``queueing.BackfillPass``): walk the queue, let later units start when an earlier
+   one does not fit; a shape that failed is not tried again this cycle (nor in later cycles while
+   the driver passes it back in ``blocked``: capacity has not grown since); ``starvation_s``
+   stops backfill behind a head that waited too long.
+3. *Placement and gangs*: one unit with one member is one ``policy.place``; a gang (several
+   members, or fewer pending than it needs) gets every member placed in one zone or none
+   (``queueing.gang.place_gang``). A pin to on-demand drops the spot toleration for the
+   placement (``control.admission.request_now``); the eligibility mask hides the other nodes.
+4. *Priority preemption* (``queueing.preemption``): for the first unplaced unit in queue order
+   (not a gang, not ``preempt_never``) that some strictly lower-priority victim could make room
+   for, at most one preemption per cycle, and none while an earlier eviction is still in
+   progress (``evicting``: its pod still holds the room the preemptor waits for).
+
+Placed units are allocated into the state as the pass goes — one ``queueing.statement``
+``Statement``, so later units see them — and the statement is discarded before returning: the
+state comes back unchanged and the driver applies the plan's ``Bind``s itself.
+
+Worked example (two T4 GPUs, one running priority-0 pod on GPU 0): pending ``a`` (priority 0,
+1 GPU, submitted t=5), ``b`` (priority 0, 1 GPU, requeued, t=9), ``c`` (priority 5, 2 GPUs,
+t=20). Order: c (priority), b (requeued), a. c does not fit (one GPU free) → its shape is
+blocked; b binds GPU 1; a does not fit. Preemption for c: evicting the running pod would leave
+only GPU 0 free (b holds GPU 1 now) → no plan. Binds: b; refusals: c, a.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gpufleet.control.admission import request_now
+from gpufleet.decisions import Bind, CapacityType, Preempt, Refuse
+from gpufleet.placement import PlacementResult
+from gpufleet.placement.mig import bind_masks
+from gpufleet.placement.policy import Policy
+from gpufleet.queueing import BackfillPass, queue_key
+from gpufleet.queueing.gang import place_gang
+from gpufleet.queueing.preemption import Victim, plan_preemption
+from gpufleet.queueing.statement import Statement
+from gpufleet.state import FleetState, ResourceRequest
+
+__all__ = ["CyclePlan", "PendingUnit", "Victim", "plan_cycle", "with_selection"]
+
+
+@dataclass(frozen=True, slots=True)
+class PendingUnit:
+    """What the queue orders: one job or pod, or the pending members of one gang.
+
+    ``members``: the ids the ``Bind``s carry, one per member to place (a simulated job's
+    replicas ``job#0``…, a gang's pods; () = the unit's own id); ``need``: how many members
+    must be placed together (a gang's ``min-available`` less those already running; 1 for a
+    lone job); ``gang``: all-or-nothing admission even for one pending member (a pod group
+    whose other members run); ``pin``: the
+    capacity type the job is restricted to (on-demand: it loses its spot toleration);
+    ``eligible``: the state rows it may use (None: every row); ``refusal``: why it cannot be
+    placed at all (an unreadable request), None when it can be tried; ``shape``: units of one
+    shape fail together (None: the request, pin, member count, need and mask decide it).
+    """
+
+    id: str
+    request: ResourceRequest | None
+    priority: int = 0
+    members: tuple[str, ...] = ()
+    need: int = 1
+    gang: bool = False
+    submit_s: float = 0.0
+    seq: int = 0
+    requeued: bool = False
+    urgent: bool = False
+    pin: CapacityType | None = None
+    eligible: np.ndarray | None = None
+    refusal: str | None = None
+    preempt_never: bool = False
+    shape: Hashable | None = None
+    key: tuple = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", (*queue_key(
+            self.priority, self.requeued, self.submit_s, self.seq, self.urgent), self.id))
+
+    @property
+    def placed_ids(self) -> tuple[str, ...]:
+        return self.members or (self.id,)
+
+    @property
+    def is_gang(self) -> bool:
+        return self.gang or len(self.placed_ids) > 1 or self.need > 1
+
+
+def unit_shape(u: PendingUnit) -> Hashable:
+    """The unit's blocked-shape key (see :class:`PendingUnit`)."""
+    if u.shape is not None:
+        return u.shape
+    if u.refusal is not None or u.request is None:
+        return ("refused", u.id)
+    mask = None if u.eligible is None else u.eligible.tobytes()
+    return (u.request, u.pin, len(u.placed_ids), u.need, u.gang, mask)
+
+
+@dataclass(slots=True)
+class CyclePlan:
+    """The cycle's answer: ``binds`` (every member of each placed unit, in queue order),
+    ``evictions`` (one preemption's victims), ``refusals`` (one per member of each unit left
+    pending, with the reason; empty when the driver asked for none), the shapes found not to
+    fit (``blocked``) and the ids of the units placed (``started``)."""
+
+    binds: list[Bind] = field(default_factory=list)
+    evictions: list[Preempt] = field(default_factory=list)
+    refusals: list[Refuse] = field(default_factory=list)
+    blocked: set[Hashable] = field(default_factory=set)
+    started: list[str] = field(default_factory=list)
+
+    @property
+    def decisions(self) -> list[Bind | Preempt | Refuse]:
+        return [*self.binds, *self.refusals, *self.evictions]
+
+    def of(self, kind: type) -> list:
+        return [d for d in self.decisions if isinstance(d, kind)]
+
+
+@contextmanager
+def only_eligible(state: FleetState, mask: np.ndarray | None) -> Iterator[tuple[int, int]]:
+    """Hide the rows ``mask`` excludes (inactive) for one placement; yields (live, kept).
+
+    Every filter and scorer starts from the active mask, so this is the whole of node
+    selection; the active mask is exactly restored afterwards.
+    """
+    n = state.n
+    live = int(state.active[:n].sum())
+    if mask is None:
+        yield live, live
+        return
+    saved = state.active[:n].copy()
+    state.active[:n] &= mask[:n]
+    try:
+        yield live, int(state.active[:n].sum())
+    finally:
+        state.active[:n] = saved
+
+
+def with_selection(message: str, live: int, kept: int) -> str:
+    """Put the nodes the eligibility mask excluded back into the framework's "0/N nodes"
+    reason, as kube-scheduler counts them ("didn't match Pod's node affinity/selector")."""
+    if live == kept:
+        return message
+    head = f"0/{kept} nodes are available: "
+    extra = f"{live - kept} node(s) didn't match Pod's node affinity/selector"
+    rest = message.partition(head)[2]
+    new = f"0/{live} nodes are available: {extra}" + (
+        f", {rest}" if rest and not rest.startswith("no nodes") else "")
+    return message.replace(head + rest, new) if head in message else message
+
+
+def plan_cycle(
+    state: FleetState,
+    units: Iterable[PendingUnit],
+    policy: Policy,
+    rng: np.random.Generator,
+    *,
+    backfill: BackfillPass | None = None,
+    now: float = 0.0,
+    victims: Sequence[Victim] = (),
+    evicting: bool = False,
+    blocked: set[Hashable] | None = None,
+    shapes_present: int | None = None,
+    explain: bool = True,
+) -> CyclePlan:
+    """Plan one cycle (see the module docstring); ``state`` is unchanged on return.
+
+    ``blocked`` and ``shapes_present`` let a driver that tries only part of its queue (the
+    simulator tries only new arrivals until capacity is freed) carry the blocked shapes across
+    cycles and say how many shapes its whole queue holds; ``explain=False`` skips building the
+    refusals (the simulator has no one to tell).
+    """
+    order = sorted(units, key=_key)
+    plan = CyclePlan()
+    if not order:
+        plan.blocked = set(blocked or ())
+        return plan
+    shapes = [unit_shape(u) for u in order]
+    reasons: dict[Hashable, tuple[str, bool]] = {}
+    with Statement(state) as cycle:
+
+        def try_place(i: int) -> bool:
+            u = order[i]
+            binds = _place(state, u, policy, rng, reasons, shapes[i])
+            if binds is None:
+                return False
+            for b in binds:
+                cycle.allocate(_request(u), b, bind_masks(state, b, policy.catalog))
+            plan.binds.extend(binds)
+            return True
+
+        present = shapes_present if shapes_present is not None else len(set(shapes))
+        result = (backfill or BackfillPass()).run(
+            ((i, shapes[i], u.submit_s) for i, u in enumerate(order)), now, try_place,
+            present, blocked)
+        started = set(result.started)
+        plan.blocked = result.blocked
+        plan.started = [order[i].id for i in result.started]
+        left = [i for i in range(len(order)) if i not in started]
+        if explain:
+            stopped = order[result.stopped_for].id if result.stopped_for is not None else None
+            for i in left:
+                msg, never = reasons.get(shapes[i]) or (
+                    (f"waiting behind {stopped}, which has starved past the limit", False)
+                    if stopped is not None else ("not tried this cycle", False))
+                plan.refusals.extend(Refuse(m, msg, never) for m in order[i].placed_ids)
+        if victims and not evicting:
+            plan.evictions = _preempt(state, [order[i] for i in left], victims, policy)
+    return plan
+
+
+def _key(u: PendingUnit) -> tuple:
+    return u.key
+
+
+def _request(u: PendingUnit) -> ResourceRequest:
+    assert u.request is not None
+    return request_now(u.request, u.pin == CapacityType.ON_DEMAND)
+
+
+def _place(state: FleetState, u: PendingUnit, policy: Policy, rng: np.random.Generator,
+           reasons: dict[Hashable, tuple[str, bool]], shape: Hashable) -> list[Bind] | None:
+    """The unit's binds (every member) against ``state``, or None with the reason recorded."""
+    if u.refusal is not None or u.request is None:
+        reasons[shape] = (u.refusal or "unreadable request", True)
+        return None
+    ids = u.placed_ids
+    if len(ids) < u.need:
+        reasons[shape] = (f"pod group {u.id}: waiting for {u.need} members, {len(ids)} pending",
+                          False)
+        return None
+    req = _request(u)
+    with only_eligible(state, u.eligible) as (live, kept):
+        if not u.is_gang:
+            res = policy.place(state, req, rng)
+            if not isinstance(res, PlacementResult):
+                reasons[shape] = (with_selection(res.reason, live, kept), res.never)
+                return None
+            placed = [res]
+        else:
+            got = place_gang(state, req, len(ids), policy, rng, u.id)
+            if not isinstance(got, list):
+                reasons[shape] = (f"pod group {u.id} ({len(ids)} pods, all or nothing): "
+                                  f"{with_selection(got.reason, live, kept)}", got.never)
+                return None
+            placed = got
+    return [res.to_bind(state, m) for m, res in zip(ids, placed, strict=True)]
+
+
+def _preempt(state: FleetState, left: list[PendingUnit], victims: Sequence[Victim],
+             policy: Policy) -> list[Preempt]:
+    """One preemption, for the first unplaced unit (queue order) it can help."""
+    lowest = min(v.priority for v in victims)
+    for u in left:
+        if u.is_gang or u.request is None or u.refusal is not None or u.preempt_never:
+            continue
+        if u.priority <= lowest:
+            continue
+        with only_eligible(state, u.eligible):
+            got = plan_preemption(state, _request(u), u.priority, victims, policy, u.id)
+        if got is not None:
+            return list(got.preempts)
+    return []
