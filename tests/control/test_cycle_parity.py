@@ -24,9 +24,9 @@ import numpy as np
 
 from gpufleet.catalog.instances import default_instance_catalog
 from gpufleet.config import default_scenario
+from gpufleet.control.policies import backfill_pass, placement_policy
 from gpufleet.decisions import Bind
 from gpufleet.k8s.schedule.cycle import plan_cycle
-from gpufleet.k8s.settings import backfill_for, policy_for
 from gpufleet.k8s.translate import names
 from gpufleet.k8s.translate.node_objects import node_object, spec_from_instance
 from gpufleet.k8s.translate.pods import assignment_annotations
@@ -165,7 +165,8 @@ def test_both_drivers_plan_the_same_binds_and_evictions() -> None:
     for col in ("free_milli", "cpu_free", "mem_free", "mig_used", "num_gpus"):
         assert np.array_equal(getattr(st, col)[: st.n], getattr(lt, col)[: lt.n]), col
     assert snap.requeued == frozenset({"ns/rq"})
-    live_plan = plan_cycle(snap, policy_for(SC, 0), np.random.default_rng(7), backfill_for(SC))
+    live_plan = plan_cycle(snap, placement_policy(SC, 0), np.random.default_rng(7),
+                           backfill_pass(SC))
 
     sim_binds = {live_id(b.job_id): (b.node, b.gpus, b.milli_per_gpu, b.mig)
                  for b in sim_plan.binds}

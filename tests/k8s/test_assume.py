@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from gpufleet.decisions import Bind, Preempt
-from gpufleet.k8s.schedule.cycle import Refuse, plan_cycle
+from gpufleet.decisions import Bind, Preempt, Refuse
+from gpufleet.k8s.schedule.cycle import plan_cycle
 from gpufleet.k8s.translate.assume import AssumeCache
 from gpufleet.k8s.translate.pods import PodInfo, pod_info
 from gpufleet.k8s.translate.snapshot import ParseCache, build_snapshot
