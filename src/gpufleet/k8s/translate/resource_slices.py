@@ -107,7 +107,7 @@ def _fake_uuid(prefix: str, *parts: object) -> str:
 
 def _version(cuda_or_cc: str) -> str:
     """``8.0`` / ``12.4`` → semver ``8.0.0`` (DRA version attributes are semver 2.0)."""
-    parts = (cuda_or_cc.split(".") + ["0", "0"])[:3]
+    parts = [*cuda_or_cc.split("."), "0", "0"][:3]
     return ".".join(str(int(p)) for p in parts)
 
 
@@ -361,14 +361,30 @@ def inventory_of_node_spec(spec: NodeSpec) -> GpuInventory:
 def _attr(device: Mapping[str, Any], name: str) -> Any:
     """An attribute's value whether published bare (``productName``) or qualified with the
     driver's domain (``gpu.nvidia.com/productName``, the same attribute to the API)."""
-    attrs = device.get("attributes") or {}
-    raw = attrs.get(name, attrs.get(f"{DRIVER}/{name}"))
+    attrs = device.get("attributes")
+    raw = _get(attrs, name) or _get(attrs, f"{DRIVER}/{name}")
     if not isinstance(raw, Mapping):
         return None
     for kind in ("string", "int", "bool", "version"):
         if kind in raw:
             return raw[kind]
     return None
+
+
+def _get(obj: Any, key: str) -> Any:
+    """``obj[key]`` when ``obj`` is an object, else None (slices come from outside)."""
+    return obj.get(key) if isinstance(obj, Mapping) else None
+
+
+def _items(obj: Any) -> list[Any]:
+    return list(obj) if isinstance(obj, list | tuple) else []
+
+
+def _generation(pool: Any) -> int:
+    try:
+        return int((pool or {}).get("generation") or 0)
+    except (TypeError, ValueError, AttributeError):
+        return 0
 
 
 def _cuda_of(version: Any) -> int | None:
@@ -387,12 +403,16 @@ def inventory_from_slices(
     of an older pool generation than the newest seen is skipped, as the scheduler does."""
     catalog = catalog or default_gpu_catalog()
     problems: list[SliceProblem] = []
-    mine = [s for s in slices if (s.get("spec") or {}).get("driver") == DRIVER]
+    mine = [
+        s for s in slices
+        if isinstance(s, Mapping) and isinstance(s.get("spec"), Mapping)
+        and s["spec"].get("driver") == DRIVER
+    ]
     newest: dict[str, int] = {}
     for s in mine:
-        pool = (s.get("spec") or {}).get("pool") or {}
-        newest[pool.get("name", "")] = max(newest.get(pool.get("name", ""), 0),
-                                           int(pool.get("generation") or 0))
+        pool = _get(s["spec"], "pool")
+        newest[str(_get(pool, "name"))] = max(newest.get(str(_get(pool, "name")), 0),
+                                           _generation(pool))
     models: dict[str, tuple[str, str]] = {}  # canonical model -> (slice, device) first seen
     minors: set[int] = set()
     mig_minors: set[int] = set()
@@ -403,23 +423,29 @@ def inventory_from_slices(
     cudas: list[int] = []
     nvlink: dict[int, int] = {}
     for s in mine:
-        sname = (s.get("metadata") or {}).get("name", "?")
-        spec = s.get("spec") or {}
-        pool = spec.get("pool") or {}
-        if int(pool.get("generation") or 0) < newest.get(pool.get("name", ""), 0):
+        sname = str(_get(s.get("metadata"), "name") or "?")
+        spec = s["spec"]
+        pool = _get(spec, "pool")
+        if _generation(pool) < newest.get(str(_get(pool, "name")), 0):
             continue
-        for cs in spec.get("sharedCounters") or ():
-            counters = cs.get("counters") or {}
+        for cs in _items(spec.get("sharedCounters")):
+            if not isinstance(cs, Mapping) or not isinstance(cs.get("counters"), Mapping):
+                problems.append(SliceProblem(sname, "", "sharedCounters", "not a counter set"))
+                continue
+            counters = cs["counters"]
             if "memory" in counters and not counter_memory:
-                counter_memory = memory_mib((counters["memory"] or {}).get("value", 0))
+                counter_memory = memory_mib(_get(counters["memory"], "value"))
             if "compute-slices" in counters and not counter_compute:
                 try:
-                    counter_compute = int((counters["compute-slices"] or {}).get("value", 0))
+                    counter_compute = int(_get(counters["compute-slices"], "value"))
                 except (TypeError, ValueError):
                     problems.append(SliceProblem(sname, "", f"sharedCounters[{cs.get('name')}]"
                                                  ".compute-slices", "not an integer"))
-        for dev in spec.get("devices") or ():
-            dname = str(dev.get("name", "?"))
+        for i, dev in enumerate(_items(spec.get("devices"))):
+            if not isinstance(dev, Mapping):
+                problems.append(SliceProblem(sname, f"#{i}", "devices", "not an object"))
+                continue
+            dname = str(dev.get("name", f"#{i}"))
             kind = _attr(dev, "type")
             if kind not in ("gpu", "mig"):
                 problems.append(SliceProblem(sname, dname, "attributes.type",
@@ -449,18 +475,18 @@ def inventory_from_slices(
                     sname, dname, "attributes.cudaDriverVersion",
                     f"expected a version like 12.4.0, got {_attr(dev, 'cudaDriverVersion')!r}"))
                 continue
-            if kind == "mig":
-                prof = str(_attr(dev, "profile"))
-                if catalog.mig_profile(model, prof) is None:
-                    problems.append(SliceProblem(sname, dname, "attributes.profile",
-                                                 f"{model} has no MIG profile {prof!r}"))
-                    continue
             if models and model not in models:
                 first = next(iter(models))
                 problems.append(SliceProblem(
                     sname, dname, "attributes.productName",
                     f"{model} on a node whose GPUs are {first} (device {models[first][1]})"))
                 continue
+            if kind == "mig":
+                prof = str(_attr(dev, "profile"))
+                if catalog.mig_profile(model, prof) is None:
+                    problems.append(SliceProblem(sname, dname, "attributes.profile",
+                                                 f"{model} has no MIG profile {prof!r}"))
+                    continue
             models.setdefault(model, (sname, dname))
             minor = int(_attr(dev, "minor"))
             minors.add(minor)
@@ -472,8 +498,7 @@ def inventory_from_slices(
                 mig_minors.add(minor)
                 mig_counts[str(_attr(dev, "profile"))] += 1
             elif not memory:
-                cap = (dev.get("capacity") or {}).get("memory") or {}
-                memory = memory_mib(cap.get("value", 0)) if cap else 0
+                memory = memory_mib(_get(_get(dev.get("capacity"), "memory"), "value"))
     if not minors:
         return SliceInventory(None, tuple(problems))
     model = next(iter(models))
