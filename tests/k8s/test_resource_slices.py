@@ -119,7 +119,7 @@ def test_whole_gpu_node_attributes_hand_worked() -> None:
     assert a["resource.kubernetes.io/pcieRoot"] == {"string": "pci0000:02"}
     assert a[ATTR_NVLINK_DOMAIN] == {"int": 1}
     assert a["uuid"]["string"].startswith("GPU-")
-    assert devs[5]["capacity"] == {"memory": {"value": "16384Mi"}}
+    assert devs[5]["capacity"] == {"memory": {"value": "16Gi"}}
     assert "consumesCounters" not in devs[5]
     assert len({d["attributes"]["uuid"]["string"] for d in devs}) == 8
 
@@ -152,13 +152,13 @@ def test_all_balanced_a100_placement_is_hand_worked() -> None:
     assert mig["attributes"]["profile"] == {"string": "3g.20gb"}
     assert mig["attributes"]["parentUUID"]["string"].startswith("GPU-")
     assert mig["attributes"]["uuid"]["string"].startswith("MIG-")
-    assert mig["capacity"] == {"memory": {"value": "20480Mi"}}  # 40960 MiB × 4/8 slices
+    assert mig["capacity"] == {"memory": {"value": "20Gi"}}  # 40960 MiB × 4/8 slices
     assert mig["consumesCounters"] == [{"counterSet": "gpu-0-counter-set", "counters": {
-        "memory": {"value": "20480Mi"}, "compute-slices": {"value": "3"},
+        "memory": {"value": "20Gi"}, "compute-slices": {"value": "3"},
         **{f"memory-slice-{i}": {"value": "1"} for i in (4, 5, 6, 7)}}}]
     cset = sl[0]["spec"]["sharedCounters"][0]
     assert cset["name"] == "gpu-0-counter-set"
-    assert cset["counters"]["memory"] == {"value": "40960Mi"}
+    assert cset["counters"]["memory"] == {"value": "40Gi"}
     assert cset["counters"]["compute-slices"] == {"value": "7"}
     assert sorted(k for k in cset["counters"] if k.startswith("memory-slice-")) == [
         f"memory-slice-{i}" for i in range(8)]

@@ -101,6 +101,15 @@ def counter_set_name(minor: int) -> str:
     return f"gpu-{minor}-counter-set"
 
 
+def _mib(mib: int) -> str:
+    """A MiB amount in the API server's canonical binary form (40960 MiB → ``40Gi``), so what
+    is published reads back unchanged."""
+    for suffix, unit in (("Ti", 1 << 20), ("Gi", 1 << 10)):
+        if mib % unit == 0 and mib:
+            return f"{mib // unit}{suffix}"
+    return f"{mib}Mi"
+
+
 def _fake_uuid(prefix: str, *parts: object) -> str:
     return f"{prefix}-{uuid.uuid5(_UUID_NS, '/'.join(map(str, parts)))}"
 
@@ -161,7 +170,7 @@ def _counters(model: GpuModel, prof: MigProfile | None, start: int = 0) -> dict[
     else:
         mem = model.memory_mib * prof.memory_slices // model.mig.memory_slices
         compute, slices = prof.compute, range(start, start + prof.memory_slices)
-    out = {"memory": {"value": f"{mem}Mi"}, "compute-slices": {"value": str(compute)}}
+    out = {"memory": {"value": _mib(mem)}, "compute-slices": {"value": str(compute)}}
     out |= {f"memory-slice-{i}": {"value": "1"} for i in slices}
     return out
 
@@ -218,7 +227,7 @@ def resource_slices(
         whole = {
             "name": f"gpu-{minor}",
             "attributes": attrs,
-            "capacity": {"memory": {"value": f"{model.memory_mib}Mi"}},
+            "capacity": {"memory": {"value": _mib(model.memory_mib)}},
         }
         if not layout:
             devices.append(whole)
@@ -249,7 +258,7 @@ def resource_slices(
             devices.append({
                 "name": name,
                 "attributes": mig_attrs,
-                "capacity": {"memory": {"value": f"{mem}Mi"}},
+                "capacity": {"memory": {"value": _mib(mem)}},
                 "consumesCounters": [
                     {"counterSet": cset, "counters": _counters(model, prof, start)}
                 ],
