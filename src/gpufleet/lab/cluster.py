@@ -396,8 +396,10 @@ def up(opts: LabOptions, log: Callable[[str], None] = lambda _m: None) -> LabInf
         log(f"creating {len(specs)} node(s) (node lease {liveness.lease_s} s)")
         names = create_nodes(api, specs)
         if opts.dra:
+            t_slices = time.monotonic()
             n_slices = dra.publish_slices(api, specs)
-            log(f"published {n_slices} ResourceSlice(s) for the GPU nodes")
+            log(f"published {n_slices} ResourceSlice(s) for the GPU nodes in "
+                f"{time.monotonic() - t_slices:.1f} s")
         log(f"created {len(names)} node(s) at {time.monotonic() - t0:.1f} s; waiting for Ready")
         wait_nodes_ready(api, names, timeout_s=max(opts.ready_timeout_s, len(names) * 0.1))
 
