@@ -50,7 +50,7 @@ import re
 import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpufleet.catalog.gpus import GpuCatalog, GpuModel, MigProfile, default_gpu_catalog
@@ -328,8 +328,6 @@ class GpuInventory:
 
     def apply_to(self, spec: NodeSpec) -> NodeSpec:
         """``spec`` (from the Node object) with its GPU fields taken from this inventory."""
-        from dataclasses import replace
-
         return replace(
             spec, gpu_model=self.gpu_model, num_gpus=self.num_gpus,
             gpu_memory_mib=self.gpu_memory_mib, cuda_driver=self.cuda_driver,
