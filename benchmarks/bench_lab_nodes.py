@@ -65,7 +65,8 @@ def main() -> int:
             print(f"  {time.monotonic() - t0:7.1f} s  {msg}", flush=True)
 
         try:
-            info = up(LabOptions(directory=d, nodes=specs, controller=False,
+            # classic (no ResourceSlices): the node start-up this benchmark has always timed
+            info = up(LabOptions(directory=d, nodes=specs, controller=False, dra=False,
                                  ready_timeout_s=args.timeout_s), log=log)
             ready = time.monotonic() - t0
             api = api_client(info.kubeconfig)

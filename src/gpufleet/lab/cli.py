@@ -58,6 +58,14 @@ def lab_up(
     kube_scheduler: Annotated[
         bool, typer.Option("--kube-scheduler", help="Also run the stock kube-scheduler.")
     ] = False,
+    classic: Annotated[
+        bool,
+        typer.Option(
+            "--classic",
+            help="No DRA inventory: GPUs only as Node labels and extended resources "
+            "(default: also NVIDIA's DeviceClasses and a ResourceSlice pool per GPU node).",
+        ),
+    ] = False,
 ) -> None:
     """Start the lab; the kubeconfig path is the last line printed."""
     if config is not None and not config.is_file():
@@ -71,6 +79,7 @@ def lab_up(
                 controller=not no_controller,
                 controller_config=config,
                 kube_scheduler=kube_scheduler,
+                dra=not classic,
             ),
             log=lambda m: _err.print(f"[dim]lab:[/] {m}"),
         )
@@ -79,6 +88,7 @@ def lab_up(
     typer.echo(f"API server: {info.server}")
     typer.echo(f"nodes: {len(info.nodes)}; components: {', '.join(info.components)}")
     typer.echo(f"gpufleet controller: {info.controller}")
+    typer.echo(f"DRA inventory: {'ResourceSlices published' if info.dra else 'off (--classic)'}")
     typer.echo(f"logs: {info.directory / 'logs'}")
     typer.echo(str(info.kubeconfig))
 

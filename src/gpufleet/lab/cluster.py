@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 
 from gpufleet.k8s.translate.node_objects import KWOK_SELECTOR, GpuNodeSpec
-from gpufleet.lab import processes
+from gpufleet.lab import dra, processes
 from gpufleet.lab.binaries import BUILD_SCRIPT, bin_dir, binary, missing_binaries
 from gpufleet.lab.errors import LabError
 from gpufleet.lab.fleet import create_nodes, default_fleet, wait_nodes_ready
@@ -62,6 +62,9 @@ class LabOptions:
     # Extra KubeSchedulerConfiguration fields (e.g. ``profiles``) for the benchmark.
     scheduler_config: dict[str, Any] = field(default_factory=dict)
     ready_timeout_s: float = 90.0
+    # DRA inventory: NVIDIA's DeviceClasses and every GPU node's ResourceSlices (lab/dra.py);
+    # False is ``--classic``, GPUs only as Node labels and extended resources.
+    dra: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +77,7 @@ class LabInfo:
     nodes: tuple[str, ...]
     components: tuple[str, ...]
     controller: str  # "started" | "disabled" | "unavailable: <why>"
+    dra: bool = True  # nodes get ResourceSlices (not ``--classic``)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -83,6 +87,7 @@ class LabInfo:
             "nodes": list(self.nodes),
             "components": list(self.components),
             "controller": self.controller,
+            "dra": self.dra,
         }
 
 
@@ -172,6 +177,7 @@ def load_info(directory: Path) -> LabInfo | None:
             tuple(data["nodes"]),
             tuple(data["components"]),
             data["controller"],
+            bool(data.get("dra", False)),
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -250,6 +256,7 @@ def up(opts: LabOptions, log: Callable[[str], None] = lambda _m: None) -> LabInf
                 "--endpoint-reconciler-type=none",
                 "--allow-privileged=true",
                 "--profiling=false",
+                f"--feature-gates={dra.FEATURE_GATES}",
             ],
         )
         admin_ctx = _admin_context(pki)
@@ -300,6 +307,7 @@ def up(opts: LabOptions, log: Callable[[str], None] = lambda _m: None) -> LabInf
                 f"--node-monitor-grace-period={liveness.grace_s}s",
                 f"--node-startup-grace-period={liveness.startup_grace_s}s",
                 "--profiling=false",
+                f"--feature-gates={dra.FEATURE_GATES}",
             ],
         )
         insecure = _insecure_context()
@@ -343,6 +351,7 @@ def up(opts: LabOptions, log: Callable[[str], None] = lambda _m: None) -> LabInf
                     "--bind-address=127.0.0.1",
                     f"--secure-port={ports['kube-scheduler']}",
                     f"--cert-dir={d / 'pki' / 'scheduler-serving'}",
+                    f"--feature-gates={dra.FEATURE_GATES}",
                 ],
             )
             processes.wait_until(
@@ -380,8 +389,17 @@ def up(opts: LabOptions, log: Callable[[str], None] = lambda _m: None) -> LabInf
             what="serving (no default ServiceAccount)",
             timeout_s=opts.ready_timeout_s,
         )
+        if opts.dra:
+            dra.check_served(api)
+            classes = dra.install_device_classes(api)
+            log(f"installed DeviceClasses {', '.join(classes)}")
         log(f"creating {len(specs)} node(s) (node lease {liveness.lease_s} s)")
         names = create_nodes(api, specs)
+        if opts.dra:
+            t_slices = time.monotonic()
+            n_slices = dra.publish_slices(api, specs)
+            log(f"published {n_slices} ResourceSlice(s) for the GPU nodes in "
+                f"{time.monotonic() - t_slices:.1f} s")
         log(f"created {len(names)} node(s) at {time.monotonic() - t0:.1f} s; waiting for Ready")
         wait_nodes_ready(api, names, timeout_s=max(opts.ready_timeout_s, len(names) * 0.1))
 
@@ -430,6 +448,7 @@ def up(opts: LabOptions, log: Callable[[str], None] = lambda _m: None) -> LabInf
         nodes=tuple(names),
         components=tuple(r.name for r in started),
         controller=controller_state,
+        dra=opts.dra,
     )
     (d / STATE_FILE).write_text(json.dumps(info.to_json(), indent=2))
     log(f"lab up in {time.monotonic() - t0:.1f} s: {server}, {len(names)} node(s)")

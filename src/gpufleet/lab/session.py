@@ -22,6 +22,7 @@ from gpufleet.catalog.instances import default_instance_catalog
 from gpufleet.k8s.translate.node_objects import GpuNodeSpec, spec_from_instance
 from gpufleet.lab.binaries import binary
 from gpufleet.lab.cluster import LabInfo, LabOptions, api_client, down, up
+from gpufleet.lab.dra import publish_slices
 from gpufleet.lab.errors import LabError
 from gpufleet.lab.fleet import create_nodes, wait_nodes_ready
 
@@ -57,9 +58,12 @@ class LabSession:
         return client.BatchV1Api(self.api)
 
     def add_nodes(self, specs: Iterable[GpuNodeSpec], *, wait: bool = True) -> list[str]:
-        """Create KWOK GPU nodes (see :mod:`gpufleet.k8s.translate.node_objects`); wait until
-        Ready."""
+        """Create KWOK GPU nodes (see :mod:`gpufleet.k8s.translate.node_objects`) and, unless the
+        lab is ``--classic``, their ResourceSlices; wait until Ready."""
+        specs = list(specs)
         names = create_nodes(self.api, specs)
+        if self.info.dra:
+            publish_slices(self.api, specs)
         if wait:
             wait_nodes_ready(self.api, names)
         return names

@@ -140,13 +140,30 @@ def mig_layout(model: GpuModel, config: str) -> dict[str, int]:
     )
 
 
-def _cuda_labels(cuda_version: int) -> dict[str, str]:
+def driver_version_for_cuda(cuda_version: int) -> str:
+    """The kernel driver version (``550.54.14``) a node supporting ``cuda_version`` runs: the
+    first release of that CUDA version (GFD labels and DRA slices publish both)."""
     major, minor = divmod(cuda_version, 1000)
     minor //= 10
     driver = _DRIVER_FOR_CUDA.get((major, minor))
     if driver is None:
         known = [k for k in _DRIVER_FOR_CUDA if k <= (major, minor)]
         driver = _DRIVER_FOR_CUDA[max(known)] if known else "520.61.05"
+    return driver
+
+
+def gpu_family(compute_capability: str) -> str:
+    """GFD's ``gpu.family`` for a compute capability (``8.0`` → ``ampere``)."""
+    major = compute_capability.partition(".")[0]
+    return _FAMILY_EXACT.get(
+        compute_capability, _FAMILY.get(int(major) if major.isdigit() else -1, "unknown")
+    )
+
+
+def _cuda_labels(cuda_version: int) -> dict[str, str]:
+    major, minor = divmod(cuda_version, 1000)
+    minor //= 10
+    driver = driver_version_for_cuda(cuda_version)
     d_major, d_minor, d_rev = driver.split(".")
     return {
         "nvidia.com/cuda.driver.major": d_major,
@@ -196,9 +213,7 @@ def node_object(spec: GpuNodeSpec, catalog: GpuCatalog | None = None) -> dict[st
             LABEL_PRODUCT: gfd_product(model.name, catalog),
             LABEL_COUNT: str(spec.gpus),
             LABEL_MEMORY: str(model.memory_mib),
-            LABEL_FAMILY: _FAMILY_EXACT.get(
-                model.compute_capability, _FAMILY.get(int(major), "unknown")
-            ),
+            LABEL_FAMILY: gpu_family(model.compute_capability),
             "nvidia.com/gpu.compute.major": major,
             "nvidia.com/gpu.compute.minor": minor or "0",
             LABEL_MIG_CAPABLE: "true" if model.mig is not None else "false",

@@ -1,0 +1,108 @@
+"""The lab's DRA inventory: NVIDIA's DeviceClasses and each KWOK GPU node's ResourceSlices.
+
+There is no kubelet and no NVIDIA driver on a KWOK node, so the lab publishes what NVIDIA's
+kubelet plugin would (:mod:`gpufleet.k8s.translate.resource_slices`), with an owner reference to
+the Node: deleting a node lets the garbage collector delete its slices, as on a real cluster.
+``gpufleet lab up --classic`` skips all of this (GPUs only as Node labels and extended resources).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from gpufleet.k8s.translate.node_objects import GpuNodeSpec
+from gpufleet.k8s.translate.resource_slices import (
+    device_classes,
+    nvlink_domains_for,
+    resource_slices,
+)
+from gpufleet.lab.errors import LabError
+
+GROUP, VERSION = "resource.k8s.io", "v1"
+# Beta in 1.36 and on by default; named so that a build or flag change that turns one off
+# cannot silently drop counters or capacity from the published slices.
+FEATURE_GATES = "DRAPartitionableDevices=true,DRAConsumableCapacity=true,DRAExtendedResource=true"
+
+
+def check_served(api_client: Any) -> None:
+    """Fail clearly unless the API server serves ResourceSlices and DeviceClasses in v1."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        listed = client.ResourceV1Api(api_client).get_api_resources()
+    except ApiException as exc:
+        raise LabError(
+            f"the API server does not serve {GROUP}/{VERSION} ({exc.status} {exc.reason}); "
+            "DRA needs Kubernetes >= 1.34"
+        ) from exc
+    served = {r.name for r in listed.resources or ()}
+    missing = {"resourceslices", "deviceclasses", "resourceclaims"} - served
+    if missing:
+        raise LabError(f"the API server's {GROUP}/{VERSION} lacks {', '.join(sorted(missing))}")
+
+
+def _create(custom: Any, plural: str, body: dict[str, Any]) -> None:
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        custom.create_cluster_custom_object(GROUP, VERSION, plural, body, _preload_content=False)
+    except ApiException as exc:
+        if exc.status != 409:  # already there: a restarted lab keeps its objects
+            raise LabError(
+                f"creating {plural[:-1]} {body['metadata']['name']}: {exc.status} {exc.reason}: "
+                f"{(exc.body or '')[:300]}"
+            ) from exc
+
+
+def install_device_classes(api_client: Any) -> list[str]:
+    from kubernetes import client
+
+    custom = client.CustomObjectsApi(api_client)
+    classes = device_classes()
+    for dc in classes:
+        _create(custom, "deviceclasses", dc)
+    return [dc["metadata"]["name"] for dc in classes]
+
+
+def _node_uids(api_client: Any, page: int = 500) -> dict[str, str]:
+    from kubernetes import client
+
+    core = client.CoreV1Api(api_client)
+    out: dict[str, str] = {}
+    cont: str | None = None
+    while True:
+        kw: dict[str, Any] = {"limit": page, "_preload_content": False}
+        if cont:
+            kw["_continue"] = cont
+        body = json.loads(core.list_node(**kw).data)
+        for n in body.get("items") or ():
+            out[n["metadata"]["name"]] = n["metadata"]["uid"]
+        cont = (body.get("metadata") or {}).get("continue")
+        if not cont:
+            return out
+
+
+def publish_slices(api_client: Any, specs: Iterable[GpuNodeSpec], workers: int = 8) -> int:
+    """Create every GPU node's ResourceSlices, owned by its Node; returns how many."""
+    from kubernetes import client
+
+    custom = client.CustomObjectsApi(api_client)
+    uids = _node_uids(api_client)
+    bodies: list[dict[str, Any]] = []
+    for spec in specs:
+        if spec.name not in uids:
+            raise LabError(f"node {spec.name} does not exist; create it before its slices")
+        bodies += resource_slices(
+            spec, node_uid=uids[spec.name], nvlink_domains=nvlink_domains_for(spec)
+        )
+    if workers <= 1 or len(bodies) <= 1:
+        for b in bodies:
+            _create(custom, "resourceslices", b)
+    else:
+        with ThreadPoolExecutor(workers, thread_name_prefix="lab-create-slice") as pool:
+            list(pool.map(lambda b: _create(custom, "resourceslices", b), bodies))
+    return len(bodies)
