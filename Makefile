@@ -41,6 +41,7 @@ run: $(STAMP)
 
 test: $(STAMP) system-deps k8s-binaries
 	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/mypy
 	$(BIN)/pytest
 
 bench: $(STAMP)
@@ -48,6 +49,7 @@ bench: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/mypy
 
 fmt: $(STAMP)
 	$(BIN)/ruff format src tests benchmarks
