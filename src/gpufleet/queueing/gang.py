@@ -73,7 +73,7 @@ def _place_all(
     state: FleetState,
     req: ResourceRequest,
     replicas: int,
-    policy: object,
+    policy: Policy,
     rng: np.random.Generator,
     job_id: str,
 ) -> list[PlacementResult] | Unschedulable:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpufleet.decisions import Bind, Preempt
+from gpufleet.placement.policy import Policy
 from gpufleet.placement.view import pod_view
 from gpufleet.state import FleetState, ResourceRequest
 
@@ -41,9 +42,9 @@ class PreemptionPlan:
     preempts: tuple[Preempt, ...]
 
 
-def _fits_on(state: FleetState, req: ResourceRequest, row: int, policy: object) -> bool:
-    view = pod_view(state, req, policy.catalog)  # type: ignore[attr-defined]
-    rows, _ = policy.feasible(view)  # type: ignore[attr-defined]
+def _fits_on(state: FleetState, req: ResourceRequest, row: int, policy: Policy) -> bool:
+    view = pod_view(state, req, policy.catalog)
+    rows, _ = policy.feasible(view)
     return bool(np.any(rows == row))
 
 
@@ -52,14 +53,15 @@ def plan_preemption(
     req: ResourceRequest,
     priority: int,
     victims: Sequence[Victim],
-    policy: object,
+    policy: Policy,
     preemptor: str = "",
 ) -> PreemptionPlan | None:
     by_node: dict[str, list[Victim]] = {}
     for v in victims:
         if v.priority < priority and v.bind.node in state.index:
             by_node.setdefault(v.bind.node, []).append(v)
-    best: tuple[tuple, str, list[Victim]] | None = None
+    # (highest victim priority, victim count, priority sum, node): the lowest wins
+    best: tuple[tuple[int, int, int, str], str, list[Victim]] | None = None
     for node in sorted(by_node):
         row = state.index[node]
         cands = by_node[node]
