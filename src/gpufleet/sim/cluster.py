@@ -39,7 +39,9 @@ pending work or a node may become removable.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from decimal import Decimal
+from typing import Any
 
 import numpy as np
 
@@ -139,7 +141,7 @@ class ClusterSim(JobLifecycle):
                                          self.market.availability_gap(scenario.price_tick_s)
                                          if self.market is not None else 0.0, self.ctl.guards)
         self._periodic = 0
-        self._handlers = [
+        self._handlers: list[Callable[[Any], None]] = [
             self._on_arrival, self._on_finish, self._on_ready, self._on_notice, self._on_gone,
             self._on_scan, self._on_pass, self._on_sample, self._on_ckpt_done, self._on_deadline,
             self._on_fail,

@@ -17,6 +17,7 @@ import socket
 import threading
 import time
 from collections.abc import Mapping
+from http.server import ThreadingHTTPServer
 from typing import Any
 
 import numpy as np
@@ -120,7 +121,7 @@ class Controller:
         self._assumed: dict[str, tuple[Bind, str, float]] = {}
         self._evicting: dict[str, float] = {}
         self._threads: list[threading.Thread] = []
-        self._server = None
+        self._server: ThreadingHTTPServer | None = None
         self.cycles = 0
         # one drain for every marked Node; with a cloud, a drained Node's instance is deleted
         # through the provider (capacity.terminate), else only the Node object goes

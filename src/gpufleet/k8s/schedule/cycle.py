@@ -124,7 +124,7 @@ def only_selected(state: FleetState, selector: Selector,
         mask = np.array([matches(info.labels, selector) for info in state.nodes[:n]], dtype=bool)
         cache[selector] = mask
     saved = state.active[:n].copy()
-    state.active[:n] &= mask  # type: ignore[operator]
+    state.active[:n] &= mask
     try:
         yield live, int(state.active[:n].sum())
     finally:
@@ -214,7 +214,7 @@ def plan_cycle(
     return plan
 
 
-def _preempt(snap: Snapshot, left: list[Unit], policy: object, plan: CyclePlan,
+def _preempt(snap: Snapshot, left: list[Unit], policy: Policy, plan: CyclePlan,
              masks: dict[Selector, object]) -> None:
     """One preemption per cycle, for the first pending pod (queue order) it can help."""
     if any(p.terminating and p.node_name for p in snap.pods.values()):
