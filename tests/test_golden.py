@@ -19,7 +19,9 @@ The pinned values live in ``tests/golden/figures.json``. When a change is *meant
     GPUFLEET_REGOLD=1 .venv/bin/pytest tests/test_golden.py -q
 
 All three need the shared data (the simulator's spot market reads its availability traces and
-price snapshot, the benchmarks their traces) and skip without it.
+price snapshot, the benchmarks their traces) and skip without it. Together they take minutes, so
+they are marked ``slow``: ``make test`` runs them, the quick suite (``-m "not slow and not live"``)
+does not.
 """
 
 from __future__ import annotations
@@ -127,14 +129,17 @@ def measure_spot_deadline() -> dict[str, Any]:
                                       "runs": r.runs} for r in results}
 
 
+@pytest.mark.slow
 def test_simulate_default_workload(shared_data: Path) -> None:
     _check("simulate", measure_simulate())
 
 
+@pytest.mark.slow
 def test_packing_benchmark(shared_data: Path) -> None:
     _check("packing", measure_packing(shared_data))
 
 
+@pytest.mark.slow
 def test_spot_deadline_benchmark(shared_data: Path) -> None:
     _check("spot_deadline", measure_spot_deadline())
 
