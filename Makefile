@@ -56,4 +56,4 @@ fmt: $(STAMP)
 
 clean:
 	-[ -x $(BIN)/gpufleet ] && $(BIN)/gpufleet lab down
-	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache out .gpufleet-lab
+	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .mypy_cache out .gpufleet-lab
