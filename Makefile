@@ -41,6 +41,7 @@ run: $(STAMP)
 
 test: $(STAMP) system-deps k8s-binaries
 	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/mypy
 	$(BIN)/pytest
 
 bench: $(STAMP)
@@ -48,10 +49,11 @@ bench: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/mypy
 
 fmt: $(STAMP)
 	$(BIN)/ruff format src tests benchmarks
 
 clean:
 	-[ -x $(BIN)/gpufleet ] && $(BIN)/gpufleet lab down
-	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache out .gpufleet-lab
+	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .mypy_cache out .gpufleet-lab

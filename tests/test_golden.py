@@ -19,7 +19,10 @@ The pinned values live in ``tests/golden/figures.json``. When a change is *meant
     GPUFLEET_REGOLD=1 .venv/bin/pytest tests/test_golden.py -q
 
 All three need the shared data (the simulator's spot market reads its availability traces and
-price snapshot, the benchmarks their traces) and skip without it.
+price snapshot, the benchmarks their traces) and skip without it. The simulate pin runs every
+built-in scenario (over a minute on an idle 2-core machine, several under load), so it is marked
+``slow``: ``make test`` runs it, the quick suite (``-m "not slow and not live"``) does not; the two
+benchmark pins take 10-15 s and stay in the quick suite.
 """
 
 from __future__ import annotations
@@ -127,6 +130,7 @@ def measure_spot_deadline() -> dict[str, Any]:
                                       "runs": r.runs} for r in results}
 
 
+@pytest.mark.slow
 def test_simulate_default_workload(shared_data: Path) -> None:
     _check("simulate", measure_simulate())
 

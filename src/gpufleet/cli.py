@@ -7,8 +7,6 @@ shared apps of :mod:`gpufleet.cli_app` when the module is imported. This module 
 
 from __future__ import annotations
 
-import sys
-
 from gpufleet.cli_app import app, bench_app, err_console, friendly_errors
 
 __all__ = ["app", "bench_app", "err_console", "friendly_errors", "main"]
@@ -37,4 +35,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    main()

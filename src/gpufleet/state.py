@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
+import numpy.typing as npt
 
 from gpufleet.decisions import Bind, CapacityType
 
@@ -96,7 +97,9 @@ class FleetState:
     def _alloc(self, cap: int) -> None:
         g = self.max_gpus
 
-        def grow(old: np.ndarray | None, shape: tuple[int, ...], dtype, fill) -> np.ndarray:
+        def grow(
+            old: np.ndarray | None, shape: tuple[int, ...], dtype: npt.DTypeLike, fill: int
+        ) -> np.ndarray:
             new = np.full(shape, fill, dtype=dtype)
             if old is not None:
                 sl = tuple(slice(0, s) for s in old.shape)

@@ -49,6 +49,17 @@ INT_TEXT = st.one_of(
 )
 
 
+def _binds(text: str, lowest: int) -> bool:
+    """Whether the CLI would read ``text`` as a usable port: it parses with int() as click does,
+    so "1_0" (port 10) and " +80" count — a digits-only test let those through, and a run then
+    served on that port until the test timed out."""
+    try:
+        port = int(text)
+    except ValueError:
+        return False
+    return lowest <= port <= 65535
+
+
 @pytest.fixture(scope="module")
 def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("fuzz-cli")
@@ -117,7 +128,7 @@ def test_simulate_options(files: Path, busy_port: int, data: st.DataObject) -> N
             args += [opt, data.draw(strategy)]
     # never a real run: a busy port, or an output folder below a file (both checked first)
     port = data.draw(st.one_of(st.just(str(busy_port)), INT_TEXT.filter(
-        lambda t: not (t.strip().lstrip("+").isdigit() and 1 <= int(t) <= 65535))))
+        lambda t: not _binds(t, lowest=1))))
     if data.draw(st.booleans()):
         args += ["--serve-metrics", port]
     else:
@@ -135,7 +146,7 @@ def test_exporter_options(busy_port: int, data: st.DataObject) -> None:
             args += [opt, data.draw(strategy)]
     # a usable free port would serve forever: only the busy one or unusable ones
     args += ["--port", data.draw(st.one_of(st.just(str(busy_port)), INT_TEXT.filter(
-        lambda t: not (t.strip().lstrip("+").isdigit() and 0 <= int(t) <= 65535))))]
+        lambda t: not _binds(t, lowest=0))))]
     check(args)
 
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from gpufleet.config import Scenario, builtin_scenarios
+from gpufleet.datapaths import ENV_VAR, data_dir
 from gpufleet.errors import InputError
 from gpufleet.provisioning import MIG_CONFIG, MIG_CONFIG_LABEL
 from gpufleet.sim.cloud import MICRO
@@ -22,6 +23,7 @@ from gpufleet.traces.jobs import JobSpec, load_jobs
 DATA = Path(__file__).parent / "data"
 P4D_USD_H = 32.7726  # p4d.24xlarge on-demand, 8 × A100-40GB (catalog)
 ONE_G = 1000 // 7  # a 1g.5gb instance: 1 of the A100's 7 compute slices
+AVAILABILITY = "spot-traces/availability"  # under the shared data folder (sim.runner reads it)
 
 
 def scenario(name: str, **kw) -> Scenario:
@@ -175,6 +177,13 @@ def test_compaction_keeps_mig_layout() -> None:
 def test_unconstrained_mig_job_beside_v100_jobs(name: str) -> None:
     """A hand-made MIG request without a model constraint (num_gpu 0) among V100 jobs: the
     fleet includes a model offering the profile and every job finishes."""
+    base = data_dir(required=False)
+    if name == "gpufleet" and (base is None or not (base / AVAILABILITY).is_dir()):
+        # The spot scenario's market is built from the shared availability traces; without them
+        # the simulator falls back to the price-process market, where the MIG job runs 30 s
+        # longer, so the ledger figure below (worked for the trace market) does not hold.
+        pytest.skip(f"spot scenario needs the shared availability traces ({AVAILABILITY}): "
+                    f"set {ENV_VAR} or lay out ../shared/data")
     v100 = ResourceRequest(cpu_milli=4000, memory_mib=12288, num_gpu=1,
                            gpu_models=frozenset({"V100-16GB"}))
     jobs = [JobSpec(f"v{i}", i * 60.0, 1800.0, v100) for i in range(4)]

@@ -7,6 +7,7 @@ checkpoint at once; per-checkpoint manifests fail one at a time.
 
 from __future__ import annotations
 
+import builtins
 import json
 import re
 from dataclasses import asdict, dataclass, field
@@ -46,11 +47,12 @@ class Manifest:
     meta: dict[str, Any] = field(default_factory=dict)
     format: str = FORMAT
 
-    def to_json(self) -> bytes:
+    # ``bytes`` in this class body is the field above: the type is spelled builtins.bytes
+    def to_json(self) -> builtins.bytes:
         return json.dumps(asdict(self), sort_keys=True, indent=1).encode()
 
     @classmethod
-    def from_json(cls, raw: bytes | bytearray, *, expect_step: int) -> Manifest:
+    def from_json(cls, raw: builtins.bytes | bytearray, *, expect_step: int) -> Manifest:
         try:
             doc = json.loads(bytes(raw))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:

@@ -41,7 +41,7 @@ class Store(Protocol):
     url: str
     durable: bool
 
-    def write(self, name: str, fill: Callable[[BinaryIO], None]) -> None: ...
+    def write(self, name: str, fill: Callable[[BinaryIO], object]) -> None: ...
 
     def read(self, name: str) -> bytearray: ...
 
@@ -69,7 +69,7 @@ class LocalStore:
         self.url = str(self.root)
         self._lock = WriterLock(self.root)
 
-    def write(self, name: str, fill: Callable[[BinaryIO], None]) -> None:
+    def write(self, name: str, fill: Callable[[BinaryIO], object]) -> None:
         fd, tmp = tempfile.mkstemp(dir=self.root, prefix=TMP_PREFIX + name + ".")
         try:
             with os.fdopen(fd, "wb", buffering=0) as raw:
@@ -135,7 +135,7 @@ class FsspecStore:
     def _path(self, name: str) -> str:
         return f"{self.root}/{name}"
 
-    def write(self, name: str, fill: Callable[[BinaryIO], None]) -> None:
+    def write(self, name: str, fill: Callable[[BinaryIO], object]) -> None:
         try:
             with self.fs.open(self._path(name), "wb") as f:
                 fill(f)

@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from gpufleet.checkpoint.notices import (
     DEFAULT_POLL_S,
@@ -39,6 +40,9 @@ from gpufleet.checkpoint.status import Status, read_status
 from gpufleet.errors import InputError
 
 MAX_GRACE_S = 3600.0  # no cloud gives more than 2 min of notice; an hour covers any local use
+
+# What signal.signal takes and hands back: a function, SIG_DFL/SIG_IGN, or None (not set by Python)
+_Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,7 +189,7 @@ class Supervisor:
                      "being watched")
 
     def run(self) -> int:
-        old: dict[int, object] = {}
+        old: dict[signal.Signals, _Handler] = {}
         if self.handle_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 old[sig] = signal.signal(sig, self._on_signal)
@@ -209,7 +213,7 @@ class Supervisor:
             if poller is not None:
                 poller.stop()
             for sig, handler in old.items():
-                signal.signal(sig, handler)  # type: ignore[arg-type]
+                signal.signal(sig, handler)
             if tmp is not None:
                 tmp.cleanup()
 

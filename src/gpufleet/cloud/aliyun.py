@@ -23,6 +23,7 @@ How each contract rule maps onto ECS:
 
 from __future__ import annotations
 
+import builtins
 import time
 from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
@@ -334,7 +335,7 @@ class AliyunProvider:
                 raise AliyunError("DescribeInstances", f"NextToken {next_token!r} repeated", None)
             seen.add(next_token)
 
-    def _describe(self, tags: Mapping[str, str]) -> list[Instance]:
+    def _describe(self, tags: Mapping[str, str]) -> builtins.list[Instance]:
         return [self._to_instance(raw) for raw in self._describe_raw(tags)]
 
     def _to_instance(self, raw: Any) -> Instance:
@@ -356,7 +357,7 @@ class AliyunProvider:
         )
 
     # -- offerings -------------------------------------------------------------------------
-    def offerings(self) -> list[Offering]:
+    def offerings(self) -> builtins.list[Offering]:
         """Spot: the latest ``DescribeSpotPriceHistory`` point of each type in each configured
         zone, one query per type for all zones (a pool with no price in the last 3 hours is
         listed unavailable at the on-demand price). On-demand: the catalog's price, available in
@@ -417,7 +418,7 @@ class AliyunProvider:
         return {zone: price for zone, (_, price) in latest.items()}
 
     # -- interruptions ---------------------------------------------------------------------
-    def interruptions(self) -> list[Interruption]:
+    def interruptions(self) -> builtins.list[Interruption]:
         """Instances ECS is taking back, as seen by ``DescribeInstances``: the operation lock
         ``Recycling`` (a spot instance pending release) → spot interruption; ``Stopped`` (a spot
         instance reclaimed in stop mode, or stopped outside gpufleet) → state change. gpufleet's

@@ -19,6 +19,7 @@ mode, ``AwsConfig.max_attempts`` attempts in all) and bounded timeouts.
 
 from __future__ import annotations
 
+import builtins
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -150,7 +151,7 @@ class AwsProvider:
                 region_name=config.region,
                 endpoint_url=config.endpoint_url,
                 config=Config(
-                    retries=retries,  # type: ignore[arg-type]
+                    retries=retries,
                     connect_timeout=config.connect_timeout_s,
                     read_timeout=read_timeout_s,
                 ),
@@ -227,7 +228,7 @@ class AwsProvider:
         )
 
     def _describe(self, filters: list[dict[str, Any]]) -> list[Instance]:
-        out = []
+        out: list[Instance] = []
         for reservation in self._pages(
             self.ec2,
             "describe_instances",
@@ -263,7 +264,7 @@ class AwsProvider:
 
     def _overrides(
         self, request: LaunchRequest
-    ) -> tuple[list[dict[str, Any]], list[tuple[str, str]]]:
+    ) -> tuple[builtins.list[dict[str, Any]], builtins.list[tuple[str, str]]]:
         overrides: list[dict[str, Any]] = []
         pools: list[tuple[str, str]] = []
         for itype in request.instance_types:
@@ -325,7 +326,7 @@ class AwsProvider:
         return self._launched(request, resp, pools)
 
     def _launched(
-        self, request: LaunchRequest, resp: dict[str, Any], pools: list[tuple[str, str]]
+        self, request: LaunchRequest, resp: dict[str, Any], pools: builtins.list[tuple[str, str]]
     ) -> Instance | CapacityShortage:
         """CreateFleet's answer → the instance, or a CapacityShortage when every pool said no."""
         zone_of = self.config.zone_of_subnet
@@ -381,7 +382,7 @@ class AwsProvider:
 
     # -- prices ---------------------------------------------------------------------------------
 
-    def offerings(self) -> list[Offering]:
+    def offerings(self) -> builtins.list[Offering]:
         """Spot: the price now of each configured type × zone (DescribeSpotPriceHistory from now,
         the latest point per pool; a pool without a price is not offered). On demand: the
         catalog's list price, in every configured zone."""
@@ -422,7 +423,7 @@ class AwsProvider:
 
     # -- interruptions --------------------------------------------------------------------------
 
-    def interruptions(self) -> list[Interruption]:
+    def interruptions(self) -> builtins.list[Interruption]:
         """One bounded receive from the queue. Events that are not a loss, and messages that
         cannot be read (logged in one line), are deleted at once: a poison message must not come
         back forever. The others stay in the queue until acknowledged."""

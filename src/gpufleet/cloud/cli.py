@@ -8,7 +8,7 @@ permission or a config typo shows up as one line and exit status 2 here, not mid
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -25,7 +25,7 @@ cloud_app = typer.Typer(
 app.add_typer(cloud_app, name="cloud")
 
 
-def _print_rows(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+def _print_rows(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> None:
     """Tab-separated with a header: ids are never elided and the output pipes into cut/awk."""
     for row in (header, *rows):
         typer.echo("\t".join(row))

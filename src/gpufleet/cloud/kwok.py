@@ -25,6 +25,7 @@ deadline (annotation ``gpufleet.io/kwok-reclaim-deadline`` = now + ``notice_s``)
 
 from __future__ import annotations
 
+import builtins
 import json
 import logging
 import time
@@ -237,7 +238,7 @@ class KwokProvider:
                 raise
         return None
 
-    def _pools(self, req: LaunchRequest, mt: float) -> tuple[list[tuple[str, str]],
+    def _pools(self, req: LaunchRequest, mt: float) -> tuple[builtins.list[tuple[str, str]],
                                                           tuple[str, str] | None]:
         tried: list[tuple[str, str]] = []
         for name in req.instance_types:
@@ -307,7 +308,7 @@ class KwokProvider:
                 raise
 
     # -- market -------------------------------------------------------------------------------
-    def offerings(self) -> list[Offering]:
+    def offerings(self) -> builtins.list[Offering]:
         mt = self.market_now()
         out = [Offering(it.name, z, CapacityType.ON_DEMAND, it.usd_per_hour)
                for it in self.types.values() for z in it.zones]
@@ -320,7 +321,7 @@ class KwokProvider:
                                         m.available(name, z, mt)))
         return out
 
-    def markets(self, instance_type: str) -> list[ZoneMarket]:
+    def markets(self, instance_type: str) -> builtins.list[ZoneMarket]:
         """The simulator's per-zone view (prices, availability history) for the spot strategy:
         the live driver feeds the strategy exactly what the simulator does."""
         if self.market is None or not self.market.zones(instance_type):
@@ -341,7 +342,7 @@ class KwokProvider:
             if exc.status != 409:
                 raise
 
-    def interruptions(self) -> list[Interruption]:
+    def interruptions(self) -> builtins.list[Interruption]:
         now = self.clock()
         m = self.market
         mt = self.market_now() if m is not None else 0.0

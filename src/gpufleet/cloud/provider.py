@@ -24,6 +24,7 @@ Rules every implementation keeps, because the controller relies on them:
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -129,8 +130,11 @@ class CloudProvider(Protocol):
 
     def list(self) -> list[Instance]: ...
 
-    def offerings(self) -> list[Offering]: ...
+    # From here on ``list`` in this class body is the method above: the type is builtins.list
+    # (so in every provider class).
 
-    def interruptions(self) -> list[Interruption]: ...
+    def offerings(self) -> builtins.list[Offering]: ...
+
+    def interruptions(self) -> builtins.list[Interruption]: ...
 
     def acknowledge(self, event: Interruption) -> None: ...

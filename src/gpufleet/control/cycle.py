@@ -39,6 +39,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 
@@ -52,6 +53,10 @@ from gpufleet.queueing.gang import place_gang
 from gpufleet.queueing.preemption import Victim, plan_preemption
 from gpufleet.queueing.statement import Statement
 from gpufleet.state import FleetState, ResourceRequest
+
+# the queue key (``queueing.queue_key``) followed by the unit's id, so that ties are total
+UnitKey = tuple[int, int, int, float, int, str]
+D = TypeVar("D")
 
 __all__ = ["CyclePlan", "PendingUnit", "Victim", "plan_cycle", "with_selection"]
 
@@ -86,7 +91,7 @@ class PendingUnit:
     refusal: str | None = None
     preempt_never: bool = False
     shape: Hashable | None = None
-    key: tuple = field(init=False, repr=False, compare=False)
+    key: UnitKey = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "key", (*queue_key(
@@ -128,7 +133,7 @@ class CyclePlan:
     def decisions(self) -> list[Bind | Preempt | Refuse]:
         return [*self.binds, *self.refusals, *self.evictions]
 
-    def of(self, kind: type) -> list:
+    def of(self, kind: type[D]) -> list[D]:
         return [d for d in self.decisions if isinstance(d, kind)]
 
 
@@ -225,7 +230,7 @@ def plan_cycle(
     return plan
 
 
-def _key(u: PendingUnit) -> tuple:
+def _key(u: PendingUnit) -> UnitKey:
     return u.key
 
 

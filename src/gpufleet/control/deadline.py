@@ -69,16 +69,23 @@ class GuardConfig:
     max_pending_wait_s: float
 
 
+def deadline_of(spec: JobSpec) -> float:
+    """The deadline of a job the guards watch (``DeadlineGuards.watches`` admits only jobs that
+    have one): a job without one here is a driver bug, not a job to plan for."""
+    if spec.deadline_s is None:
+        raise ValueError(f"job {spec.job_id}: the deadline guards got a job without a deadline")
+    return spec.deadline_s
+
+
 def hopeless(v: DeadlineView, now: float, cfg: GuardConfig) -> bool:
     """Even a fresh node launched now cannot make the deadline."""
     left = v.spec.duration_s - v.done_s
-    return not fresh_node_fits(now, v.spec.deadline_s,  # type: ignore[arg-type]
-                               left, cfg.provisioning_delay_s)
+    return not fresh_node_fits(now, deadline_of(v.spec), left, cfg.provisioning_delay_s)
 
 
 def _rerun_fits(spec: JobSpec, now: float, cfg: GuardConfig) -> bool:
-    return rerun_fits(now, spec.deadline_s, spec.duration_s,  # type: ignore[arg-type]
-                      spec.restart_overhead_s, cfg.provisioning_delay_s)
+    return rerun_fits(now, deadline_of(spec), spec.duration_s, spec.restart_overhead_s,
+                      cfg.provisioning_delay_s)
 
 
 def urgent(spec: JobSpec, work_s: float, interrupted: bool, now: float, cfg: GuardConfig) -> bool:
@@ -231,7 +238,7 @@ class DeadlineGuards:
             got = self._ctl.get(idx)
             if got is None:
                 got = self._ctl[idx] = (self.policy.start(DeadlineJob(
-                    task_s=spec.duration_s, deadline_s=spec.deadline_s - spec.submit_s,
+                    task_s=spec.duration_s, deadline_s=deadline_of(spec) - spec.submit_s,
                     overhead_s=spec.restart_overhead_s, gap_s=self.gap_s,
                     spot_price_per_hour=min(spot_price, on_demand_price),
                     on_demand_price_per_hour=on_demand_price)), bytearray())

@@ -41,7 +41,7 @@ def fixed_fleet(
     spot: bool, fixed_nodes: int | None, quantile: float,
 ) -> list[NodeGroup]:
     """Node groups for ``jobs`` (each with its admitted request), in a stable order."""
-    pools: dict[tuple, list[int]] = {}
+    pools: dict[tuple[bool, frozenset[str]], list[int]] = {}
     for i, (_, r) in enumerate(jobs):
         pools.setdefault((r.mig_profile is not None, r.gpu_models or frozenset()), []).append(i)
     if not pools:
@@ -72,7 +72,8 @@ def _group(
 ) -> NodeGroup:
     cat = default_gpu_catalog()
     biggest = max((j.request.whole_gpus for j in jobs), default=1)
-    profiles = {j.request.mig_profile for j in jobs} if mig else set()
+    # the admitted requests: in a MIG group every one names its profile (the group's key)
+    profiles = {r.mig_profile for r in reqs if r.mig_profile is not None}
     cands = [
         t for t in types
         if t.gpus >= biggest and (not models or t.gpu_model in models)

@@ -83,7 +83,7 @@ class OfferBook:
         self.types = types
         self.market = market
         self._mig = mig
-        self._od_nodes: Counter = Counter()  # on-demand nodes per (type, zone)
+        self._od_nodes: Counter[tuple[str, str]] = Counter()  # on-demand nodes per (type, zone)
         self._version = 0
         self._cache: tuple[tuple[int, int], list[Offer]] | None = None
         self._shapes: dict[tuple[str, bool], NodeShape] = {}

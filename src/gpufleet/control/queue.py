@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Protocol
 
-from gpufleet.queueing import queue_key
+from gpufleet.queueing import QueueKey, queue_key
 from gpufleet.traces.jobs import JobSpec
 
 
@@ -30,7 +30,7 @@ class Queued(Protocol):
     idx: int
     spec: JobSpec
     shape: int
-    key: tuple
+    key: QueueKey
     enqueued_s: float
     requeued: bool
     on_demand_only: bool
@@ -46,7 +46,7 @@ def is_urgent(j: Queued) -> bool:
     return j.on_demand_only and j.spec.deadline_s is not None
 
 
-def order_key(j: Queued, seq: int) -> tuple:
+def order_key(j: Queued, seq: int) -> QueueKey:
     """Sort key of ``j`` (see the module docstring); ``seq`` breaks ties in arrival order."""
     return queue_key(j.spec.priority, j.requeued, j.enqueued_s, seq, is_urgent(j))
 
@@ -57,9 +57,9 @@ class PendingQueue:
     __slots__ = ("_entries", "_seq", "shapes")
 
     def __init__(self) -> None:
-        self._entries: list[tuple[tuple, int]] = []
+        self._entries: list[tuple[QueueKey, int]] = []
         self._seq = 0
-        self.shapes: Counter = Counter()
+        self.shapes: Counter[int] = Counter()
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -67,10 +67,10 @@ class PendingQueue:
     def __bool__(self) -> bool:
         return bool(self._entries)
 
-    def __iter__(self) -> Iterator[tuple[tuple, int]]:
+    def __iter__(self) -> Iterator[tuple[QueueKey, int]]:
         return iter(self._entries)
 
-    def __getitem__(self, s: slice) -> list[tuple[tuple, int]]:
+    def __getitem__(self, s: slice) -> list[tuple[QueueKey, int]]:
         return self._entries[s]
 
     def push(self, j: Queued, now: float) -> None:

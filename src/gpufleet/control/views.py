@@ -53,7 +53,7 @@ def node_view(
     shortcut that keeps consolidation cheap on large fleets."""
     row = state.index[name]
     g = shape.gpus
-    mig_kw: dict = {}
+    mig_kw: dict[str, tuple[int, ...]] = {}
     if shape.mig:
         mig_kw = dict(mig_used=tuple(state.mig_used[row, :g].tolist()),
                       mig_compute_used=tuple(state.mig_compute_used[row, :g].tolist()))

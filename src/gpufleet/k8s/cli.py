@@ -100,7 +100,8 @@ def controller(
             raise InputError(f"--cloud {cloud} needs --cloud-config (the provider's config "
                              "file)", field="--cloud-config")
         settings = {cloud: str(cloud_config)} if cloud != "kwok" else {}
-        scenario = scenario.model_copy(update={"cloud": CloudSettings(name=cloud, **settings)})
+        scenario = scenario.model_copy(
+            update={"cloud": CloudSettings.model_validate({"name": cloud, **settings})})
     if not retry_period < renew_deadline < lease_duration:
         raise InputError("expected retry-period < renew-deadline < lease-duration",
                          field="lease-duration")

@@ -298,8 +298,8 @@ class SpotMarket:
         # tick they changed or later, never earlier
         self.tick_s = min(gaps, default=60.0)
         self._zones: dict[str, list[str]] = {}
-        for it, z in self.offered:
-            self._zones.setdefault(it, []).append(z)
+        for name, z in self.offered:
+            self._zones.setdefault(name, []).append(z)
 
     def _derived(
         self, availability: dict[tuple[str, int, str], Availability], fam: str, gpus: int,

@@ -23,6 +23,7 @@ import re
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import pynvml
@@ -173,7 +174,7 @@ class NvmlReader:
                 mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
             except pynvml.NVMLError_NotFound:
                 continue  # an empty slot: fewer instances than the maximum
-            attributes = _value_or_nan(lambda mig=mig: pynvml.nvmlDeviceGetAttributes(mig))
+            attributes = _value_or_nan(partial(pynvml.nvmlDeviceGetAttributes, mig))
             profile = mig_profile_name(
                 pynvml.nvmlDeviceGetName(mig),
                 None if isinstance(attributes, float) else attributes,

@@ -64,7 +64,8 @@ class GpuMemoryFit:
         req = view.req
         if not req.gpu_memory_mib or req.mig_profile is not None or req.num_gpu == 0:
             return np.ones(view.n, dtype=bool)
-        return (view.gpu_mem_free >= req.gpu_memory_mib).sum(axis=1) >= req.num_gpu
+        enough: np.ndarray = (view.gpu_mem_free >= req.gpu_memory_mib).sum(axis=1) >= req.num_gpu
+        return enough
 
 
 class GpuCountFit:
@@ -77,7 +78,8 @@ class GpuCountFit:
         req = view.req
         if req.mig_profile is not None or req.num_gpu == 0:
             return np.ones(view.n, dtype=bool)
-        return view.fit_count >= req.num_gpu
+        enough: np.ndarray = view.fit_count >= req.num_gpu
+        return enough
 
 
 class CudaFit:
@@ -95,14 +97,15 @@ class CudaFit:
         if not need:
             return np.ones(view.n, dtype=bool)
         s = view.state
-        ok = s.cuda_driver[: view.n] >= need
+        ok: np.ndarray = s.cuda_driver[: view.n] >= need
         limits = np.full(len(s.model_names) + 1, np.iinfo(np.int32).max, dtype=np.int64)
         for mid, name in enumerate(s.model_names):
             if name in view.catalog:
                 cap = view.catalog[name].max_cuda
                 if cap:
                     limits[mid] = parse_version(cap)
-        return ok & (limits[s.model_id[: view.n]] >= need)
+        ok &= limits[s.model_id[: view.n]] >= need
+        return ok
 
 
 class TaintToleration:
@@ -113,7 +116,8 @@ class TaintToleration:
 
     def __call__(self, view: PodView) -> np.ndarray:
         tol = view.state.toleration_mask(view.req.tolerations)
-        return (view.state.taint_bits[: view.n] & ~np.int64(tol)) == 0
+        tolerated: np.ndarray = (view.state.taint_bits[: view.n] & ~np.int64(tol)) == 0
+        return tolerated
 
 
 class ZoneFit:
@@ -126,7 +130,8 @@ class ZoneFit:
         zone = view.req.zone
         if zone is None:
             return np.ones(view.n, dtype=bool)
-        return view.state.zone_id[: view.n] == view.state.zone_index(zone)
+        in_zone: np.ndarray = view.state.zone_id[: view.n] == view.state.zone_index(zone)
+        return in_zone
 
 
 class MigFit:
@@ -136,7 +141,8 @@ class MigFit:
     def __call__(self, view: PodView) -> np.ndarray:
         if view.req.mig_profile is None:
             return np.ones(view.n, dtype=bool)
-        return mig_ok(view).any(axis=1)
+        has_slot: np.ndarray = np.asarray(mig_ok(view).any(axis=1))  # (n,): axis=1 keeps an array
+        return has_slot
 
 
 DEFAULT_FILTERS: tuple[Filter, ...] = (

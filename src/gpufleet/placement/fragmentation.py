@@ -62,7 +62,7 @@ class TaskTable:
             if req.num_gpu == 0 or req.mig_profile is not None:
                 if cpu_tasks == "fragment":
                     continue
-                key = (0, 0, None)
+                key: tuple[int, int, frozenset[str] | None] = (0, 0, None)
             else:
                 milli = req.gpu_milli if req.is_shared else GPU_MILLI
                 key = (milli, req.num_gpu, req.gpu_models or None)
@@ -99,7 +99,8 @@ class TaskTable:
     def cpu_weight(self, cpu: np.ndarray) -> np.ndarray:
         """(len(cpu), H): probability mass of each group's tasks whose CPU fits in ``cpu``."""
         fits = (cpu[:, None] >= self.task_cpu[None, :]).astype(np.float64)
-        return fits @ self.task_weight
+        weight: np.ndarray = fits @ self.task_weight
+        return weight
 
     def access(self, state: FleetState, catalog: GpuCatalog) -> np.ndarray:
         """(models + 1, H): may a group's tasks use a node of model id i (last row: no GPU)."""
@@ -123,7 +124,8 @@ class TaskTable:
         """F per node (or candidate) from its terms; arrays share the leading axis."""
         fits = acc & (cnt[:, self.group_u] >= self.group_k[None, :])
         useful = (fits * above[:, self.group_u] * cpu_w).sum(axis=1)
-        return (idle * self.total_p - useful) / WEIGHT_SCALE
+        f: np.ndarray = (idle * self.total_p - useful) / WEIGHT_SCALE
+        return f
 
     def fleet_frag(
         self, state: FleetState, catalog: GpuCatalog, rows: np.ndarray | None = None

@@ -34,7 +34,7 @@ def mig_ok(view: PodView) -> np.ndarray:
     """(n, G): MIG GPUs where the requested profile has at least one legal free start."""
     profile = view.req.mig_profile
     s = view.state
-    out = np.zeros_like(view.mig_used, dtype=bool)
+    out: np.ndarray = np.zeros_like(view.mig_used, dtype=bool)
     if profile is None:
         return out
     model = s.model_id[: view.n]

@@ -46,19 +46,22 @@ class PodView:
         """(n, G): GPUs this pod could use now (enough milli and GPU memory, not MIG)."""
         if self.req.num_gpu == 0 or self.req.mig_profile is not None:
             return np.zeros_like(self.free_milli, dtype=bool)
-        ok = self.free_milli >= self.milli
+        ok: np.ndarray = self.free_milli >= self.milli
         if self.req.gpu_memory_mib:
             ok &= self.gpu_mem_free >= self.req.gpu_memory_mib
-        return ok & ~self.state.mig_enabled[: self.n]
+        ok &= ~self.state.mig_enabled[: self.n]
+        return ok
 
     @cached_property
     def fit_count(self) -> np.ndarray:
-        return self.gpu_ok.sum(axis=1)
+        counts: np.ndarray = self.gpu_ok.sum(axis=1)
+        return counts
 
     @cached_property
     def gpu_left(self) -> np.ndarray:
         """(n,) idle milli-GPU per node (MIG GPUs and empty slots count 0)."""
-        return np.where(self.free_milli > 0, self.free_milli, 0).sum(axis=1)
+        left: np.ndarray = np.where(self.free_milli > 0, self.free_milli, 0).sum(axis=1)
+        return left
 
     @cached_property
     def model_ok(self) -> np.ndarray:

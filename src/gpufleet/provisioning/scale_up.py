@@ -48,6 +48,9 @@ from gpufleet.provisioning.binpack import (
 )
 from gpufleet.state import GPU_MILLI, ResourceRequest
 
+# (models, min CUDA, GPU memory, spot ok, min(GPUs, 2), MIG, gang id or ""): pods one launch serves
+_GroupKey = tuple[frozenset[str] | None, int, int, bool, int, bool, str]
+
 
 @dataclass(frozen=True, slots=True)
 class Offer:
@@ -137,7 +140,7 @@ class ScaleUpPolicy:
             p.urgent for p in uncovered
         ):
             return ScaleUpReply()
-        groups: dict[tuple, list[PendingPod]] = {}
+        groups: dict[_GroupKey, list[PendingPod]] = {}
         for p in uncovered:
             r = p.request
             key = (r.gpu_models, r.min_cuda, r.gpu_memory_mib, p.spot_ok, min(r.num_gpu, 2),
@@ -145,11 +148,11 @@ class ScaleUpPolicy:
             groups.setdefault(key, []).append(p)
         out: list[Launch] = []
         left: list[Unprovisioned] = []
-        for key in sorted(groups, key=repr):
-            plan, why = self._launch_group(groups[key], offers, markets or {}, spot_strategy)
+        for group in sorted(groups, key=repr):
+            plan, why = self._launch_group(groups[group], offers, markets or {}, spot_strategy)
             out.extend(plan)
             if why:
-                ids = dict.fromkeys(p.job_id for p in groups[key])
+                ids = dict.fromkeys(p.job_id for p in groups[group])
                 left.extend(Unprovisioned(i, why) for i in ids)
         return ScaleUpReply(tuple(out), tuple(left))
 

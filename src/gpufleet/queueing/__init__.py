@@ -1,5 +1,5 @@
 """Queueing: order of pending work, backfill, gang admission."""
 
-from gpufleet.queueing.order import BackfillPass, PassResult, queue_key
+from gpufleet.queueing.order import BackfillPass, PassResult, QueueKey, queue_key
 
-__all__ = ["BackfillPass", "PassResult", "queue_key"]
+__all__ = ["BackfillPass", "PassResult", "QueueKey", "queue_key"]

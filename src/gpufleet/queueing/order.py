@@ -25,21 +25,25 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-K = TypeVar("K", bound=Hashable)  # how a driver names a queued unit (a job id, an index)
+# (-priority, urgent?, requeued?, enqueued_s, seq): the tuple compares in that order.
+QueueKey = tuple[int, int, int, float, int]
+
+JobId = TypeVar("JobId")  # a driver's handle on a job: the simulator's index, a live pod group id
+Shape = TypeVar("Shape", bound=Hashable)  # equal shapes cannot fit where the other failed
 
 
 def queue_key(
     priority: int, requeued: bool, enqueued_s: float, seq: int, urgent: bool = False
-) -> tuple:
+) -> QueueKey:
     """Sort key: higher priority first, then urgent, then requeued work, then arrival order."""
     return (-priority, 0 if urgent else 1, 0 if requeued else 1, enqueued_s, seq)
 
 
 @dataclass(slots=True)
-class PassResult(Generic[K]):
-    started: list[K] = field(default_factory=list)
-    blocked: set[Hashable] = field(default_factory=set)
-    stopped_for: K | None = None  # the starving head that stopped backfill
+class PassResult(Generic[JobId, Shape]):
+    started: list[JobId] = field(default_factory=list)
+    blocked: set[Shape] = field(default_factory=set)
+    stopped_for: JobId | None = None  # job id of a starving head that stopped backfill
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,17 +52,17 @@ class BackfillPass:
 
     def run(
         self,
-        ordered: Iterable[tuple[K, Hashable, float]],
+        ordered: Iterable[tuple[JobId, Shape, float]],
         now: float,
-        try_place: Callable[[K], bool],
+        try_place: Callable[[JobId], bool],
         shapes_present: int,
-        blocked: set[Hashable] | None = None,
-    ) -> PassResult[K]:
+        blocked: set[Shape] | None = None,
+    ) -> PassResult[JobId, Shape]:
         """Walk ``(job_id, shape, enqueued_s)`` in queue order; ``try_place`` applies a fit.
 
         ``blocked`` carries shapes already known not to fit (capacity has not grown since).
         """
-        res: PassResult[K] = PassResult(blocked=set(blocked or ()))
+        res: PassResult[JobId, Shape] = PassResult(blocked=set(blocked or ()))
         head_seen = False
         for job_id, shape, enqueued_s in ordered:
             if len(res.blocked) >= shapes_present:

@@ -62,7 +62,8 @@ def plan_preemption(
     for v in victims:
         if v.priority < priority and v.bind.node in state.index:
             by_node.setdefault(v.bind.node, []).append(v)
-    best: tuple[tuple, str, list[Victim]] | None = None
+    # (highest victim priority, victim count, priority sum, node): the lowest wins
+    best: tuple[tuple[int, int, int, str], str, list[Victim]] | None = None
     for node in sorted(by_node):
         row = state.index[node]
         cands = by_node[node]

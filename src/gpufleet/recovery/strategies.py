@@ -41,7 +41,10 @@ class NoticeView:
 
 
 class RecoveryStrategy(Protocol):
-    name: str
+    @property
+    def name(self) -> str:
+        """The strategy's registry name (read-only: strategies are frozen)."""
+        ...
 
     def on_notice(self, view: NoticeView) -> Requeue: ...
 

@@ -8,7 +8,14 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
 from gpufleet.cli_app import app, friendly_errors
 from gpufleet.config import (
@@ -171,7 +178,7 @@ def simulate(
             task = progress.add_task(sc.name, total=len(jobs))
             sim = Simulation(sc, seed=seed, jobs=jobs)
 
-            def cb(done: float, total: float, task: int = task) -> None:
+            def cb(done: float, total: float, task: TaskID = task) -> None:
                 progress.update(task, completed=done)
 
             summaries[sc.name] = sim.run(cb)

@@ -38,7 +38,9 @@ pending work or a node may become removable.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from decimal import Decimal
+from typing import Any
 
 import numpy as np
 
@@ -138,7 +140,7 @@ class ClusterSim:
             node_changed=self._node_changed, finish=self._finish)
         self._periodic = 0
         life = self.life
-        self._handlers = [
+        self._handlers: list[Callable[[Any], None]] = [
             self._on_arrival, life.on_finish, self._on_ready, self._on_notice, self._on_gone,
             self._on_scan, life.on_pass, self._on_sample, life.on_ckpt_done, self._on_deadline,
             self._on_fail,

@@ -23,6 +23,7 @@ import math
 
 from gpufleet.decisions import Bind
 from gpufleet.provisioning.binpack import gpu_milli_of
+from gpufleet.queueing import QueueKey
 from gpufleet.state import GPU_MILLI, ResourceRequest
 from gpufleet.traces.jobs import JobSpec
 
@@ -92,7 +93,7 @@ class JobRun:
         self.requeued = False
         self.on_demand_only = False
         self.on_spot = False
-        self.key: tuple = ()
+        self.key: QueueKey = (0, 0, 0, 0.0, 0)  # the queue sets it when the job is pushed
         self.ctl: object | None = None
         self.leaving = False  # checkpointing at a notice: progress settled, GPUs still held
         self.saved_s = 0.0  # while leaving: the work kept if the checkpoint fails

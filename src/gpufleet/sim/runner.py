@@ -130,12 +130,15 @@ def check_names(sc: Scenario, source: str | Path | None = None) -> None:
     from gpufleet.placement import get_policy
     from gpufleet.recovery import get_recovery_strategy
 
+    def deadline_policy() -> object:
+        name = sc.deadline_policy
+        return None if name is None or name == "default" else get_deadline_policy(name)
+
     checks = [
         ("spot_strategy", lambda: get_spot_strategy(sc.spot_strategy)),
         ("recovery", lambda: get_recovery_strategy(sc.recovery)),
         ("placement", lambda: sc.placement and get_policy(sc.placement)),
-        ("deadline_policy", lambda: sc.deadline_policy not in (None, "default")
-         and get_deadline_policy(sc.deadline_policy)),
+        ("deadline_policy", deadline_policy),
     ]
     for field, check in checks:
         try:

@@ -13,7 +13,7 @@ slices, frame buffer NaN as NVML gives for MIG parents) plus one sample per MIG 
 from __future__ import annotations
 
 import math
-from collections import Counter
+from collections import Counter, defaultdict
 
 from gpufleet.metrics.snapshot import FleetSnapshot, GpuSample, NodeSample
 from gpufleet.sim.cloud import MICRO
@@ -40,9 +40,9 @@ def fleet_snapshot(sim: ClusterSim) -> FleetSnapshot:
     util: dict[tuple[str, int], float] = {}
     share: dict[tuple[str, int], float] = {}
     instances: dict[tuple[str, int], list[tuple[str, int, float, float]]] = {}
-    running: Counter = Counter()
-    pending: Counter = Counter()
-    rate_by_tenant: Counter = Counter()
+    running: Counter[tuple[str, str]] = Counter()  # (tenant, GPU shape)
+    pending: Counter[tuple[str, str]] = Counter()
+    rate_by_tenant: defaultdict[str, float] = defaultdict(float)
     for _, idx in sim.pending:
         j = sim.jobs[idx]
         pending[(j.spec.tenant, gpu_shape(j))] += 1

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from gpufleet.control.deadline import deadline_of
 from gpufleet.control.deadline_guard import fresh_node_fits
 from gpufleet.sim.cloud import MICRO
 from gpufleet.sim.cluster import ClusterSim
@@ -83,8 +84,7 @@ def summarize(sim: ClusterSim, wall_s: float) -> dict[str, Any]:
     delay = sim.sc.provisioning_delay_s
     infeasible = sum(
         1 for j in missed
-        if not fresh_node_fits(j.spec.submit_s, j.spec.deadline_s,  # type: ignore[arg-type]
-                               j.spec.duration_s, delay)
+        if not fresh_node_fits(j.spec.submit_s, deadline_of(j.spec), j.spec.duration_s, delay)
     )
     t = sim.tally
     useful_h = t.useful_gpu_s / 3600.0

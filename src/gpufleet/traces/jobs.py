@@ -357,7 +357,7 @@ def load_yaml_jobs(path: Path, catalog: GpuCatalog | None = None) -> list[JobSpe
 
     def records() -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
         for i, item in enumerate(raw["jobs"]):
-            where = {"path": path, "line": lines[i] if i < len(lines) else None}
+            where: dict[str, Any] = {"path": path, "line": lines[i] if i < len(lines) else None}
             if not isinstance(item, dict):
                 raise InputError(f"jobs[{i}]: expected a mapping", **where)
             if not all(isinstance(k, str) for k in item):

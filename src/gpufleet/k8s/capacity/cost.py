@@ -43,6 +43,7 @@ from gpufleet.decisions import CapacityType
 from gpufleet.k8s.disruption.interruption import mark_of
 from gpufleet.k8s.disruption.recovery_clock import running_since
 from gpufleet.k8s.translate import names
+from gpufleet.k8s.translate.nodes import NodeSpec
 from gpufleet.k8s.translate.pods import PodInfo, parse_time
 from gpufleet.k8s.translate.snapshot import ParseCache
 from gpufleet.metrics.fleet import RECOVERY_BUCKETS_S, _Histogram, fleet_families
@@ -152,7 +153,8 @@ class LiveFleet:
 
     def _snapshot(self, nodes: Sequence[Mapping[str, Any]],
                   pods: Sequence[Mapping[str, Any]], now: float) -> FleetSnapshot:
-        specs: dict[str, Any] = {}
+        specs: dict[str, NodeSpec] = {}
+        spec: NodeSpec | None  # each Node's, then each pod's Node's (None: not a node we price)
         samples: list[NodeSample] = []
         self.node_rates = defaultdict(float)
         for node in nodes:

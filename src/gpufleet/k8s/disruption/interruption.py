@@ -56,7 +56,7 @@ class InterruptionMark:
         """Parse the annotation; ValueError naming the field when it is not what we write."""
         doc = json_object(text, names.ANN_INTERRUPTION)
         try:
-            kind = InterruptionKind(doc.get("kind"))
+            kind = InterruptionKind(doc.get("kind", ""))
         except ValueError:
             valid = ", ".join(k.value for k in InterruptionKind)
             raise ValueError(f"{names.ANN_INTERRUPTION}: field 'kind' {doc.get('kind')!r}; "

@@ -64,7 +64,9 @@ class RecoveryClock:
         """Start the clock for the owner of every pod on a marked node (once per owner)."""
         for p in pods:
             node = (p.get("spec") or {}).get("nodeName")
-            mark = marked.get(node) if node else None
+            if not node:
+                continue
+            mark = marked.get(node)
             if mark is None or stays_on_drain(p) or finished(p):
                 continue
             owner = controller_uid(p)

@@ -19,6 +19,7 @@ import socket
 import threading
 import time
 from collections.abc import Mapping
+from http.server import ThreadingHTTPServer
 from typing import Any
 
 import numpy as np
@@ -126,7 +127,7 @@ class Controller:
         self._cache = ParseCache()
         self.assumed = AssumeCache(assume_ttl_s)
         self._threads: list[threading.Thread] = []
-        self._server = None
+        self._server: ThreadingHTTPServer | None = None
         self.cycles = 0
         # one drain for every marked Node; with a cloud, a drained Node's instance is deleted
         # through the provider (capacity.terminate), else only the Node object goes

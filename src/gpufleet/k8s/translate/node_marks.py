@@ -14,7 +14,7 @@ import json
 import logging
 import math
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeGuard, TypeVar
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ def json_object(text: str, annotation: str) -> dict[str, Any]:
     return doc
 
 
-def epoch_seconds(v: object) -> bool:
+def epoch_seconds(v: object) -> TypeGuard[int | float]:
     """Whether ``v`` is a usable epoch-seconds value: a finite number, not a bool."""
     return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 

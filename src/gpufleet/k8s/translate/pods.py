@@ -28,7 +28,7 @@ Tolerations are kept raw and matched against the fleet's taints once the fleet i
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -183,8 +183,9 @@ def request_of(
             if k.startswith(names.MIG_RESOURCE_PREFIX) and count(v) > 0}
     selector, refusal = selector_of(spec)
     models, min_cuda, _rest = lift_gpu_constraints(selector, cat)
-    base = dict(cpu_milli=cpu_milli(res.get("cpu", 0)), memory_mib=memory_mib(res.get("memory", 0)),
-                gpu_models=models, min_cuda=min_cuda)
+    base = ResourceRequest(cpu_milli=cpu_milli(res.get("cpu", 0)),
+                           memory_mib=memory_mib(res.get("memory", 0)),
+                           gpu_models=models, min_cuda=min_cuda)
     frac_txt = ann.get(names.GPU_FRACTION)
     if refusal:
         return None, refusal
@@ -192,7 +193,7 @@ def request_of(
         if gpus or len(migs) > 1 or sum(migs.values()) > 1 or frac_txt:
             return None, "a pod may ask for one MIG instance and nothing else GPU-wise"
         (profile,) = migs
-        return ResourceRequest(num_gpu=1, mig_profile=profile, **base), None
+        return replace(base, num_gpu=1, mig_profile=profile), None
     if frac_txt is not None:
         frac = quantity(frac_txt)
         if gpus or frac is None or not 0 < frac <= 1:
@@ -200,8 +201,8 @@ def request_of(
                           f"GPU in (0, 1] and no {names.GPU_RESOURCE} request")
         milli = max(1, int(frac * GPU_MILLI))
         mem = count(ann.get(names.GPU_MEMORY_REQUEST, 0))
-        return ResourceRequest(num_gpu=1, gpu_milli=milli, gpu_memory_mib=mem, **base), None
-    return ResourceRequest(num_gpu=gpus, **base), None
+        return replace(base, num_gpu=1, gpu_milli=milli, gpu_memory_mib=mem), None
+    return replace(base, num_gpu=gpus), None
 
 
 def pod_info(pod: Mapping[str, Any], catalog: GpuCatalog | None = None) -> PodInfo:

@@ -224,7 +224,7 @@ def resource_slices(
         }
         if doms[minor] >= 0:
             attrs[ATTR_NVLINK_DOMAIN] = {"int": doms[minor]}
-        whole = {
+        whole: dict[str, Any] = {
             "name": f"gpu-{minor}",
             "attributes": attrs,
             "capacity": {"memory": {"value": _mib(model.memory_mib)}},

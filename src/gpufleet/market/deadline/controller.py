@@ -94,7 +94,10 @@ class DeadlineController(Protocol):
 
 
 class DeadlinePolicy(Protocol):
-    name: str
+    @property
+    def name(self) -> str:
+        """The policy's registry name (read-only: policies are frozen)."""
+        ...
 
     def start(self, job: DeadlineJob) -> DeadlineController:
         """A fresh controller for one job."""

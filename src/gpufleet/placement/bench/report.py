@@ -56,7 +56,7 @@ def table(results: Sequence[SeedResult], loads: Sequence[int]) -> Table:
     return t
 
 
-def to_json(results: Sequence[SeedResult], loads: Sequence[int]) -> dict:
+def to_json(results: Sequence[SeedResult], loads: Sequence[int]) -> dict[str, object]:
     wall: dict[str, float] = {}
     for r in results:
         wall[r.policy] = wall.get(r.policy, 0.0) + r.wall_seconds

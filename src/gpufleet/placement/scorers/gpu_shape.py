@@ -82,7 +82,8 @@ class GpuClusteringScore:
         quarter = MAX_NODE_SCORE // 4
         base = np.trunc(quarter * (MAX_SPEC_GPU - view.gpu_left[rows]) / MAX_SPEC_GPU)
         band = np.where(same, np.where(kinds == 1, 3, 2), np.where(kinds == 0, 1, 0))
-        return base + band * quarter
+        score: np.ndarray = base + band * quarter
+        return score
 
     def score_one(self, view: PodView, row: int) -> float:
         col = view.state.shape_column(view.req)

@@ -45,7 +45,8 @@ class LeastAllocatedScore:
         mem = (view.mem_free[rows] - req.memory_mib) / mem_t
         has_gpu = gpu_t > 0
         gpu = np.where(has_gpu, (view.gpu_left[rows] - view.gpu_total) / np.maximum(gpu_t, 1), 0)
-        return MAX_NODE_SCORE * (cpu + mem + gpu) / np.where(has_gpu, 3, 2)
+        score: np.ndarray = MAX_NODE_SCORE * (cpu + mem + gpu) / np.where(has_gpu, 3, 2)
+        return score
 
     def score_one(self, view: PodView, row: int) -> float:
         s, req = view.state, view.req
@@ -55,7 +56,7 @@ class LeastAllocatedScore:
         ]
         if s.num_gpus[row]:
             parts.append((view.gpu_left[row] - view.gpu_total) / (int(s.num_gpus[row]) * 1000))
-        return MAX_NODE_SCORE * sum(parts) / len(parts)
+        return float(MAX_NODE_SCORE * sum(parts) / len(parts))
 
 
 class BestFitScore:
@@ -66,7 +67,8 @@ class BestFitScore:
     def score(self, view: PodView, rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         cpu = (view.cpu_free[rows] - view.req.cpu_milli) / MAX_SPEC_CPU
         gpu = (view.gpu_left[rows] - view.gpu_total) / MAX_SPEC_GPU
-        return np.trunc((1.0 - (cpu * 0.5 + gpu * 0.5)) * MAX_NODE_SCORE)
+        score: np.ndarray = np.trunc((1.0 - (cpu * 0.5 + gpu * 0.5)) * MAX_NODE_SCORE)
+        return score
 
     def score_one(self, view: PodView, row: int) -> float:
         cpu = (int(view.cpu_free[row]) - view.req.cpu_milli) / MAX_SPEC_CPU
@@ -83,7 +85,8 @@ class DotProdScore:
         req = view.req
         dot = (view.cpu_free[rows] / MAX_SPEC_CPU) * (req.cpu_milli / MAX_SPEC_CPU)
         dot = dot + (view.gpu_left[rows] / MAX_SPEC_GPU) * (view.gpu_total / MAX_SPEC_GPU)
-        return np.trunc(MAX_NODE_SCORE * (1.0 - dot / 2))
+        score: np.ndarray = np.trunc(MAX_NODE_SCORE * (1.0 - dot / 2))
+        return score
 
     def score_one(self, view: PodView, row: int) -> float:
         req = view.req

@@ -63,10 +63,12 @@ class StrandingScore:
             return np.zeros(len(rows))
         free = view.free_milli[rows]
         if kind == "cpu":
-            return -np.where(free > 0, free, 0).sum(axis=1).astype(np.float64)
-        idle = (free == GPU_MILLI).sum(axis=1) - req.num_gpu
+            idle_milli: np.ndarray = np.where(free > 0, free, 0).sum(axis=1)
+            return -idle_milli.astype(np.float64)
+        idle: np.ndarray = (free == GPU_MILLI).sum(axis=1) - req.num_gpu
         fed = (view.cpu_free[rows] - req.cpu_milli) // self.cpu_per_gpu
-        return -np.maximum(idle - fed, 0).astype(np.float64)
+        stranded: np.ndarray = np.maximum(idle - fed, 0)
+        return -stranded.astype(np.float64)
 
     def score_one(self, view: PodView, row: int) -> float:
         req, kind = view.req, self._kind(view.req)

@@ -18,7 +18,10 @@ from gpufleet.provisioning.disruption.views import DisruptionSnapshot, NodeView
 
 
 class DisruptionMethod(Protocol):
-    name: str
+    @property
+    def name(self) -> str:
+        """The method's label in commands and metrics (read-only: methods are frozen)."""
+        ...
 
     def compute(self, snapshot: DisruptionSnapshot) -> Command | None:
         """A command for this scan, or None when the method finds nothing to do."""

@@ -79,16 +79,16 @@ def _solve_block(job: DeadlineJob, avail: np.ndarray, g: int, dd: int, cu: int,
     cols = g + cu + 2 * dd + 1  # reads reach d above the band
 
     def fresh() -> list[np.ndarray]:
-        bufs = [np.full((n, cols), inf, dtype=dtype) for _ in range(3)]
+        bufs: list[np.ndarray] = [np.full((n, cols), inf, dtype=dtype) for _ in range(3)]
         for buf in bufs:
             buf[:, : g + 1] = 0.0  # r <= 0: done
         return bufs
 
     cur, nxt = fresh(), fresh()  # index by Choice: IDLE, SPOT, ON_DEMAND; nxt is V_K
     width_max = cu + dd + 1
-    tmp = np.empty((n, width_max), dtype=dtype)
-    best_new = np.empty((n, width_max), dtype=dtype)
-    s_new = np.empty((n, width_max), dtype=dtype)
+    tmp: np.ndarray = np.empty((n, width_max), dtype=dtype)
+    best_new: np.ndarray = np.empty((n, width_max), dtype=dtype)
+    s_new: np.ndarray = np.empty((n, width_max), dtype=dtype)
     for t in range(k - 1, -1, -1):
         lo_t = max(0, cu - g * t)
         hi_t = min(cu + dd, g * (k - t))
