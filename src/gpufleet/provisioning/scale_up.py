@@ -145,7 +145,7 @@ class ScaleUpPolicy:
             groups.setdefault(key, []).append(p)
         out: list[Launch] = []
         left: list[Unprovisioned] = []
-        for key in sorted(groups, key=repr):
+        for key in sorted(groups, key=group_order):
             plan, why = self._launch_group(groups[key], offers, markets or {}, spot_strategy)
             out.extend(plan)
             if why:
@@ -194,6 +194,22 @@ class ScaleUpPolicy:
         if not ranked:
             return [], "no offer fits"
         return [], "the spot strategy found no zone and no on-demand offer fits"
+
+
+def group_order(key: tuple) -> str:
+    """The order groups are served in: their key's ``repr`` with every frozenset's members
+    sorted. A frozenset of model names iterates in hash order, which Python salts per process
+    (``PYTHONHASHSEED``); groups compete for the node cap, the market's zones and node names, so
+    a hash-ordered walk gave each process its own fleet. One-member sets print as ``repr``
+    does, so orders that never depended on hashing are unchanged."""
+    parts = []
+    for x in key:
+        if isinstance(x, frozenset):
+            inner = ", ".join(repr(m) for m in sorted(x))
+            parts.append(f"frozenset({{{inner}}})" if x else "frozenset()")
+        else:
+            parts.append(repr(x))
+    return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
 
 
 def one_zone(plan: Sequence[Launch]) -> list[Launch]:
