@@ -31,7 +31,6 @@ Example: 3 pending 1-GPU spot-tolerant pods; offers p3.2xlarge spot 0.918 $/h, p
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from dataclasses import replace as dc_replace
@@ -251,7 +250,7 @@ def _absorb(pods: list[PendingPod], inflight: Sequence[InFlight]) -> list[Pendin
         for members in gangs.values():  # all or nothing, inside one zone
             for zone in sorted({n.zone for n in nodes}):
                 at = [i for i, n in enumerate(nodes) if n.zone == zone]
-                trial = [copy.deepcopy(bins[i]) for i in at]
+                trial = [bins[i].copy() for i in at]
                 _, left = pack([p.request for p in members], None, trial)
                 if not left:
                     for i, b in zip(at, trial, strict=True):
