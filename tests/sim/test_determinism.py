@@ -44,7 +44,11 @@ def write_jobs(path: Path) -> None:
 
 
 def run(trace: Path, scenarios: Path, out: Path, hash_seed: str) -> dict:
-    env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+    # no shared data (an empty folder): the spot market is the seeded price process, so the
+    # test is self-contained and quick; hash order is what it is about, not the market
+    empty = out.parent / "no-data"
+    empty.mkdir(exist_ok=True)
+    env = {**os.environ, "PYTHONHASHSEED": hash_seed, "GPUFLEET_DATA": str(empty)}
     proc = subprocess.run(
         [sys.executable, "-c", "from gpufleet.cli import main; main()", "simulate",
          "--trace", str(trace), "--scenario", str(scenarios), "--out", str(out)],

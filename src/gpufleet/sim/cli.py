@@ -174,6 +174,10 @@ def simulate(
             progress.update(tasks[name], completed=done)
 
         outcomes = run_all(jobs, scenarios, seed, workers, cb)
+        derived = {name: o.summary["derived_from"] for name, o in outcomes.items()
+                   if "derived_from" in o.summary}
+        for name, source in derived.items():  # not run: provably the same run as ``source``
+            progress.update(tasks[name], completed=len(jobs), description=f"{name} = {source}")
     summaries = {name: o.summary for name, o in outcomes.items()}
     series = {name: o.series for name, o in outcomes.items()}
     finishes = {name: o.finishes for name, o in outcomes.items()}
@@ -181,7 +185,9 @@ def simulate(
     wall = time.perf_counter() - t0
     add_relative(summaries, finishes)
     meta = {"workload": workload, "jobs": len(jobs), "seed": seed,
-            "spot_model": ", ".join(sorted(m for m in models if m != "none")) or "none"}
+            "spot_model": ", ".join(sorted(m for m in models if m != "none")) or "none",
+            # rows not run because they provably repeat another run (gpufleet.sim.batch)
+            "derived_rows": derived}
     js, rep = write_outputs(out, summaries, series, wall, meta, NOTES)
     console.print(rich_table(summaries, f"{workload}: scenarios side by side"))
     for table in view_tables(summaries):
