@@ -47,3 +47,19 @@ def test_no_new_bins_returns_leftovers() -> None:
     bins, left = pack([req(), req()], None, [b])
     assert len(bins) == 1
     assert left in ([0], [1])
+
+
+def test_bin_copy_is_independent_of_the_original() -> None:
+    """A trial packing on a copy leaves the original bin as it was (every list copied)."""
+    from gpufleet.provisioning.binpack import Bin, NodeShape, pack
+    from gpufleet.state import ResourceRequest
+
+    shape = NodeShape("V100-16GB", gpus=2, cpu_milli=8000, memory_mib=32768,
+                      gpu_memory_mib=16384)
+    orig = Bin.empty(shape)
+    trial = orig.copy()
+    assert trial == orig
+    _, left = pack([ResourceRequest(cpu_milli=1000, memory_mib=1024, num_gpu=1)], None, [trial])
+    assert left == []
+    assert orig == Bin.empty(shape) and trial != orig
+    assert trial.shape is orig.shape

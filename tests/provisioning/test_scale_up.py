@@ -91,3 +91,19 @@ def test_spot_strategy_declines_falls_back_to_on_demand() -> None:
     # on-demand: p3.2xlarge 3×3.06/3 = 3.06 beats p3.16xlarge 24.48/3 = 8.16
     assert out == [Launch("p3.2xlarge", "us-east-1a", CapacityType.ON_DEMAND, 3,
                           reason="3 pending pods")]
+
+
+def test_group_order_sorts_set_members_and_keeps_repr_otherwise() -> None:
+    """Case table: one-member and empty sets print as repr does (unchanged order); a
+    many-member set prints its members sorted, so every hash seed orders groups alike."""
+    from gpufleet.provisioning.scale_up import group_order
+
+    cases = [
+        ((frozenset({"A100-40GB"}), 0, None, True, 1, False, ""),
+         "(frozenset({'A100-40GB'}), 0, None, True, 1, False, '')"),
+        ((None, 0, None, False, 2, True, "j1"), "(None, 0, None, False, 2, True, 'j1')"),
+        ((frozenset(),), "(frozenset(),)"),
+        ((frozenset({"T4", "L4", "A10G"}), 1), "(frozenset({'A10G', 'L4', 'T4'}), 1)"),
+    ]
+    for key, want in cases:
+        assert group_order(key) == want

@@ -102,22 +102,28 @@ class Policy:
         return PlacementResult(row=row, gpus=gpus, milli_per_gpu=milli)
 
     def _refuse(self, view: PodView, masks: Sequence[np.ndarray]) -> Unschedulable:
-        alive = view.active.copy()
-        parts = []
-        for f, m in zip(self.filters, masks, strict=True):
-            k = int((alive & ~m).sum())
-            if k:
-                parts.append(f"{k} {f.reason}")
-            alive &= m
-        reason = f"0/{int(view.active.sum())} nodes are available: " + (
-            ", ".join(parts) or "no nodes"
-        )
+        """Why no node fits (written only when read: ``Unschedulable.reason``) and whether
+        one could even if the fleet were empty (``never``: the status decides what the
+        caller does, so it is computed now)."""
         empty = capacity_view(view)
         ever = empty.active.copy()
         for f in self.filters:
             ever &= f(empty)
-        if not ever.any():
-            return Unschedulable(
-                reason + " (no node fits even when empty)", Status.UNSCHEDULABLE_AND_UNRESOLVABLE
-            )
-        return Unschedulable(reason, Status.UNSCHEDULABLE)
+            if not ever.any():
+                break
+        never = not ever.any()
+
+        def reason() -> str:
+            alive = view.active.copy()
+            parts = []
+            for f, m in zip(self.filters, masks, strict=True):
+                k = int((alive & ~m).sum())
+                if k:
+                    parts.append(f"{k} {f.reason}")
+                alive &= m
+            text = f"0/{int(view.active.sum())} nodes are available: " + (
+                ", ".join(parts) or "no nodes")
+            return text + " (no node fits even when empty)" if never else text
+
+        return Unschedulable(reason, Status.UNSCHEDULABLE_AND_UNRESOLVABLE if never
+                             else Status.UNSCHEDULABLE)

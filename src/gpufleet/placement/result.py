@@ -8,6 +8,7 @@ provisioner act differently on the two. Internal faults are exceptions, never a 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
@@ -35,11 +36,30 @@ class PlacementResult:
         return Bind(job_id=job_id, node=node, gpus=self.gpus, milli_per_gpu=self.milli_per_gpu)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Unschedulable:
-    reason: str
+    """``why``: the reason, or a function that writes it. The simulator asks for the status
+    only, millions of times per trace; kube's "0/N nodes are available: …" text is written
+    when someone reads ``reason`` (an event, a log line), not on every refusal."""
+
+    why: str | Callable[[], str]
     status: Status = Status.UNSCHEDULABLE
+
+    @property
+    def reason(self) -> str:
+        return self.why if isinstance(self.why, str) else self.why()
 
     @property
     def never(self) -> bool:
         return self.status is Status.UNSCHEDULABLE_AND_UNRESOLVABLE
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Unschedulable):
+            return NotImplemented
+        return self.status is other.status and self.reason == other.reason
+
+    def __hash__(self) -> int:
+        return hash((self.status, self.reason))
+
+    def __repr__(self) -> str:
+        return f"Unschedulable(reason={self.reason!r}, status={self.status})"

@@ -9,7 +9,7 @@ unschedulable-now from never-schedulable without a second set of rules.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -67,16 +67,27 @@ class PodView:
     def model_ok(self) -> np.ndarray:
         """(n,) nodes whose GPU model satisfies the request's model constraint."""
         models = self.req.gpu_models
-        ids = self.state.model_id[: self.n]
         if not models:
             return np.ones(self.n, dtype=bool)
-        wanted = {self.catalog.resolve(m) or m for m in models}
-        allowed = [
-            i
-            for i, name in enumerate(self.state.model_names)
-            if (self.catalog.resolve(name) or name) in wanted
-        ]
-        return np.isin(ids, allowed)
+        lut = allowed_models(self.catalog, models, tuple(self.state.model_names))
+        ok: np.ndarray = lut[self.state.model_id[: self.n]]
+        return ok
+
+
+@lru_cache(maxsize=4096)
+def allowed_models(catalog: GpuCatalog, models: frozenset[str], names: tuple[str, ...]
+                   ) -> np.ndarray:
+    """A lookup table over the fleet's model ids: True where the model satisfies ``models``
+    (both sides resolved through the catalog's aliases). One extra False entry at the end is
+    what id -1 (a node without GPUs) indexes. The few (request models, fleet models) pairs
+    recur on every placement call, so the table is built once per pair instead of an
+    ``np.isin`` and a catalog lookup per model per call."""
+    wanted = {catalog.resolve(m) or m for m in models}
+    lut = np.zeros(len(names) + 1, dtype=bool)
+    for i, name in enumerate(names):
+        lut[i] = (catalog.resolve(name) or name) in wanted
+    lut.flags.writeable = False
+    return lut
 
 
 def pod_view(state: FleetState, req: ResourceRequest, catalog: GpuCatalog | None = None) -> PodView:

@@ -31,7 +31,6 @@ Example: 3 pending 1-GPU spot-tolerant pods; offers p3.2xlarge spot 0.918 $/h, p
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from dataclasses import replace as dc_replace
@@ -148,11 +147,11 @@ class ScaleUpPolicy:
             groups.setdefault(key, []).append(p)
         out: list[Launch] = []
         left: list[Unprovisioned] = []
-        for group in sorted(groups, key=repr):
-            plan, why = self._launch_group(groups[group], offers, markets or {}, spot_strategy)
+        for key in sorted(groups, key=group_order):
+            plan, why = self._launch_group(groups[key], offers, markets or {}, spot_strategy)
             out.extend(plan)
             if why:
-                ids = dict.fromkeys(p.job_id for p in groups[group])
+                ids = dict.fromkeys(p.job_id for p in groups[key])
                 left.extend(Unprovisioned(i, why) for i in ids)
         return ScaleUpReply(tuple(out), tuple(left))
 
@@ -199,6 +198,22 @@ class ScaleUpPolicy:
         return [], "the spot strategy found no zone and no on-demand offer fits"
 
 
+def group_order(key: tuple[object, ...]) -> str:
+    """The order groups are served in: their key's ``repr`` with every frozenset's members
+    sorted. A frozenset of model names iterates in hash order, which Python salts per process
+    (``PYTHONHASHSEED``); groups compete for the node cap, the market's zones and node names, so
+    a hash-ordered walk gave each process its own fleet. One-member sets print as ``repr``
+    does, so orders that never depended on hashing are unchanged."""
+    parts = []
+    for x in key:
+        if isinstance(x, frozenset):
+            inner = ", ".join(repr(m) for m in sorted(x))
+            parts.append(f"frozenset({{{inner}}})" if x else "frozenset()")
+        else:
+            parts.append(repr(x))
+    return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
+
+
 def one_zone(plan: Sequence[Launch]) -> list[Launch]:
     """A gang's launches merged into the plan's first zone (the strategy ranks zones best
     first): a gang's nodes share one zone, whatever spread the strategy asked for."""
@@ -238,7 +253,7 @@ def _absorb(pods: list[PendingPod], inflight: Sequence[InFlight]) -> list[Pendin
         for members in gangs.values():  # all or nothing, inside one zone
             for zone in sorted({n.zone for n in nodes}):
                 at = [i for i, n in enumerate(nodes) if n.zone == zone]
-                trial = [copy.deepcopy(bins[i]) for i in at]
+                trial = [bins[i].copy() for i in at]
                 _, left = pack([p.request for p in members], None, trial)
                 if not left:
                     for i, b in zip(at, trial, strict=True):

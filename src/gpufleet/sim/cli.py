@@ -12,7 +12,6 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
-    TaskID,
     TextColumn,
     TimeElapsedColumn,
 )
@@ -30,7 +29,6 @@ from gpufleet.metrics.exporter import MAX_SPEED
 from gpufleet.optiontypes import MAX_PORT, MAX_SEED, finite
 from gpufleet.outputpaths import writable_dir
 from gpufleet.sim.report import add_relative, rich_table, view_tables, write_outputs
-from gpufleet.sim.summary import job_finishes
 
 if TYPE_CHECKING:
     from gpufleet.metrics.fleet import FleetMetrics
@@ -135,10 +133,16 @@ def simulate(
         typer.Option(help=f"simulated seconds per wall second (0 < speed <= {MAX_SPEED:g})",
                      parser=finite(0, MAX_SPEED, low_open=True)),
     ] = 600.0,
+    workers: Annotated[
+        int | None,
+        typer.Option(help="scenarios run side by side in this many processes (default: one "
+                     "per CPU; 1: one after another in this process)", min=1, max=256),
+    ] = None,
 ) -> None:
     """Replay a workload under the baseline and gpufleet scenarios; write summary + report."""
+    from gpufleet.sim.batch import run_all
     from gpufleet.sim.feasibility import PHILLY_FIELDS, check_runnable
-    from gpufleet.sim.runner import Simulation, check_names, scenario_types
+    from gpufleet.sim.runner import check_names, scenario_types
     from gpufleet.traces.jobs import load_jobs, sniff_format
     from gpufleet.traces.synthetic import generate
 
@@ -166,29 +170,30 @@ def simulate(
     workload = str(trace) if trace else f"synthetic default (seed {seed})"
     console.print(f"workload: {workload}: {len(jobs):,} jobs; {len(scenarios)} scenarios")
     t0 = time.perf_counter()
-    summaries = {}
-    series = {}
-    finishes = {}
-    models = set()
     with Progress(
         TextColumn("{task.description:<20}"), BarColumn(), MofNCompleteColumn(),
         TimeElapsedColumn(), console=console,
     ) as progress:
-        for sc in scenarios:
-            task = progress.add_task(sc.name, total=len(jobs))
-            sim = Simulation(sc, seed=seed, jobs=jobs)
+        tasks = {sc.name: progress.add_task(sc.name, total=len(jobs)) for sc in scenarios}
 
-            def cb(done: float, total: float, task: TaskID = task) -> None:
-                progress.update(task, completed=done)
+        def cb(name: str, done: float, total: float) -> None:
+            progress.update(tasks[name], completed=done)
 
-            summaries[sc.name] = sim.run(cb)
-            series[sc.name] = sim.sim.series
-            finishes[sc.name] = job_finishes(sim.sim)
-            models.add(sim.spot_model)
+        outcomes = run_all(jobs, scenarios, seed, workers, cb)
+        derived = {name: o.summary["derived_from"] for name, o in outcomes.items()
+                   if "derived_from" in o.summary}
+        for name, source in derived.items():  # not run: provably the same run as ``source``
+            progress.update(tasks[name], completed=len(jobs), description=f"{name} = {source}")
+    summaries = {name: o.summary for name, o in outcomes.items()}
+    series = {name: o.series for name, o in outcomes.items()}
+    finishes = {name: o.finishes for name, o in outcomes.items()}
+    models = {o.spot_model for o in outcomes.values()}
     wall = time.perf_counter() - t0
     add_relative(summaries, finishes)
     meta = {"workload": workload, "jobs": len(jobs), "seed": seed,
-            "spot_model": ", ".join(sorted(m for m in models if m != "none")) or "none"}
+            "spot_model": ", ".join(sorted(m for m in models if m != "none")) or "none",
+            # rows not run because they provably repeat another run (gpufleet.sim.batch)
+            "derived_rows": derived}
     js, rep = write_outputs(out, summaries, series, wall, meta, NOTES)
     console.print(rich_table(summaries, f"{workload}: scenarios side by side"))
     for table in view_tables(summaries):

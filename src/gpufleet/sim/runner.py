@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ import numpy as np
 
 from gpufleet.catalog.instances import InstanceType, default_instance_catalog
 from gpufleet.catalog.spot_prices import shared_price_snapshot
-from gpufleet.config import Scenario, default_scenario, default_scenarios
+from gpufleet.config import Scenario, default_scenario
 from gpufleet.control.admission import mig_models
 from gpufleet.datapaths import data_dir
 from gpufleet.errors import InputError
@@ -35,7 +34,7 @@ from gpufleet.sim.cluster import ClusterSim
 from gpufleet.sim.summary import summarize
 from gpufleet.traces.jobs import JobSpec
 
-__all__ = ["Simulation", "build_market", "default_scenario", "run_scenarios", "scenario_types"]
+__all__ = ["Simulation", "build_market", "default_scenario", "scenario_types"]
 
 
 def scenario_types(sc: Scenario, jobs: list[JobSpec]) -> list[InstanceType]:
@@ -170,6 +169,7 @@ class Simulation:
         self.sim = ClusterSim(self.scenario, self.jobs, types, self.market, seed)
         self._last_snapshot = -1.0
         self._wall = 0.0
+        self.cpu_seconds = 0.0  # process CPU time inside run_until (wall misleads under load)
 
     @property
     def now(self) -> float:
@@ -181,9 +181,10 @@ class Simulation:
 
     def run_until(self, t_s: float) -> bool:
         """Advance to ``t_s``; False once all work is done."""
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         more = self.sim.run_until(t_s)
         self._wall += time.perf_counter() - t0
+        self.cpu_seconds += time.process_time() - c0
         return more
 
     def run(self, progress: Callable[[float, float], None] | None = None) -> dict[str, Any]:
@@ -207,31 +208,3 @@ class Simulation:
         from gpufleet.sim.snapshot import fleet_snapshot
 
         return fleet_snapshot(self.sim)
-
-
-@dataclass(frozen=True)
-class ScenarioResult:
-    scenario: Scenario
-    summary: dict[str, Any]
-    sim: ClusterSim
-
-
-def run_scenarios(
-    jobs: list[JobSpec],
-    scenarios: list[Scenario] | None = None,
-    seed: int = 0,
-    on_progress: Callable[[str, float, float], None] | None = None,
-) -> list[ScenarioResult]:
-    out = []
-    for sc in scenarios or default_scenarios():
-        sim = Simulation(sc, seed=seed, jobs=jobs)
-        cb = None
-        if on_progress is not None:
-            name = sc.name
-
-            def cb(done: float, total: float, name: str = name) -> None:
-                on_progress(name, done, total)
-
-        summary = sim.run(cb)
-        out.append(ScenarioResult(sc, summary, sim.sim))
-    return out
