@@ -1,4 +1,12 @@
-"""Decisions → API calls: the only module that writes to the cluster.
+"""Scheduling decisions → API calls: the one writer of a pod's placement (Bind, Preempt, Refuse).
+
+Every other write the controller makes has exactly one owner too, each a Decision or a record
+applied in one place (docs/kubernetes.md, "Who writes what"): ``Cordon`` and Node deletion
+without a cloud — ``k8s.disruption.drain``; ``Terminate`` with a cloud (instance, then Node) —
+``k8s.capacity.termination``; the interruption mark — ``k8s.disruption.interruption``; the
+consolidation mark and its undoing — ``k8s.disruption.consolidation_mark``; launch records —
+``k8s.capacity.launch_records``; the Lease — ``k8s.watch.leader``. Evictions of drained and
+consolidated nodes' pods come here, as ``Preempt``.
 
 * ``Bind``: one write, ``pods/binding``, carrying the GPU assignment as the Binding's
   annotations (the API server copies them onto the pod in the same update that sets
