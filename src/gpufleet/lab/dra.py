@@ -8,7 +8,6 @@ the Node: deleting a node lets the garbage collector delete its slices, as on a 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -19,6 +18,7 @@ from gpufleet.k8s.translate.resource_slices import (
     nvlink_domains_for,
     resource_slices,
 )
+from gpufleet.k8s.watch.informer import list_all
 from gpufleet.lab.errors import LabError
 
 GROUP, VERSION = "resource.k8s.io", "v1"
@@ -71,19 +71,8 @@ def install_device_classes(api_client: Any) -> list[str]:
 def _node_uids(api_client: Any, page: int = 500) -> dict[str, str]:
     from kubernetes import client
 
-    core = client.CoreV1Api(api_client)
-    out: dict[str, str] = {}
-    cont: str | None = None
-    while True:
-        kw: dict[str, Any] = {"limit": page, "_preload_content": False}
-        if cont:
-            kw["_continue"] = cont
-        body = json.loads(core.list_node(**kw).data)
-        for n in body.get("items") or ():
-            out[n["metadata"]["name"]] = n["metadata"]["uid"]
-        cont = (body.get("metadata") or {}).get("continue")
-        if not cont:
-            return out
+    nodes, _ = list_all(client.CoreV1Api(api_client).list_node, page)
+    return {n["metadata"]["name"]: n["metadata"]["uid"] for n in nodes}
 
 
 def publish_slices(api_client: Any, specs: Iterable[GpuNodeSpec], workers: int = 8) -> int:

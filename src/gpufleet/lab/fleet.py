@@ -8,7 +8,6 @@ V100 nodes (one spot) for whole-GPU and gang jobs, and a 4×T4 node for fraction
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -23,6 +22,7 @@ from gpufleet.k8s.translate.node_objects import (
     spec_from_instance,
     spec_from_openb,
 )
+from gpufleet.k8s.watch.informer import list_all
 from gpufleet.lab.errors import LabError
 from gpufleet.traces.openb import load_nodes
 
@@ -109,23 +109,15 @@ def ready_node_names(api_client: Any, page: int = 500) -> set[str]:
     controller's taints left (paged list, raw JSON)."""
     from kubernetes import client
 
-    core = client.CoreV1Api(api_client)
+    nodes, _ = list_all(client.CoreV1Api(api_client).list_node, page)
     ready: set[str] = set()
-    cont: str | None = None
-    while True:
-        kw: dict[str, Any] = {"limit": page, "_preload_content": False}
-        if cont:
-            kw["_continue"] = cont
-        body = json.loads(core.list_node(**kw).data)
-        for n in body.get("items") or ():
-            conds = (n.get("status") or {}).get("conditions") or ()
-            taints = (n.get("spec") or {}).get("taints") or ()
-            if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds) and \
-                    not any(t.get("key") in LIFECYCLE_TAINTS for t in taints):
-                ready.add(n["metadata"]["name"])
-        cont = (body.get("metadata") or {}).get("continue")
-        if not cont:
-            return ready
+    for n in nodes:
+        conds = (n.get("status") or {}).get("conditions") or ()
+        taints = (n.get("spec") or {}).get("taints") or ()
+        if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds) and \
+                not any(t.get("key") in LIFECYCLE_TAINTS for t in taints):
+            ready.add(n["metadata"]["name"])
+    return ready
 
 
 def wait_nodes_ready(api_client: Any, names: Sequence[str], timeout_s: float = 120.0) -> None:
