@@ -5,9 +5,10 @@
 # these sandboxes), and the image is small enough to assemble from parts whose provenance is plain:
 #   1. the gpufleet wheel, built from this checkout (`pip wheel --no-deps`), and its runtime
 #      dependencies as wheels at the versions pinned in constraints.txt (no dev extras, no torch);
-#   2. a Debian bookworm rootfs with Debian's python3 (3.11) from mmdebstrap (variant "essential":
-#      no apt, no shell tools beyond Essential), into which a venv at /opt/gpufleet gets those
-#      wheels; pip itself runs from its wheel file and is not left in the image;
+#   2. a Debian bookworm rootfs from mmdebstrap (variant "essential": no apt, no shell tools
+#      beyond Essential) with Debian's python3 (3.11) and libstdc++6 (numpy's and other manylinux
+#      wheels link it: manylinux counts it as a system library), into which a venv at
+#      /opt/gpufleet gets those wheels; pip itself runs from its wheel file and is not left in the image;
 #   3. umoci turns the rootfs tarball into an OCI image (one layer), with user 65532, the
 #      `gpufleet` entrypoint and the OCI labels version/source/revision.
 #
@@ -114,7 +115,7 @@ echo "rootfs: Debian $SUITE + python3 + the wheels (mmdebstrap)…" >&2
 # Hooks run outside the chroot with the rootfs as $1. pip runs from its wheel file (a zip on
 # sys.path), installs into a venv without pip, and compiles .pyc files (checked-hash ones,
 # because SOURCE_DATE_EPOCH is set) so that a read-only root filesystem costs no start-up time.
-mmdebstrap --quiet --mode=root --variant=essential --include=python3,ca-certificates \
+mmdebstrap --quiet --mode=root --variant=essential --include=python3,libstdc++6,ca-certificates \
   --dpkgopt='path-exclude=/usr/share/man/*' \
   --dpkgopt='path-exclude=/usr/share/info/*' \
   --dpkgopt='path-exclude=/usr/share/locale/*' \
