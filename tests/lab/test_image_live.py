@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from kubernetes import client
 from live_wait import wait_for
 
 from gpufleet.lab.session import LabSession
@@ -160,10 +161,8 @@ def test_controller_from_the_image_binds_a_gpu_pod(lab: LabSession, image_ref: s
         except AssertionError as exc:
             raise AssertionError(f"{exc}\ncontainer log:\n{logs()}") from None
         assert lab.core.read_namespaced_pod("gpu", ns).spec.node_name == node
-        lease = lab.api.call_api(
-            f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/gpufleet-image", "GET",
-            auth_settings=["BearerToken"], response_type="object", _return_http_data_only=True)
-        assert lease["spec"]["holderIdentity"] == name
+        lease = client.CoordinationV1Api(lab.api).read_namespaced_lease("gpufleet-image", ns)
+        assert lease.spec.holder_identity == name
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as r:
             assert r.status == 200
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:

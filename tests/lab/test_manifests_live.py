@@ -58,6 +58,7 @@ def test_deploy_manifests_apply_to_the_real_api_server(lab: LabSession) -> None:
     assert can_i(lab, "watch", "pods")
     assert can_i(lab, "patch", "pods")
     assert can_i(lab, "create", "pods", "--subresource=binding")
+    assert can_i(lab, "create", "bindings")  # what create_namespaced_binding posts to
     assert can_i(lab, "create", "pods", "--subresource=eviction")
     assert can_i(lab, "patch", "pods", "--subresource=status")
     assert can_i(lab, "create", "events")
