@@ -81,7 +81,7 @@ def test_defaults(helm: Path, tmp_path: Path) -> None:
     docs = render(helm, "defaults", NS, tmp_path)
     kinds = {d["kind"] for d in docs}
     assert kinds == {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
-                     "ConfigMap", "Deployment", "DaemonSet", "Service",
+                     "ConfigMap", "Deployment", "DaemonSet", "Service", "Lease",
                      "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
     assert all(d["metadata"].get("namespace", NS) == NS for d in docs)
     dep = one(docs, "Deployment")
@@ -91,10 +91,15 @@ def test_defaults(helm: Path, tmp_path: Path) -> None:
     assert c["image"] == "localhost/gpufleet:0.1.0"
     # leader election on the one Lease the Role lets it update
     assert "--leader-elect" in c["args"]
+    assert arg(c, "identity") == "$(POD_NAME)"  # unique per replica, even on the host network
+    assert {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in c[
+        "env"]
     lease = arg(c, "lease-name")
     roles = {r["metadata"]["name"]: r for r in by_kind(docs, "Role")}
-    rule = roles["gpufleet-leader-election"]["rules"][1]
+    (rule,) = roles["gpufleet-leader-election"]["rules"]
     assert rule["resourceNames"] == [lease] == ["gpufleet-scheduler"]
+    assert rule["verbs"] == ["get", "update"]  # the chart owns the Lease: no create
+    assert one(docs, "Lease")["metadata"]["name"] == lease
     # the probes hit the port the controller serves (k8s/schedule/telemetry.py), on all addresses
     (port,) = c["ports"]
     assert port["containerPort"] == int(arg(c, "port") or 0) == 10260
@@ -192,6 +197,7 @@ def test_replicas_and_leader_election(helm: Path, tmp_path: Path) -> None:
     assert "--no-leader-elect" in controller(single)["args"]
     assert arg(controller(single), "lease-name") is None
     assert not [r for r in by_kind(single, "Role") if "leader" in r["metadata"]["name"]]
+    assert not by_kind(single, "Lease")
 
 
 def test_another_release_and_namespace(helm: Path, tmp_path: Path) -> None:

@@ -56,8 +56,9 @@ def _left_behind(lab: LabSession, release: str, ns: str) -> list[str]:
              "validatingadmissionpolicybindings")
     cluster = lab.kubectl("get", kinds, "-l", sel, "-o", "name").stdout.split()
     named = lab.kubectl("get", "serviceaccounts,roles,rolebindings,configmaps,deployments,"
-                        "daemonsets,services,pods", "-n", ns, "-l", sel, "-o", "name")
-    return cluster + named.stdout.split()
+                        "daemonsets,services,pods,leases", "-n", ns, "-l", sel, "-o", "name")
+    leases = lab.kubectl("get", "leases", "-n", ns, "-o", "name")  # labelled or not
+    return cluster + named.stdout.split() + leases.stdout.split()
 
 
 def test_helm_install_and_uninstall_leave_nothing_behind(lab: LabSession, lab_binaries: Path,

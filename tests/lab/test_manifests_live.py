@@ -62,7 +62,10 @@ def test_deploy_manifests_apply_to_the_real_api_server(lab: LabSession) -> None:
     assert can_i(lab, "create", "pods", "--subresource=eviction")
     assert can_i(lab, "patch", "pods", "--subresource=status")
     assert can_i(lab, "create", "events")
-    assert can_i(lab, "create", "leases.coordination.k8s.io", "-n", "gpufleet-system")
+    # the Lease is part of the manifests (the chart owns it): get/update it, never create one
+    assert not can_i(lab, "create", "leases.coordination.k8s.io", "-n", "gpufleet-system")
+    assert can_i(lab, "get", "leases.coordination.k8s.io/gpufleet-scheduler", "-n",
+                 "gpufleet-system")
     assert can_i(
         lab, "update", "leases.coordination.k8s.io/gpufleet-scheduler", "-n", "gpufleet-system"
     )
