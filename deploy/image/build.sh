@@ -89,7 +89,12 @@ WHEELS="$WORK/wheels"
 mkdir -p "$WHEELS"
 
 echo "wheels: gpufleet $VERSION and its runtime dependencies…" >&2
-"$PYTHON" -m pip wheel -q --no-deps -w "$WORK/self" "$ROOT" >&2
+# From a copy of the sources, not the checkout: setuptools reuses an in-tree build/ directory,
+# where files of modules since deleted linger and would be packed (and two builds would collide).
+mkdir -p "$WORK/source"
+tar -C "$ROOT" --exclude=__pycache__ --exclude='*.pyc' --exclude='*.egg-info' \
+  -cf - pyproject.toml README.md src | tar -C "$WORK/source" -xf -
+"$PYTHON" -m pip wheel -q --no-deps -w "$WORK/self" "$WORK/source" >&2
 SELF_WHEEL="$(ls "$WORK"/self/gpufleet-*.whl)"
 pin=()
 [ "$LOCK" = 1 ] || pin=(-c "$CONSTRAINTS")
