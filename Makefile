@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test bench lint fmt clean system-deps k8s-binaries lab lab-down
+.PHONY: run test bench lint fmt clean system-deps k8s-binaries lab lab-down image image-deps manifests
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -21,6 +21,23 @@ system-deps:
 	  command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null) \
 	  || echo "note: could not install prometheus; the tests that need it will skip"; }
+
+# The tools `make image` and the image's live test use (Debian packages; best effort like
+# system-deps: without them those tests skip, or fail under CI).
+image-deps:
+	@{ command -v mmdebstrap && command -v umoci && command -v podman && command -v runc; } >/dev/null 2>&1 || { \
+	  command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends mmdebstrap umoci podman runc >/dev/null) \
+	  || echo "note: could not install mmdebstrap/umoci/podman/runc; the image tests will skip"; }
+
+# gpufleet's container image, without Docker (deploy/image/build.sh): an OCI archive under
+# ~/.cache/gpufleet/image, cached by content; its path is the last line printed.
+image: $(STAMP) image-deps
+	PYTHON=$(BIN)/python bash deploy/image/build.sh
+
+# deploy/kubernetes/*.yaml from the chart (charts/gpufleet), with the helm k8s-binaries builds.
+manifests: k8s-binaries
+	bash deploy/kubernetes/generate.sh
 
 # The real Kubernetes control plane for the live tests and `gpufleet lab` (kube-apiserver,
 # kube-controller-manager, kube-scheduler, kubectl from Go modules; kine; KWOK). Cached outside the
@@ -39,7 +56,7 @@ lab-down: $(STAMP)
 run: $(STAMP)
 	$(BIN)/gpufleet simulate
 
-test: $(STAMP) system-deps k8s-binaries
+test: $(STAMP) system-deps image-deps k8s-binaries
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/pytest

@@ -5,15 +5,17 @@
 # Go modules (k8s.io/kubernetes through the wrapper module, whose `replace` lines pin each staging
 # module to the matching v0.X.Y; kwok and kine by `go install pkg@version`) and are cached outside
 # the repository, keyed by version, in ${GPUFLEET_K8S_BIN}. Idempotent: when every binary is there
-# and the version stamp matches, it does nothing.
+# and the version stamp matches, it does nothing; otherwise it builds only the binaries that are
+# missing (a cache from before helm was added gets helm alone, in a minute or two).
 set -euo pipefail
 
 K8S_VERSION=v1.36.3
 KWOK_VERSION=v0.7.0
 KINE_VERSION=v0.17.5
-STAMP_TEXT="kubernetes=${K8S_VERSION} kwok=${KWOK_VERSION} kine=${KINE_VERSION}"
+HELM_VERSION=v3.22.0
+STAMP_TEXT="kubernetes=${K8S_VERSION} kwok=${KWOK_VERSION} kine=${KINE_VERSION} helm=${HELM_VERSION}"
 BIN="${GPUFLEET_K8S_BIN:-$HOME/.cache/gpufleet/k8s-${K8S_VERSION}/bin}"
-BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubectl kwok kine)
+BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubectl kwok kine helm)
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
 complete() {
@@ -57,6 +59,11 @@ if missing kine; then
   cgo=0
   command -v gcc >/dev/null 2>&1 && cgo=1
   GOBIN="$BIN" CGO_ENABLED=$cgo go install -ldflags="-s -w" "github.com/k3s-io/kine@${KINE_VERSION}"
+fi
+
+if missing helm; then
+  # helm for the chart tests (charts/gpufleet): lint, template, install into the lab.
+  GOBIN="$BIN" CGO_ENABLED=0 go install -ldflags="-s -w" "helm.sh/helm/v3/cmd/helm@${HELM_VERSION}"
 fi
 
 for b in "${BINARIES[@]}"; do

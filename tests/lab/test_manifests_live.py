@@ -58,10 +58,14 @@ def test_deploy_manifests_apply_to_the_real_api_server(lab: LabSession) -> None:
     assert can_i(lab, "watch", "pods")
     assert can_i(lab, "patch", "pods")
     assert can_i(lab, "create", "pods", "--subresource=binding")
+    assert can_i(lab, "create", "bindings")  # what create_namespaced_binding posts to
     assert can_i(lab, "create", "pods", "--subresource=eviction")
     assert can_i(lab, "patch", "pods", "--subresource=status")
     assert can_i(lab, "create", "events")
-    assert can_i(lab, "create", "leases.coordination.k8s.io", "-n", "gpufleet-system")
+    # the Lease is part of the manifests (the chart owns it): get/update it, never create one
+    assert not can_i(lab, "create", "leases.coordination.k8s.io", "-n", "gpufleet-system")
+    assert can_i(lab, "get", "leases.coordination.k8s.io/gpufleet-scheduler", "-n",
+                 "gpufleet-system")
     assert can_i(
         lab, "update", "leases.coordination.k8s.io/gpufleet-scheduler", "-n", "gpufleet-system"
     )
@@ -120,9 +124,15 @@ def test_preemptible_example_ignores_exit_75_and_disruption(lab: LabSession) -> 
         for r in rules
     )
     ns = lab.namespace("preempt")
-    lab.kubectl("apply", "-n", ns, "-f", str(ROOT / "examples" / "preemptible-job.yaml"))
-    job = lab.batch.read_namespaced_job("preemptible-finetune", ns)
-    assert job.spec.pod_failure_policy is not None  # stored, not dropped by the server
+    try:
+        lab.kubectl("apply", "-n", ns, "-f", str(ROOT / "examples" / "preemptible-job.yaml"))
+        job = lab.batch.read_namespaced_job("preemptible-finetune", ns)
+        assert job.spec.pod_failure_policy is not None  # stored, not dropped by the server
+    finally:
+        # Its pod stays pending for gpufleet: a controller started by a later test would see it
+        # (with it pending, a fresh controller bound no other pod in 2 min: reported as a bug).
+        lab.kubectl("delete", "namespace", ns, "--wait=true", "--timeout=60s", check=False,
+                    timeout_s=90)
 
 
 AGENT = "system:serviceaccount:gpufleet-system:gpufleet-agent"

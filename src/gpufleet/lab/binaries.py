@@ -12,7 +12,9 @@ from pathlib import Path
 KUBERNETES_VERSION = "v1.36.3"
 KWOK_VERSION = "v0.7.0"
 KINE_VERSION = "v0.17.5"
-STAMP = f"kubernetes={KUBERNETES_VERSION} kwok={KWOK_VERSION} kine={KINE_VERSION}"
+HELM_VERSION = "v3.22.0"  # the chart tests' helm (charts/gpufleet)
+STAMP = (f"kubernetes={KUBERNETES_VERSION} kwok={KWOK_VERSION} kine={KINE_VERSION} "
+         f"helm={HELM_VERSION}")
 BINARIES = (
     "kube-apiserver",
     "kube-controller-manager",
@@ -20,6 +22,7 @@ BINARIES = (
     "kubectl",
     "kwok",
     "kine",
+    "helm",
 )
 BUILD_SCRIPT = "deploy/testcluster/build.sh"
 

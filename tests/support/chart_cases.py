@@ -1,0 +1,62 @@
+"""The values matrix the chart tests render (charts/gpufleet), and how to render one case.
+
+Shared by tests/lab/test_chart.py (what each rendering contains) and test_chart_live.py (every
+rendering through the real API server's validation and admission, server-side dry run).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "gpufleet"
+
+AWS = {"region": "us-east-1",
+       "zones": {"us-east-1a": "subnet-0abc1234", "us-east-1b": "subnet-0def5678"},
+       "launch_template": {"name": "gpufleet-gpu-nodes"},
+       "instance_types": ["g5.xlarge", "g5.12xlarge"],
+       "queue_url": "https://sqs.us-east-1.amazonaws.com/123456789012/gpufleet-interruptions"}
+ALIYUN = {"region": "cn-hangzhou",
+          "zones": {"cn-hangzhou-h": "vsw-bp1aaaaaaaaaaaaaaaaaa"},
+          "image_id": "m-bp1ccccccccccccccccc", "security_group_id": "sg-bp1dddddddddddddddd"}
+BASE = {"name": "prod", "provider": "aws", "spot": True, "scale_down_unneeded_s": 600}
+
+# case -> (release name, values)
+CASES: dict[str, tuple[str, dict[str, Any]]] = {
+    "defaults": ("gpufleet", {}),
+    "aws-irsa": ("gpufleet", {
+        "config": {**BASE, "cloud": {"name": "aws", "aws": AWS}},
+        "cloud": {"aws": {"roleArn": "arn:aws:iam::123456789012:role/gpufleet"}},
+        "controller": {"env": [{"name": "AWS_REGION", "value": "us-east-1"}]}}),
+    "aliyun-rrsa": ("gpufleet", {
+        "config": {**BASE, "provider": "aliyun", "cloud": {"name": "aliyun", "aliyun": ALIYUN}},
+        "cloud": {"aliyun": {"rrsaRoleName": "gpufleet-controller"}}}),
+    "secret": ("gpufleet", {
+        "config": {**BASE, "cloud": {"name": "aws", "aws": AWS}},
+        "cloud": {"credentialsSecret": "gpufleet-aws-keys"}}),
+    "servicemonitor": ("gpufleet", {"serviceMonitor": {"enabled": True,
+                                                       "labels": {"release": "prom"}}}),
+    "dashboard": ("gpufleet", {"dashboard": {"enabled": True}}),
+    "replicas-2": ("gpufleet", {"controller": {"replicas": 2}}),
+    "single-no-election": ("gpufleet", {"controller": {"replicas": 1,
+                                                       "leaderElection": {"enabled": False}}}),
+    # helm merges maps: replacing the default selector means nulling its key
+    "other-release": ("prod", {"agent": {"nodeSelector": {
+        "karpenter.sh/capacity-type": None, "node.kubernetes.io/lifecycle": "spot"}}}),
+}
+
+
+def render(helm: Path, case: str, namespace: str, tmp: Path) -> list[dict[str, Any]]:
+    """`helm template` of one case into ``namespace``: the documents, in order."""
+    release, values = CASES[case]
+    vfile = tmp / f"{case}.values.yaml"
+    vfile.write_text(yaml.safe_dump(values))
+    out = subprocess.run([str(helm), "template", release, str(CHART), "--namespace", namespace,
+                          "-f", str(vfile)], capture_output=True, text=True, timeout=60,
+                         check=False)
+    assert out.returncode == 0, f"{case}: {out.stderr}"
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
