@@ -30,8 +30,9 @@ TEAMS = [TeamQuota("x", 2000, "lab"), TeamQuota("y", 2000, "lab"), TeamQuota("s"
 WITH_Z = [*TEAMS, TeamQuota("z", 2000, "lab")]
 
 
-def unit(uid: str, team: str | None, t: float, req: ResourceRequest = ONE) -> PendingUnit:
-    return PendingUnit(uid, req, submit_s=t, team=team, milli=req.total_gpu_milli)
+def unit(uid: str, team: str | None, t: float, req: ResourceRequest = ONE,
+         prio: int = 0) -> PendingUnit:
+    return PendingUnit(uid, req, prio, submit_s=t, team=team, milli=req.total_gpu_milli)
 
 
 @dataclass
@@ -47,6 +48,7 @@ class Case:
     teams: list[TeamQuota] = field(default_factory=lambda: TEAMS)
     extra_usage: dict[str, int] = field(default_factory=dict)  # usage not on this fleet
     history: dict[str, float] | None = None  # decayed GPU usage per team
+    prio: dict[str, int] = field(default_factory=dict)  # running jobs' priorities (else 0)
     kw: dict = field(default_factory=dict)
 
 
@@ -117,6 +119,16 @@ CASES_Q = [
          [unit("y1", "y", 40)], {}, {"y1": "0/2 nodes are available"},
          running=[("x0", "x", "a", (0,), 0), ("x1", "x", "a", (1,), 10),
                   ("u0", None, "b", (0,), 20), ("u1", None, "b", (1,), 30)]),
+    Case("priority does not cross teams: y1 (priority 5, within y's quota) would evict x's"
+         " priority-0 pair on a without quotas; x holds only its own 2 → nothing evicted",
+         [unit("y1", "y", 40, TWO, prio=5)], {}, {"y1": "0/2 nodes are available"},
+         running=[("x0", "x", "a", (0, 1), 0), ("u0", None, "b", (0, 1), 0)],
+         prio={"u0": 9}),
+    Case("priority within a team: x2 (priority 5) borrows 2 (cohort room 4 - 2 = 2) and evicts"
+         " x's own priority-0 pair",
+         [unit("x2", "x", 40, TWO, prio=5)], {}, {"x2": "0/2 nodes are available"},
+         running=[("x0", "x", "a", (0, 1), 0), ("u0", None, "b", (0, 1), 0)],
+         prio={"u0": 9}, evicted=[("x0", "preempted by x2 (priority 5)")]),
 ]
 
 
@@ -129,7 +141,8 @@ def test_cycle_quota_case(case: Case) -> None:
         req = ResourceRequest(cpu_milli=1000, num_gpu=len(gpus))
         b = Bind(job, node, gpus)
         s.allocate(req, b)
-        victims.append(Victim(job, 0, started, req, b, team=team, milli=len(gpus) * 1000))
+        victims.append(Victim(job, case.prio.get(job, 0), started, req, b, team=team,
+                              milli=len(gpus) * 1000))
         if team is not None:
             usage[team] = usage.get(team, 0) + len(gpus) * 1000
     book = QuotaBook(case.teams, usage)

@@ -33,7 +33,8 @@ returned :class:`CyclePlan`. In order:
    preemption was chosen and none is in progress, the first unplaced within-quota unit whose
    room is held by other teams' borrowed work gets one *reclaim*: ``reclaim_victims`` (newest
    borrowed first) among the victims, kept only if the unit then fits (``Preempt`` reasons
-   "reclaim: team X borrowed").
+   "reclaim: team X borrowed"). Priority preemption (step 4) then stays within a team, so
+   another team's work is evicted only by reclaim, and only what it borrowed.
 
 Placed units are allocated into the state as the pass goes — one ``queueing.statement``
 ``Statement``, so later units see them — and the statement is discarded before returning: the
@@ -271,7 +272,8 @@ def plan_cycle(
                     if stopped is not None else ("not tried this cycle", False))
                 plan.refusals.extend(Refuse(m, msg, never) for m in order[i].placed_ids)
         if victims and not evicting:
-            plan.evictions = _preempt(state, [order[i] for i in left], victims, policy)
+            plan.evictions = _preempt(state, [order[i] for i in left if i not in over],
+                                      victims, policy, book)
             if book is not None and not plan.evictions:
                 plan.evictions = _reclaim(state, [order[i] for i in left if i not in over],
                                           victims, policy, book, rng)
@@ -302,6 +304,11 @@ def _quota_order(order: list[PendingUnit], book: QuotaBook,
         fair_order(teams, history or UsageHistory(), capacity, weights))}
     borrow.sort(key=lambda u: (rank[u.team or ""], u.key))
     return within + borrow
+
+
+def _managed(book: QuotaBook, team: str | None) -> str | None:
+    """The team as quotas see it: None for work no queue manages."""
+    return team if team is not None and team in book.teams else None
 
 
 def _reclaim(state: FleetState, left: list[PendingUnit], victims: Sequence[Victim],
@@ -369,16 +376,22 @@ def _place(state: FleetState, u: PendingUnit, policy: Policy, rng: np.random.Gen
 
 
 def _preempt(state: FleetState, left: list[PendingUnit], victims: Sequence[Victim],
-             policy: Policy) -> list[Preempt]:
-    """One preemption, for the first unplaced unit (queue order) it can help."""
+             policy: Policy, book: QuotaBook | None = None) -> list[Preempt]:
+    """One preemption, for the first unplaced unit (queue order) it can help. Under quotas
+    (``book``) priority preempts only within a team — unmanaged work only unmanaged work —
+    as Kueue's ``withinClusterQueue: LowerPriority``; across teams only reclaim evicts."""
     lowest = min(v.priority for v in victims)
     for u in left:
         if u.is_gang or u.request is None or u.refusal is not None or u.preempt_never:
             continue
         if u.priority <= lowest:
             continue
+        mine = victims
+        if book is not None:
+            team = _managed(book, u.team)
+            mine = [v for v in victims if _managed(book, v.team) == team]
         with only_eligible(state, u.eligible):
-            got = plan_preemption(state, _request(u), u.priority, victims, policy, u.id)
+            got = plan_preemption(state, _request(u), u.priority, mine, policy, u.id)
         if got is not None:
             return list(got.preempts)
     return []
