@@ -42,6 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from gpufleet.catalog.yamlfile import read_yaml_document, validation_to_input_error
 from gpufleet.errors import InputError
+from gpufleet.queueing.teams.settings import TeamsSettings
 
 LEVERS = ("packing", "sharing", "autoscaling", "spot", "checkpointing")
 
@@ -160,6 +161,10 @@ class Scenario(BaseModel):
 
     # the live capacity controller's cloud provider (None: the controller only schedules)
     cloud: CloudSettings | None = None
+
+    # team queues: quotas, cohorts, fair-share weights, budgets (``queueing.teams.settings``);
+    # None: no quotas — every job is admitted as before
+    teams: TeamsSettings | None = None
 
     @property
     def levers(self) -> dict[str, bool]:

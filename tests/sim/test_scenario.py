@@ -133,3 +133,21 @@ def test_scenario_yaml_hostile_shapes(tmp_path: Path) -> None:
         load_scenarios(f)
     with pytest.raises(InputError, match="is a directory"):
         load_scenarios(tmp_path)
+
+
+def test_teams_section_loads_and_bad_teams_name_the_field(tmp_path: Path) -> None:
+    f = tmp_path / "t.yaml"
+    f.write_text("name: t\nteams:\n  queues:\n    - {name: a, gpus: 2.5, cohort: lab}\n")
+    (sc,) = load_scenarios(f)
+    assert sc.teams is not None and sc.teams.quotas()[0].nominal_milli == 2500
+    (plain,) = load_scenarios(_write(tmp_path / "p.yaml", "name: p\n"))
+    assert plain.teams is None  # absent: no quotas, today's behaviour
+    g = _write(tmp_path / "bad.yaml", "name: t\nteams:\n  queues:\n    - {name: a, gpu: 2}\n")
+    with pytest.raises(InputError) as exc:
+        load_scenarios(g)
+    assert "teams.queues.0" in str(exc.value.field) and "\n" not in str(exc.value).strip()
+
+
+def _write(p: Path, text: str) -> Path:
+    p.write_text(text)
+    return p

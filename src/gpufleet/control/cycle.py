@@ -22,6 +22,19 @@ returned :class:`CyclePlan`. In order:
    (not a gang, not ``preempt_never``) that some strictly lower-priority victim could make room
    for, at most one preemption per cycle, and none while an earlier eviction is still in
    progress (``evicting``: its pod still holds the room the preemptor waits for).
+5. *Team quotas* (only with a ``quota`` input, :class:`QuotaInput`; ``queueing.teams.quota``):
+   each unit carries its ``team`` and size in milli-GPU-equivalents. Order: units that keep
+   their team within its nominal quota (counted cumulatively in queue order) and units of
+   unmanaged teams first, in queue order; then units that would borrow, team by team in
+   ``fair_order`` (smallest decayed dominant share first), queue order within a team. As the
+   pass reaches a unit its team's ``verdict`` is asked against the book as updated by the units
+   admitted so far: a BLOCKED unit is refused with the verdict's reason and skipped — it never
+   enters backfill, so it neither blocks a shape nor stops the pass for another team. If no
+   preemption was chosen and none is in progress, the first unplaced within-quota unit whose
+   room is held by other teams' borrowed work gets one *reclaim*: ``reclaim_victims`` (newest
+   borrowed first) among the victims, kept only if the unit then fits (``Preempt`` reasons
+   "reclaim: team X borrowed"). Priority preemption (step 4) then stays within a team, so
+   another team's work is evicted only by reclaim, and only what it borrowed.
 
 Placed units are allocated into the state as the pass goes — one ``queueing.statement``
 ``Statement``, so later units see them — and the statement is discarded before returning: the
@@ -52,13 +65,15 @@ from gpufleet.queueing import BackfillPass, queue_key
 from gpufleet.queueing.gang import place_gang
 from gpufleet.queueing.preemption import Victim, plan_preemption
 from gpufleet.queueing.statement import Statement
+from gpufleet.queueing.teams.fairshare import UsageHistory, fair_order
+from gpufleet.queueing.teams.quota import Admission, QuotaBook, Running, reclaim_victims
 from gpufleet.state import FleetState, ResourceRequest
 
 # the queue key (``queueing.queue_key``) followed by the unit's id, so that ties are total
 UnitKey = tuple[int, int, int, float, int, str]
 D = TypeVar("D")
 
-__all__ = ["CyclePlan", "PendingUnit", "Victim", "plan_cycle", "with_selection"]
+__all__ = ["CyclePlan", "PendingUnit", "QuotaInput", "Victim", "plan_cycle", "with_selection"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +88,9 @@ class PendingUnit:
     capacity type the job is restricted to (on-demand: it loses its spot toleration);
     ``eligible``: the state rows it may use (None: every row); ``refusal``: why it cannot be
     placed at all (an unreadable request), None when it can be tried; ``shape``: units of one
-    shape fail together (None: the request, pin, member count, need and mask decide it).
+    shape fail together (None: the request, pin, member count, need and mask decide it);
+    ``team`` / ``milli``: the team it runs for and its size in milli-GPU-equivalents
+    (``queueing.teams.shares``), read only when the cycle has a quota input.
     """
 
     id: str
@@ -91,6 +108,8 @@ class PendingUnit:
     refusal: str | None = None
     preempt_never: bool = False
     shape: Hashable | None = None
+    team: str | None = None
+    milli: int = 0
     key: UnitKey = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -114,6 +133,16 @@ def unit_shape(u: PendingUnit) -> Hashable:
         return ("refused", u.id)
     mask = None if u.eligible is None else u.eligible.tobytes()
     return (u.request, u.pin, len(u.placed_ids), u.need, u.gang, mask)
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaInput:
+    """The quota side of a cycle: the book (nominal quotas and the usage of running work, in
+    milli-GPU-equivalents; copied, never changed) and the decayed usage history that orders
+    borrowing teams (None: every team's share is 0, so borrowing teams go by name)."""
+
+    book: QuotaBook
+    history: UsageHistory | None = None
 
 
 @dataclass(slots=True)
@@ -183,21 +212,27 @@ def plan_cycle(
     blocked: set[Hashable] | None = None,
     shapes_present: int | None = None,
     explain: bool = True,
+    quota: QuotaInput | None = None,
 ) -> CyclePlan:
     """Plan one cycle (see the module docstring); ``state`` is unchanged on return.
 
     ``blocked`` and ``shapes_present`` let a driver that tries only part of its queue (the
     simulator tries only new arrivals until capacity is freed) carry the blocked shapes across
     cycles and say how many shapes its whole queue holds; ``explain=False`` skips building the
-    refusals (the simulator has no one to tell).
+    refusals (the simulator has no one to tell). ``quota``: team quotas (step 5); None: none.
     """
     order = sorted(units, key=_key)
     plan = CyclePlan()
     if not order:
         plan.blocked = set(blocked or ())
         return plan
+    book = None
+    if quota is not None:
+        book = QuotaBook(quota.book.teams.values(), quota.book.usage)
+        order = _quota_order(order, book, quota.history)
     shapes = [unit_shape(u) for u in order]
     reasons: dict[Hashable, tuple[str, bool]] = {}
+    over: dict[int, str] = {}  # unit index → the quota verdict's reason
     with Statement(state) as cycle:
 
         def try_place(i: int) -> bool:
@@ -208,12 +243,23 @@ def plan_cycle(
             for b in binds:
                 cycle.allocate(_request(u), b, bind_masks(state, b, policy.catalog))
             plan.binds.extend(binds)
+            if book is not None and u.team is not None:
+                book.admit(u.team, u.milli)
             return True
 
+        def walk() -> Iterator[tuple[int, Hashable, float]]:
+            """The queue for backfill; lazily, so that each verdict sees the admissions made
+            before it, and quota-blocked units are skipped rather than failed."""
+            for i, u in enumerate(order):
+                if book is not None and u.team is not None:
+                    v = book.verdict(u.team, u.milli)
+                    if not v.admitted:
+                        over[i] = v.reason
+                        continue
+                yield i, shapes[i], u.submit_s
+
         present = shapes_present if shapes_present is not None else len(set(shapes))
-        result = (backfill or BackfillPass()).run(
-            ((i, shapes[i], u.submit_s) for i, u in enumerate(order)), now, try_place,
-            present, blocked)
+        result = (backfill or BackfillPass()).run(walk(), now, try_place, present, blocked)
         started = set(result.started)
         plan.blocked = result.blocked
         plan.started = [order[i].id for i in result.started]
@@ -221,13 +267,74 @@ def plan_cycle(
         if explain:
             stopped = order[result.stopped_for].id if result.stopped_for is not None else None
             for i in left:
-                msg, never = reasons.get(shapes[i]) or (
+                msg, never = (over[i], False) if i in over else reasons.get(shapes[i]) or (
                     (f"waiting behind {stopped}, which has starved past the limit", False)
                     if stopped is not None else ("not tried this cycle", False))
                 plan.refusals.extend(Refuse(m, msg, never) for m in order[i].placed_ids)
         if victims and not evicting:
-            plan.evictions = _preempt(state, [order[i] for i in left], victims, policy)
+            plan.evictions = _preempt(state, [order[i] for i in left if i not in over],
+                                      victims, policy, book)
+            if book is not None and not plan.evictions:
+                plan.evictions = _reclaim(state, [order[i] for i in left if i not in over],
+                                          victims, policy, book, rng)
     return plan
+
+
+def _quota_order(order: list[PendingUnit], book: QuotaBook,
+                 history: UsageHistory | None) -> list[PendingUnit]:
+    """Within-quota and unmanaged units first (queue order), then borrowing units by their
+    team's fair share (module docstring, step 5). Within quota is counted cumulatively: a
+    team 3 of 4 GPUs used with two 1-GPU units pending has one within, one borrowing."""
+    planned = dict(book.usage)
+    within: list[PendingUnit] = []
+    borrow: list[PendingUnit] = []
+    for u in order:
+        t = None if u.team is None else book.teams.get(u.team)
+        if t is None or u.team is None:
+            within.append(u)
+            continue
+        planned[u.team] += u.milli
+        (within if planned[u.team] <= t.nominal_milli else borrow).append(u)
+    if not borrow:
+        return within
+    teams = {u.team for u in borrow if u.team is not None}
+    capacity = {"gpu": float(max(1, sum(t.nominal_milli for t in book.teams.values())))}
+    weights = {n: t.weight for n, t in book.teams.items()}
+    rank = {n: r for r, n in enumerate(
+        fair_order(teams, history or UsageHistory(), capacity, weights))}
+    borrow.sort(key=lambda u: (rank[u.team or ""], u.key))
+    return within + borrow
+
+
+def _managed(book: QuotaBook, team: str | None) -> str | None:
+    """The team as quotas see it: None for work no queue manages."""
+    return team if team is not None and team in book.teams else None
+
+
+def _reclaim(state: FleetState, left: list[PendingUnit], victims: Sequence[Victim],
+             policy: Policy, book: QuotaBook, rng: np.random.Generator) -> list[Preempt]:
+    """One reclaim, for the first unplaced within-quota unit whose room other teams' borrowed
+    work holds: ``reclaim_victims`` among the victims, kept only if the unit then fits."""
+    running = [Running(v.job_id, v.team, v.milli, v.started_s)
+               for v in victims if v.team is not None]
+    if not running:
+        return []
+    by_id = {v.job_id: v for v in victims}
+    for u in left:
+        if (u.team is None or u.request is None or u.refusal is not None
+                or book.verdict(u.team, u.milli).admission is not Admission.WITHIN):
+            continue
+        got = reclaim_victims(book, u.team, u.milli, running)
+        if not got:
+            continue
+        with Statement(state) as what_if:
+            for r in got:
+                v = by_id[r.key]
+                what_if.release(v.request, v.bind, v.masks)
+            fits = _place(state, u, policy, rng, {}, ("reclaim", u.id)) is not None
+        if fits:
+            return [Preempt(r.key, f"reclaim: team {r.team} borrowed") for r in got]
+    return []
 
 
 def _key(u: PendingUnit) -> UnitKey:
@@ -269,16 +376,22 @@ def _place(state: FleetState, u: PendingUnit, policy: Policy, rng: np.random.Gen
 
 
 def _preempt(state: FleetState, left: list[PendingUnit], victims: Sequence[Victim],
-             policy: Policy) -> list[Preempt]:
-    """One preemption, for the first unplaced unit (queue order) it can help."""
+             policy: Policy, book: QuotaBook | None = None) -> list[Preempt]:
+    """One preemption, for the first unplaced unit (queue order) it can help. Under quotas
+    (``book``) priority preempts only within a team — unmanaged work only unmanaged work —
+    as Kueue's ``withinClusterQueue: LowerPriority``; across teams only reclaim evicts."""
     lowest = min(v.priority for v in victims)
     for u in left:
         if u.is_gang or u.request is None or u.refusal is not None or u.preempt_never:
             continue
         if u.priority <= lowest:
             continue
+        mine = victims
+        if book is not None:
+            team = _managed(book, u.team)
+            mine = [v for v in victims if _managed(book, v.team) == team]
         with only_eligible(state, u.eligible):
-            got = plan_preemption(state, _request(u), u.priority, victims, policy, u.id)
+            got = plan_preemption(state, _request(u), u.priority, mine, policy, u.id)
         if got is not None:
             return list(got.preempts)
     return []

@@ -36,6 +36,10 @@ class Victim:
     request: ResourceRequest
     bind: Bind
     masks: tuple[tuple[int, int, int], ...] = ()
+    # quotas (``queueing.teams``): the team it runs for and its size in milli-GPU-equivalents;
+    # None: not managed by quotas (reclaim never picks it)
+    team: str | None = None
+    milli: int = 0
 
 
 @dataclass(frozen=True, slots=True)

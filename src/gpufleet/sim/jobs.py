@@ -26,13 +26,16 @@ import numpy as np
 from gpufleet.catalog.gpus import GpuCatalog
 from gpufleet.config import Scenario
 from gpufleet.control.admission import request_now
-from gpufleet.control.cycle import CyclePlan, PendingUnit, plan_cycle
+from gpufleet.control.cycle import CyclePlan, PendingUnit, QuotaInput, plan_cycle
 from gpufleet.control.deadline import DeadlineGuards, DeadlineView
 from gpufleet.control.policies import Controls
 from gpufleet.control.queue import PendingQueue, effective_shape, is_urgent
 from gpufleet.decisions import Bind, CapacityType, Decision, Requeue
 from gpufleet.placement.mig import bind_masks
 from gpufleet.queueing.preemption import Victim
+from gpufleet.queueing.teams.fairshare import UsageHistory
+from gpufleet.queueing.teams.quota import QuotaBook
+from gpufleet.queueing.teams.shares import gpu_equivalent_milli
 from gpufleet.recovery import NoticeView, SpotExposure, checkpoint_interval
 from gpufleet.sim.books import Tally, held_milli
 from gpufleet.sim.cloud import SimCloud, SimNode
@@ -43,24 +46,27 @@ from gpufleet.sim.nodes import SimFleet
 from gpufleet.state import FleetState
 
 
-def job_unit(j: JobRun) -> PendingUnit:
+def job_unit(j: JobRun, milli: int = 0) -> PendingUnit:
     """The simulator's translation of a pending job for ``control.cycle``: its replicas are the
     members (``job#0``…, all needed together), its place in the queue the key
     ``control.queue`` gave it (priority, urgent, requeued, enqueued time, sequence), a pin to
-    on-demand its ``pin``; every node is eligible (the request's constraints say the rest)."""
+    on-demand its ``pin``; every node is eligible (the request's constraints say the rest).
+    Its team is its tenant, ``milli`` its size in GPU-equivalents (read only under quotas)."""
     sid = j.spec.job_id
     n = j.spec.replicas
     return PendingUnit(
         sid, j.req, j.spec.priority, tuple(f"{sid}#{r}" for r in range(n)), n,
         submit_s=j.enqueued_s, seq=j.key[-1], requeued=j.requeued, urgent=is_urgent(j),
-        pin=CapacityType.ON_DEMAND if j.on_demand_only else None, shape=effective_shape(j))
+        pin=CapacityType.ON_DEMAND if j.on_demand_only else None, shape=effective_shape(j),
+        team=j.spec.tenant, milli=milli)
 
 
-def job_victim(j: JobRun) -> Victim:
-    """A running single-replica job as a preemption victim (a gang is not torn apart)."""
+def job_victim(j: JobRun, milli: int = 0) -> Victim:
+    """A running single-replica job as a preemption (or, under quotas, reclaim) victim (a gang
+    is not torn apart)."""
     bind, masks = j.binds[0]
     return Victim(j.spec.job_id, j.spec.priority, j.bound_s, request_now(j.req, j.on_demand_only),
-                  bind, masks)
+                  bind, masks, team=j.spec.tenant, milli=milli)
 
 
 class JobLifecycle:
@@ -115,6 +121,14 @@ class JobLifecycle:
         # preemption needs two priorities; a workload with one never builds victims
         self._preemptible = len({j.spec.priority for j in jobs}) > 1
         self._running_idx: set[int] = set()  # running jobs (single-replica ones are victims)
+        # team quotas (scenario ``teams:``): None without them
+        teams = scenario.teams
+        self.quotas = None if teams is None else teams.quotas()
+        self.history = None if teams is None else UsageHistory(teams.half_life_s)
+        self.team_milli: dict[str, int] = {}  # GPU-equivalents of the running jobs, per tenant
+        self.team_gpu_s: dict[str, float] = {}  # their integral: GPU-equivalent·seconds used
+        self._team_t = 0.0
+        self._milli: dict[int, int] = {}
 
     @property
     def now(self) -> float:
@@ -177,7 +191,32 @@ class JobLifecycle:
         if len(j.binds) == j.spec.replicas:
             self._start(j)
 
+    def job_milli(self, j: JobRun) -> int:
+        """The job's size in milli-GPU-equivalents, all replicas (``queueing.teams.shares``)."""
+        got = self._milli.get(j.idx)
+        if got is None:
+            got = gpu_equivalent_milli(j.req, self.gpu_catalog) * j.spec.replicas
+            self._milli[j.idx] = got
+        return got
+
+    def team_usage(self, j: JobRun | None = None, sign: int = 0) -> None:
+        """Bring the teams' usage history and GPU-equivalent·seconds up to now under the usage
+        held since the last change, then apply ``j`` starting (+1) or stopping (-1)."""
+        if self.history is None:
+            return
+        now = self.now
+        dt = now - self._team_t
+        if dt > 0:
+            for team, milli in self.team_milli.items():
+                self.team_gpu_s[team] = self.team_gpu_s.get(team, 0.0) + milli * dt / 1000
+            self.history.advance(now, {t: {"gpu": float(m)} for t, m in self.team_milli.items()})
+            self._team_t = now
+        if j is not None:
+            team = j.spec.tenant
+            self.team_milli[team] = self.team_milli.get(team, 0) + sign * self.job_milli(j)
+
     def _start(self, j: JobRun) -> None:
+        self.team_usage(j, +1)
         rec = j.start(self.now, self._tau(j, j.on_spot))
         if rec is not None:
             self.tally.recoveries.append(rec)
@@ -213,6 +252,7 @@ class JobLifecycle:
             node.alloc_milli -= per_replica
             self._node_changed(node)
         j.binds = []
+        self.team_usage(j, -1)
         self.running -= 1
         self._running_idx.discard(j.idx)
         self._freed = True
@@ -337,14 +377,21 @@ class JobLifecycle:
             return None
         victims: list[Victim] = []
         leaving = False
-        if self._preemptible:  # a job checkpointing to leave still holds the room it frees
+        quota = None
+        if self.quotas is not None:
+            self.team_usage()
+            quota = QuotaInput(QuotaBook(self.quotas, self.team_milli), self.history)
+        if self._preemptible or quota is not None:
+            # a job checkpointing to leave still holds the room it frees
             running = [jobs[i] for i in sorted(self._running_idx)]
             leaving = any(j.leaving for j in running)
-            victims = [job_victim(j) for j in running if j.spec.replicas == 1 and not j.leaving]
+            victims = [job_victim(j, self.job_milli(j) if quota else 0)
+                       for j in running if j.spec.replicas == 1 and not j.leaving]
         plan = plan_cycle(
             self.state, [self._unit(j) for j in cand], self.ctl.placement, self.rng,
             backfill=self.ctl.backfill, now=self.now, victims=victims, evicting=leaving,
-            blocked=self._blocked, shapes_present=len(self.pending.shapes), explain=False)
+            blocked=self._blocked, shapes_present=len(self.pending.shapes), explain=False,
+            quota=quota)
         self._blocked = plan.blocked
         return plan
 
@@ -352,6 +399,6 @@ class JobLifecycle:
         """``job_unit(j)``, rebuilt only when the job's queue key changed (re-queued, pinned)."""
         got = self._units.get(j.idx)
         if got is None or got[0] is not j.key:
-            got = (j.key, job_unit(j))
+            got = (j.key, job_unit(j, self.job_milli(j) if self.quotas is not None else 0))
             self._units[j.idx] = got
         return got[1]

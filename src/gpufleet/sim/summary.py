@@ -16,7 +16,12 @@ Definitions (docs/simulator.md repeats them):
 * late over 5 min = share of the jobs finished under the peak-sized ``static`` baseline that
   finish more than 5 minutes later here (matched by job id; a job that never finished here is
   late), filled in by ``add_late_share`` once the baseline has run;
-* allocated GPU-hours = the GPU share each job held while bound (``ClusterSim.tally``).
+* allocated GPU-hours = the GPU share each job held while bound (``ClusterSim.tally``);
+* per team (only with a ``teams:`` section, key ``teams``): GPU-hours used = the integral of
+  its running jobs' GPU-equivalents (``queueing.teams.shares``; a job counts from start to
+  release, checkpoint writes included), entitled = its nominal quota × the makespan, mean
+  queueing delay and JCT p50 over its finished jobs; ``jain_index`` over used / entitled of
+  the teams with a nonzero quota.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import numpy as np
 
 from gpufleet.control.deadline import deadline_of
 from gpufleet.control.deadline_guard import fresh_node_fits
+from gpufleet.queueing.teams.settings import jain_index
 from gpufleet.sim.cloud import MICRO
 from gpufleet.sim.cluster import ClusterSim
 from gpufleet.sim.jobrun import DONE
@@ -89,7 +95,9 @@ def summarize(sim: ClusterSim, wall_s: float) -> dict[str, Any]:
     t = sim.tally
     useful_h = t.useful_gpu_s / 3600.0
     rec = t.recoveries
+    teams = {} if sim.sc.teams is None else {"teams": team_figures(sim, end)}
     return {
+        **teams,
         "utilization": t.alloc_gpu_s / provisioned if provisioned else 0.0,
         "cost_usd": cost,
         "useful_gpu_hours": useful_h,
@@ -128,3 +136,29 @@ def summarize(sim: ClusterSim, wall_s: float) -> dict[str, Any]:
         "wall_seconds": wall_s,
         "events_per_s": sim.engine.steps / wall_s if wall_s > 0 else 0.0,
     }
+
+
+def team_figures(sim: ClusterSim, end: float) -> dict[str, Any]:
+    """Per-team use against entitlement (module docstring); ``sim`` has a ``teams:`` section."""
+    assert sim.sc.teams is not None
+    life = sim.life
+    life.team_usage()  # the usage integral up to the last event
+    per: dict[str, Any] = {}
+    ratios: list[float] = []
+    for q in sim.sc.teams.queues:
+        done = [j for j in sim.jobs if j.spec.tenant == q.name and j.state == DONE]
+        jct = [j.finish_s - j.spec.submit_s for j in done]  # type: ignore[operator]
+        wait = [j.first_start_s - j.spec.submit_s for j in done]  # type: ignore[operator]
+        used_h = life.team_gpu_s.get(q.name, 0.0) / 3600.0
+        entitled_h = q.gpus * end / 3600.0
+        if entitled_h > 0:
+            ratios.append(used_h / entitled_h)
+        per[q.name] = {
+            "gpu_hours_used": used_h,
+            "gpu_hours_entitled": entitled_h,
+            "used_over_entitled": used_h / entitled_h if entitled_h > 0 else 0.0,
+            "queue_mean_s": float(np.mean(wait)) if wait else 0.0,
+            "jct_p50_s": _pct(jct, 50),
+            "jobs_finished": len(done),
+        }
+    return {"per_team": per, "jain_index": jain_index(ratios)}

@@ -29,7 +29,7 @@ from gpufleet.queueing.teams.quota import TeamQuota
 
 
 class BudgetSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     usd: float = Field(gt=0, le=1e12)
     period: Literal["day", "week", "month"] = "month"
@@ -41,7 +41,7 @@ class BudgetSettings(BaseModel):
 
 
 class QueueSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     name: str = Field(min_length=1, max_length=63)
     gpus: float = Field(ge=0, le=1e6)
@@ -56,10 +56,10 @@ class QueueSettings(BaseModel):
 
 
 class TeamsSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     half_life_s: float = Field(default=DEFAULT_HALF_LIFE_S, gt=0, le=10 * 365 * 86400)
-    queues: list[QueueSettings] = Field(default_factory=list)
+    queues: tuple[QueueSettings, ...] = ()
 
     @model_validator(mode="after")
     def _unique(self) -> TeamsSettings:

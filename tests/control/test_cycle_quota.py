@@ -1,0 +1,186 @@
+"""control.cycle with team quotas (step 5 of its docstring), as a case table worked by hand.
+
+Fleet of every case: ``a`` and ``b``, two T4 GPUs each (4 GPUs), ``bestfit`` placement (the
+fullest node that fits; ties: the first row). Teams (milli-GPU): cohort ``lab`` holds ``x`` (2
+GPUs) and ``y`` (2 GPUs); ``s`` has 1 GPU and no cohort; ``z`` (2 GPUs, cohort ``lab``) appears
+only where a case says so. Every pending unit asks for one GPU (1000 milli) unless it says two.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+
+from gpufleet.control.cycle import PendingUnit, QuotaInput, Victim, plan_cycle
+from gpufleet.decisions import Bind
+from gpufleet.placement import get_policy
+from gpufleet.queueing import BackfillPass
+from gpufleet.queueing.teams.fairshare import UsageHistory
+from gpufleet.queueing.teams.quota import QuotaBook, TeamQuota
+from gpufleet.state import FleetState, ResourceRequest
+
+from .test_cycle import CASES, fleet
+
+ONE = ResourceRequest(cpu_milli=1000, num_gpu=1)
+TWO = ResourceRequest(cpu_milli=1000, num_gpu=2)
+POLICY = get_policy("bestfit", tie_seed=0)
+TEAMS = [TeamQuota("x", 2000, "lab"), TeamQuota("y", 2000, "lab"), TeamQuota("s", 1000)]
+WITH_Z = [*TEAMS, TeamQuota("z", 2000, "lab")]
+
+
+def unit(uid: str, team: str | None, t: float, req: ResourceRequest = ONE,
+         prio: int = 0) -> PendingUnit:
+    return PendingUnit(uid, req, prio, submit_s=t, team=team, milli=req.total_gpu_milli)
+
+
+@dataclass
+class Case:
+    name: str
+    pending: list[PendingUnit]
+    binds: dict[str, tuple[str, tuple[int, ...]]]
+    refused: dict[str, str] = field(default_factory=dict)  # id → a part of its message
+    # running: (job, team or None, node, gpus, started_s); the book's usage is their sum
+    running: list[tuple[str, str | None, str, tuple[int, ...], float]] = field(
+        default_factory=list)
+    evicted: list[tuple[str, str]] = field(default_factory=list)  # (job, reason)
+    teams: list[TeamQuota] = field(default_factory=lambda: TEAMS)
+    extra_usage: dict[str, int] = field(default_factory=dict)  # usage not on this fleet
+    history: dict[str, float] | None = None  # decayed GPU usage per team
+    prio: dict[str, int] = field(default_factory=dict)  # running jobs' priorities (else 0)
+    kw: dict = field(default_factory=dict)
+
+
+CASES_Q = [
+    Case("a blocked team does not block another: s (1 GPU used of 1, no cohort) is refused with"
+         " the verdict's reason; x's later unit binds a's free GPU",
+         [unit("s1", "s", 1), unit("x1", "x", 2)],
+         {"x1": ("a", (1,))},
+         {"s1": "team s: 2 GPU would exceed its quota of 1 and it has no cohort to borrow from"},
+         running=[("s0", "s", "a", (0,), 0)]),
+    Case("not a head-of-line stop either: s1 has starved (100 s > 50 s) but is over quota, so"
+         " x1 behind it still binds",
+         [unit("s1", "s", 0), unit("x1", "x", 2)],
+         {"x1": ("a", (1,))}, {"s1": "no cohort to borrow from"},
+         running=[("s0", "s", "a", (0,), 0)], kw={"backfill": BackfillPass(50.0), "now": 100.0}),
+    Case("unmanaged work is admitted as before", [unit("u1", None, 1)], {"u1": ("a", (0,))}),
+    Case("borrowing within the cohort's idle quota: x holds 2 of 2, y none → x1 borrows",
+         [unit("x1", "x", 1)], {"x1": ("a", (0,))}, extra_usage={"x": 2000}),
+    Case("the cohort's idle quota is spent (x 3 + y 1 = 4 of 4): x's second borrow is refused",
+         [unit("x1", "x", 1)], {},
+         {"x1": "team x: cohort lab has 0 GPU of idle quota, 1 needed"},
+         extra_usage={"x": 3000, "y": 1000}),
+    Case("within the pass the book grows: x 1 + y 1 of 4 → 2 idle; x1 is within (x at 2, 1"
+         " idle), x2 borrows the last idle GPU, x3 finds none",
+         [unit("x1", "x", 1), unit("x2", "x", 2), unit("x3", "x", 3)],
+         {"x1": ("a", (0,)), "x2": ("a", (1,))}, {"x3": "cohort lab has 0 GPU of idle quota"},
+         extra_usage={"x": 1000, "y": 1000}),
+    Case("borrowers by fair share, not FIFO: x and y both at their 2 GPUs, z idle (cohort room"
+         " 2); one GPU free; y used less (10 < 100) so y1 goes first though x1 is older",
+         [unit("x1", "x", 1), unit("y1", "y", 2)],
+         {"y1": ("b", (1,))}, {"x1": "0/2 nodes are available"},
+         running=[("u0", None, "a", (0, 1), 0), ("u1", None, "b", (0,), 0)],
+         teams=WITH_Z, extra_usage={"x": 2000, "y": 2000}, history={"x": 100.0, "y": 10.0}),
+    Case("the same with the history reversed: x1 first",
+         [unit("x1", "x", 1), unit("y1", "y", 2)],
+         {"x1": ("b", (1,))}, {"y1": "0/2 nodes are available"},
+         running=[("u0", None, "a", (0, 1), 0), ("u1", None, "b", (0,), 0)],
+         teams=WITH_Z, extra_usage={"x": 2000, "y": 2000}, history={"x": 10.0, "y": 100.0}),
+    Case("within-quota work before borrowing work whatever its age: y1 (y at 1 of 2) binds,"
+         " the older borrower x1 gets no GPU",
+         [unit("x1", "x", 1), unit("y1", "y", 9)],
+         {"y1": ("b", (1,))}, {"x1": "0/2 nodes are available"},
+         running=[("u0", None, "a", (0, 1), 0), ("u1", None, "b", (0,), 0)],
+         teams=WITH_Z, extra_usage={"x": 2000, "y": 1000}),
+    Case("reclaim: x runs 4 GPUs (2 borrowed), the fleet is full; y1 is within y's quota"
+         " (0 + 1 ≤ 2), the cohort is 1 short → x's newest pod x3 (started 30) goes",
+         [unit("y1", "y", 40)], {}, {"y1": "0/2 nodes are available"},
+         running=[("x0", "x", "a", (0,), 0), ("x1", "x", "a", (1,), 10),
+                  ("x2", "x", "b", (0,), 20), ("x3", "x", "b", (1,), 30)],
+         evicted=[("x3", "reclaim: team x borrowed")]),
+    Case("reclaim for two GPUs: x2 and x3 (the newest two, both on b) go",
+         [unit("y1", "y", 40, TWO)], {}, {"y1": "0/2 nodes are available"},
+         running=[("x0", "x", "a", (0,), 0), ("x1", "x", "a", (1,), 10),
+                  ("x2", "x", "b", (0,), 20), ("x3", "x", "b", (1,), 30)],
+         evicted=[("x3", "reclaim: team x borrowed"), ("x2", "reclaim: team x borrowed")]),
+    Case("no reclaim while an eviction is in progress",
+         [unit("y1", "y", 40)], {}, {"y1": "0/2 nodes are available"},
+         running=[("x0", "x", "a", (0,), 0), ("x1", "x", "a", (1,), 10),
+                  ("x2", "x", "b", (0,), 20), ("x3", "x", "b", (1,), 30)],
+         kw={"evicting": True}),
+    Case("work beyond its own quota never reclaims: y runs 1, x 3 (1 borrowed); y's 2-GPU unit"
+         " would take y to 3 > 2 and the cohort has no idle quota → refused, nothing evicted",
+         [unit("y1", "y", 40, TWO)], {}, {"y1": "cohort lab has 0 GPU of idle quota, 2 needed"},
+         running=[("x0", "x", "a", (0,), 0), ("x1", "x", "a", (1,), 10),
+                  ("x2", "x", "b", (0,), 20), ("y0", "y", "b", (1,), 30)]),
+    Case("within quota is never evicted by another team: x holds exactly its 2, unmanaged work"
+         " the other 2 → the cohort has idle quota, nothing is borrowed, nothing evicted",
+         [unit("y1", "y", 40)], {}, {"y1": "0/2 nodes are available"},
+         running=[("x0", "x", "a", (0,), 0), ("x1", "x", "a", (1,), 10),
+                  ("u0", None, "b", (0,), 20), ("u1", None, "b", (1,), 30)]),
+    Case("priority does not cross teams: y1 (priority 5, within y's quota) would evict x's"
+         " priority-0 pair on a without quotas; x holds only its own 2 → nothing evicted",
+         [unit("y1", "y", 40, TWO, prio=5)], {}, {"y1": "0/2 nodes are available"},
+         running=[("x0", "x", "a", (0, 1), 0), ("u0", None, "b", (0, 1), 0)],
+         prio={"u0": 9}),
+    Case("priority within a team: x2 (priority 5) borrows 2 (cohort room 4 - 2 = 2) and evicts"
+         " x's own priority-0 pair",
+         [unit("x2", "x", 40, TWO, prio=5)], {}, {"x2": "0/2 nodes are available"},
+         running=[("x0", "x", "a", (0, 1), 0), ("u0", None, "b", (0, 1), 0)],
+         prio={"u0": 9}, evicted=[("x0", "preempted by x2 (priority 5)")]),
+]
+
+
+@pytest.mark.parametrize("case", CASES_Q, ids=lambda c: c.name)
+def test_cycle_quota_case(case: Case) -> None:
+    s = fleet(False)
+    victims = []
+    usage = dict(case.extra_usage)
+    for job, team, node, gpus, started in case.running:
+        req = ResourceRequest(cpu_milli=1000, num_gpu=len(gpus))
+        b = Bind(job, node, gpus)
+        s.allocate(req, b)
+        victims.append(Victim(job, case.prio.get(job, 0), started, req, b, team=team,
+                              milli=len(gpus) * 1000))
+        if team is not None:
+            usage[team] = usage.get(team, 0) + len(gpus) * 1000
+    book = QuotaBook(case.teams, usage)
+    history = None
+    if case.history is not None:
+        history = UsageHistory(last_s=0.0)
+        history.decayed = {t: {"gpu": v} for t, v in case.history.items()}
+    before = (s.free_milli.copy(), dict(book.usage))
+    plan = plan_cycle(s, case.pending, POLICY, np.random.default_rng(0), victims=victims,
+                      quota=QuotaInput(book, history), **case.kw)
+    assert {b.job_id: (b.node, b.gpus) for b in plan.binds} == case.binds
+    assert [(e.job_id, e.reason) for e in plan.evictions] == case.evicted
+    refused = {r.job_id: r.message for r in plan.refusals}
+    for job, part in case.refused.items():
+        assert part in refused[job], (job, refused[job])
+    assert set(refused) == {u.id for u in case.pending} - set(case.binds)
+    # neither the state nor the caller's book changes: the driver applies the plan
+    assert np.array_equal(before[0], s.free_milli) and before[1] == book.usage
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_quota_on_no_managed_team_is_today(case: object) -> None:
+    """Every case of the plain cycle table plans the same with a quota book that manages none
+    of its units (their team is None), and with ``quota=None``: the quota step changes
+    nothing it was not asked to."""
+    from .test_cycle import Case as Plain
+
+    assert isinstance(case, Plain)
+    plans = []
+    for quota in (None, QuotaInput(QuotaBook(TEAMS))):
+        s: FleetState = fleet(case.spot_b)
+        victims = []
+        for job, node, gpus, prio in case.running:
+            req = ResourceRequest(cpu_milli=1000, num_gpu=len(gpus))
+            b = Bind(job, node, gpus)
+            s.allocate(req, b)
+            victims.append(Victim(job, prio, 0.0, req, b))
+        plans.append(plan_cycle(s, case.pending, POLICY, np.random.default_rng(0),
+                                victims=victims, quota=quota, **case.kw))
+    assert plans[0].decisions == plans[1].decisions
+    assert plans[0].blocked == plans[1].blocked and plans[0].started == plans[1].started
