@@ -25,6 +25,7 @@ import socket
 import subprocess
 import sys
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,7 @@ import yaml
 from kubernetes import client
 from live_wait import wait_for
 
+from gpufleet.lab.cluster import LabOptions, down, up
 from gpufleet.lab.session import LabSession
 
 pytestmark = pytest.mark.live
@@ -121,8 +123,32 @@ def test_image_labels_user_and_entrypoint(image_ref: str) -> None:
     assert labels["org.opencontainers.image.source"].startswith("https://")
 
 
-def test_controller_from_the_image_binds_a_gpu_pod(lab: LabSession, image_ref: str,
+@pytest.fixture
+def own_lab(lab_binaries: Path, tmp_path: Path) -> Iterator[LabSession]:
+    """A lab of this test's own. On the shared lab, after the whole live suite had run there,
+    the image's controller once bound nothing in 120 s (4 pods listed, no log line after
+    "leading"; alone, and on its own lab, it binds at once) — not yet explained, see the closing
+    note of issue 21's work; the image is what this test checks, so it gets a clean cluster."""
+    info = up(LabOptions(directory=tmp_path / "lab", controller=False))
+    try:
+        yield LabSession(info)
+    finally:
+        down(info.directory)
+
+
+def _cluster_state(lab: LabSession) -> str:
+    """Every pod (namespace, name, scheduler, node, phase, PodScheduled message) for a failure."""
+    rows = []
+    for p in lab.core.list_pod_for_all_namespaces().items:
+        cond = next((c for c in p.status.conditions or () if c.type == "PodScheduled"), None)
+        rows.append(f"{p.metadata.namespace}/{p.metadata.name} {p.spec.scheduler_name} "
+                    f"{p.spec.node_name} {p.status.phase} {cond.message if cond else ''}")
+    return "\n".join(rows)
+
+
+def test_controller_from_the_image_binds_a_gpu_pod(own_lab: LabSession, image_ref: str,
                                                    tmp_path: Path) -> None:
+    lab = own_lab
     kubeconfig = embedded_kubeconfig(lab, tmp_path / "kubeconfig")
     ns = lab.namespace("image")
     (node,) = lab.add_instance_nodes("g4dn.xlarge", 1, zone=ns, prefix=ns)
@@ -159,7 +185,8 @@ def test_controller_from_the_image_binds_a_gpu_pod(lab: LabSession, image_ref: s
         try:
             wait_for("the pod bound by the controller in the image", bound, 120)
         except AssertionError as exc:
-            raise AssertionError(f"{exc}\ncontainer log:\n{logs()}") from None
+            raise AssertionError(f"{exc}\ncontainer log:\n{logs()}\npods:\n"
+                                 f"{_cluster_state(lab)}") from None
         assert lab.core.read_namespaced_pod("gpu", ns).spec.node_name == node
         lease = client.CoordinationV1Api(lab.api).read_namespaced_lease("gpufleet-image", ns)
         assert lease.spec.holder_identity == name
