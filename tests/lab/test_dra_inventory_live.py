@@ -8,8 +8,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -17,6 +15,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from live_wait import wait_for
 
 from gpufleet.catalog.instances import default_instance_catalog
 from gpufleet.k8s.translate.node_objects import spec_from_instance
@@ -34,17 +33,6 @@ from gpufleet.lab.session import LabSession
 
 pytestmark = pytest.mark.live
 G, V = "resource.k8s.io", "v1"
-
-
-def wait_for(what: str, fn: Callable[[], Any], timeout_s: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = fn()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        time.sleep(0.25)
 
 
 def slices_of(lab: LabSession, node: str) -> list[dict[str, Any]]:
