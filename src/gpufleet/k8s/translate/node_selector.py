@@ -66,6 +66,29 @@ def matches(labels: Mapping[str, str], selector: Selector) -> bool:
     return not selector or any(all(_match(labels, r) for r in term) for term in selector)
 
 
+def matches_node_selector(selector: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
+    """A core ``NodeSelector`` object (``nodeSelectorTerms``, ORed; in a term its
+    ``matchExpressions`` on labels and ``matchFields`` on ``metadata.name`` ANDed) against a Node
+    object: what a claim's ``status.allocation.nodeSelector`` says about where it may be used.
+    No terms select no node, as in Kubernetes."""
+    meta = node.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    fields = {"metadata.name": str(meta.get("name", ""))}
+
+    def req(e: Mapping[str, Any]) -> Requirement:
+        return (str(e.get("key", "")), str(e.get("operator", "")),
+                tuple(str(v) for v in e.get("values") or ()))
+
+    for term in selector.get("nodeSelectorTerms") or ():
+        exprs, flds = term.get("matchExpressions") or (), term.get("matchFields") or ()
+        if not exprs and not flds:
+            continue  # an empty term selects nothing
+        if all(_match(labels, req(e)) for e in exprs) and all(
+                _match(fields, req(f)) for f in flds):
+            return True
+    return False
+
+
 def lift_gpu_constraints(
     selector: Selector, cat: GpuCatalog
 ) -> tuple[frozenset[str] | None, int, Selector]:
