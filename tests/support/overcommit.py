@@ -1,7 +1,9 @@
-"""The over-commit check every live test ends with: list the cluster's Pods and Nodes from the
-API (nothing from a controller's memory) and find any GPU given out twice
+"""The over-commit check every live test ends with: list the cluster's Pods and Nodes — and,
+when the API server serves ``resource.k8s.io/v1``, its ResourceClaims and ResourceSlices — from
+the API (nothing from a controller's memory) and find any GPU given out twice
 (:func:`gpufleet.k8s.translate.overcommit.find_overcommits`: milli per GPU ≤ 1000, no MIG slot
-twice, whole GPUs exclusive, indices within the node's GPUs).
+twice, whole GPUs exclusive, indices within the node's GPUs; for claims, devices that exist,
+exclusive devices once, shares and counters within capacity, allocations on the pod's node).
 
 The live conftests call :func:`check_after_live_test` from a ``pytest_runtest_call`` wrapper,
 right after the test body and before its fixtures tear down: a fixture's teardown would run after
@@ -16,6 +18,7 @@ import pytest
 
 from gpufleet.k8s.translate.overcommit import Overcommit, find_overcommits
 from gpufleet.k8s.watch.informer import list_all
+from gpufleet.lab.kubelet_check import list_cluster
 
 
 def listed(call: Any) -> list[dict]:
@@ -25,9 +28,8 @@ def listed(call: Any) -> list[dict]:
 
 def cluster_overcommits(core: Any) -> list[Overcommit]:
     """Over-commits in the cluster ``core`` (a ``kubernetes.client.CoreV1Api``) talks to."""
-    nodes = listed(core.list_node)
-    pods = listed(core.list_pod_for_all_namespaces)
-    return find_overcommits(nodes, pods)
+    objs = list_cluster(core.api_client)
+    return find_overcommits(objs.nodes, objs.pods, claims=objs.claims, slices=objs.slices)
 
 
 def assert_no_overcommit(core: Any) -> None:

@@ -11,7 +11,14 @@ from rich.console import Console
 
 from gpufleet.cli_app import app, friendly_errors
 from gpufleet.errors import InputError
-from gpufleet.lab.cluster import LabOptions, down, load_info, running_components, up
+from gpufleet.lab.cluster import (
+    LabOptions,
+    api_client,
+    down,
+    load_info,
+    running_components,
+    up,
+)
 from gpufleet.lab.errors import LabError
 from gpufleet.lab.fleet import parse_nodes_option
 
@@ -114,3 +121,22 @@ def lab_status(directory: DirOption = DEFAULT_DIR) -> None:
     typer.echo(json.dumps(out, indent=2))
     if not live:
         raise typer.Exit(code=3)
+
+
+@lab_app.command("check")
+@friendly_errors
+def lab_check(directory: DirOption = DEFAULT_DIR) -> None:
+    """The kubelet stand-in: every bound pod's claims exist, are allocated and reserved for it,
+    on its node, with devices that exist and are not over-committed (exit 1 on any finding)."""
+    from gpufleet.lab.kubelet_check import check_cluster
+
+    info = load_info(directory)
+    if info is None or not running_components(directory.resolve()):
+        raise _fail(LabError(f"no lab is running in {directory} (gpufleet lab up --dir ...)"))
+    report = check_cluster(api_client(info.kubeconfig))
+    for line in report.lines():
+        typer.echo(line)
+    typer.echo(f"checked {report.pods_checked} bound pod(s), {report.claims_checked} "
+               f"ResourceClaim(s): {'ok' if report.ok else f'{len(report.lines())} finding(s)'}")
+    if not report.ok:
+        raise typer.Exit(code=1)
