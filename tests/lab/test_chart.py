@@ -220,3 +220,23 @@ def test_every_case_renders(helm: Path, tmp_path: Path) -> None:
         docs = render(helm, case, NS, tmp_path)
         assert one(docs, "Deployment")
         yaml.safe_dump_all(docs)
+
+
+def test_gpu_share_policy(helm: Path, tmp_path: Path) -> None:
+    """Off by default; on, the generated policy (files/) with a binding for the labelled
+    namespaces, or for the listed ones with the share templates installed in each."""
+    from gpufleet.k8s.translate.gpu_shares import fraction_policy, share_claim_templates
+
+    assert not by_kind(render(helm, "defaults", NS, tmp_path), "MutatingAdmissionPolicy")
+    labelled = render(helm, "gpu-shares-labelled", NS, tmp_path)
+    assert one(labelled, "MutatingAdmissionPolicy") == fraction_policy()
+    sel = one(labelled, "MutatingAdmissionPolicyBinding")["spec"]["matchResources"]
+    assert sel["namespaceSelector"] == {"matchLabels": {"gpufleet.io/gpu-shares": "enabled"}}
+    assert not by_kind(labelled, "ResourceClaimTemplate")
+    listed = render(helm, "gpu-shares-listed", NS, tmp_path)
+    sel = one(listed, "MutatingAdmissionPolicyBinding")["spec"]["matchResources"]
+    assert sel["namespaceSelector"]["matchExpressions"] == [
+        {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["default"]}]
+    templates = by_kind(listed, "ResourceClaimTemplate")
+    assert [t["metadata"].pop("namespace") for t in templates] == ["default"] * 24
+    assert templates == share_claim_templates()

@@ -44,6 +44,11 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "replicas-2": ("gpufleet", {"controller": {"replicas": 2}}),
     "single-no-election": ("gpufleet", {"controller": {"replicas": 1,
                                                        "leaderElection": {"enabled": False}}}),
+    # the gpu-fraction admission policy: for labelled namespaces, and for listed ones (with the
+    # share templates installed there; "default" exists in every cluster)
+    "gpu-shares-labelled": ("gpufleet", {"dra": {"gpuShares": {"enabled": True}}}),
+    "gpu-shares-listed": ("gpufleet", {"dra": {"gpuShares": {"enabled": True,
+                                                             "namespaces": ["default"]}}}),
     # helm merges maps: replacing the default selector means nulling its key
     "other-release": ("prod", {"agent": {"nodeSelector": {
         "karpenter.sh/capacity-type": None, "node.kubernetes.io/lifecycle": "spot"}}}),
