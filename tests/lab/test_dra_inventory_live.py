@@ -51,6 +51,7 @@ def test_device_classes_installed(lab: LabSession) -> None:
     for want in device_classes():
         got = custom.get_cluster_custom_object(G, V, "deviceclasses", want["metadata"]["name"])
         assert got["spec"]["selectors"] == want["spec"]["selectors"]
+        assert got["spec"].get("extendedResourceName") == want["spec"].get("extendedResourceName")
 
 
 def test_every_default_gpu_node_has_its_slices_as_published(lab: LabSession) -> None:

@@ -55,6 +55,7 @@ from typing import Any
 
 from gpufleet.catalog.gpus import GpuCatalog, GpuModel, MigProfile, default_gpu_catalog
 from gpufleet.catalog.instances import InstanceCatalog, default_instance_catalog
+from gpufleet.k8s.translate import names
 from gpufleet.k8s.translate.node_objects import (
     DYNAMIC_MIG_CONFIG,
     GpuNodeSpec,
@@ -293,21 +294,24 @@ def resource_slices(
 def device_classes() -> list[dict[str, Any]]:
     """The DeviceClasses NVIDIA's chart installs for GPUs (``gpu.nvidia.com`` whole GPUs,
     ``mig.nvidia.com`` MIG devices: CEL on the driver and the ``type`` attribute). The chart's
-    ComputeDomain and VFIO classes are left out: nothing here publishes those devices."""
-    return [
-        {
-            "apiVersion": API_VERSION,
-            "kind": "DeviceClass",
-            "metadata": {"name": name},
-            "spec": {
-                "selectors": [{"cel": {"expression": (
-                    f"device.driver == '{DRIVER}' && "
-                    f"device.attributes['{DRIVER}'].type == '{kind}'"
-                )}}]
-            },
-        }
-        for name, kind in ((GPU_CLASS, "gpu"), (MIG_CLASS, "mig"))
-    ]
+    ComputeDomain and VFIO classes are left out: nothing here publishes those devices.
+
+    ``gpu.nvidia.com`` also carries ``extendedResourceName: nvidia.com/gpu`` (KEP-5004, beta in
+    1.36): an unchanged pod asking ``nvidia.com/gpu: N`` on a node that has no such allocatable
+    (a DRA-only node) gets its GPUs through a claim the scheduler creates. One class for every
+    MIG profile cannot name each ``nvidia.com/mig-<profile>`` resource, so ``mig.nvidia.com``
+    has none."""
+    classes: list[dict[str, Any]] = []
+    for name, kind in ((GPU_CLASS, "gpu"), (MIG_CLASS, "mig")):
+        spec: dict[str, Any] = {"selectors": [{"cel": {"expression": (
+            f"device.driver == '{DRIVER}' && "
+            f"device.attributes['{DRIVER}'].type == '{kind}'"
+        )}}]}
+        if name == GPU_CLASS:
+            spec["extendedResourceName"] = names.GPU_RESOURCE
+        classes.append({"apiVersion": API_VERSION, "kind": "DeviceClass",
+                        "metadata": {"name": name}, "spec": spec})
+    return classes
 
 
 # --- the inverse: slices → inventory --------------------------------------------------------
