@@ -40,7 +40,7 @@ from gpufleet.catalog.gpus import GpuCatalog, default_gpu_catalog
 from gpufleet.k8s.translate.node_selector import matches_node_selector
 from gpufleet.k8s.translate.pods import TERMINAL_PHASES, pod_key
 from gpufleet.k8s.translate.quantity import quantity
-from gpufleet.k8s.translate.resource_slices import DRIVER
+from gpufleet.k8s.translate.resource_slices import DRIVER, device_attribute
 from gpufleet.state import GPU_MILLI
 
 DeviceKey = tuple[str, str, str]  # driver, pool, device
@@ -114,17 +114,6 @@ def _amounts(obj: Any, nested: bool = True) -> dict[str, Decimal]:
         if q is not None:
             out[str(name)] = q
     return out
-
-
-def _attr(dev: Mapping[str, Any], name: str) -> Any:
-    attrs = dev.get("attributes") or {}
-    raw = attrs.get(name) or attrs.get(f"{DRIVER}/{name}")
-    if not isinstance(raw, Mapping):
-        return None
-    for kind in ("string", "int", "bool", "version"):
-        if kind in raw:
-            return raw[kind]
-    return None
 
 
 def _newest_slices(slices: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
@@ -209,7 +198,7 @@ def _gpu_indices(devices: Mapping[DeviceKey, _Published]) -> dict[tuple[str, int
     row numbers its GPUs."""
     minors: dict[str, set[int]] = defaultdict(set)
     for (driver, _, _), pub in devices.items():
-        m = _attr(pub.raw, "minor")
+        m = device_attribute(pub.raw, "minor")
         if driver == DRIVER and isinstance(m, int):
             minors[pub.node].add(m)
     return {(node, m): i for node, ms in minors.items() for i, m in enumerate(sorted(ms))}
@@ -227,16 +216,16 @@ def _mig_mask(name: str, pub: _Published, catalog: GpuCatalog) -> int:
     if mask:
         return mask
     start = _MIG_NAME.match(name)
-    product = str(_attr(pub.raw, "productName") or "")
+    product = str(device_attribute(pub.raw, "productName") or "")
     model = catalog.resolve(product.replace(" ", "-")) or catalog.resolve(product)
-    prof = catalog.mig_profile(model, str(_attr(pub.raw, "profile"))) if model else None
+    prof = catalog.mig_profile(model, str(device_attribute(pub.raw, "profile"))) if model else None
     if start is None or prof is None or int(start.group(1)) not in prof.starts:
         return 0
     return prof.slice_mask(int(start.group(1)))
 
 
 def _gpu_use(a: Allocation, pub: _Published, catalog: GpuCatalog) -> GpuClaimUse:
-    if _attr(pub.raw, "type") == "mig":
+    if device_attribute(pub.raw, "type") == "mig":
         return GpuClaimUse(a.claim, a.pods, Fraction(0), _mig_mask(a.key[2], pub, catalog),
                            a.key[2])
     milli = Fraction(GPU_MILLI)
@@ -259,7 +248,7 @@ def judge_claims(claims: Iterable[Mapping[str, Any]], slices: Iterable[Mapping[s
 
     def gpu_of(key: DeviceKey) -> int | None:
         pub = devices.get(key)
-        m = _attr(pub.raw, "minor") if pub else None
+        m = device_attribute(pub.raw, "minor") if pub else None
         return index.get((pub.node, m)) if pub and isinstance(m, int) else None
 
     def finding(key: DeviceKey, kind: str, allocs: Iterable[Allocation], detail: str) -> None:

@@ -369,9 +369,10 @@ def inventory_of_node_spec(spec: NodeSpec) -> GpuInventory:
     )
 
 
-def _attr(device: Mapping[str, Any], name: str) -> Any:
+def device_attribute(device: Mapping[str, Any], name: str) -> Any:
     """An attribute's value whether published bare (``productName``) or qualified with the
-    driver's domain (``gpu.nvidia.com/productName``, the same attribute to the API)."""
+    driver's domain (``gpu.nvidia.com/productName``, the same attribute to the API); also read
+    by :mod:`.claim_devices`."""
     attrs = device.get("attributes")
     raw = _get(attrs, name) or _get(attrs, f"{DRIVER}/{name}")
     if not isinstance(raw, Mapping):
@@ -380,6 +381,9 @@ def _attr(device: Mapping[str, Any], name: str) -> Any:
         if kind in raw:
             return raw[kind]
     return None
+
+
+_attr = device_attribute
 
 
 def _get(obj: Any, key: str) -> Any:
