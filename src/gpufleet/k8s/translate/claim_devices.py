@@ -258,6 +258,7 @@ def judge_claims(claims: Iterable[Mapping[str, Any]], slices: Iterable[Mapping[s
 
     used_counters: dict[DeviceKey, dict[str, Decimal]] = defaultdict(lambda: defaultdict(Decimal))
     users: dict[DeviceKey, set[str]] = defaultdict(set)
+    where: dict[DeviceKey, tuple[str, int | None]] = {}  # counter set -> node, GPU index
     for key, allocs in sorted(by_device.items()):
         pub = devices.get(key)
         if pub is None:
@@ -277,6 +278,8 @@ def judge_claims(claims: Iterable[Mapping[str, Any]], slices: Iterable[Mapping[s
         for cset, counters in pub.consumes:
             ck = (key[0], key[1], cset)
             users[ck].update(a.claim for a in allocs)
+            if where.get(ck, (None, None))[1] is None:
+                where[ck] = (pub.node, gpu_of(key))
             for cname, amount in counters.items():
                 used_counters[ck][cname] += amount
         if key[0] == DRIVER and (g := gpu_of(key)) is not None:
@@ -284,11 +287,8 @@ def judge_claims(claims: Iterable[Mapping[str, Any]], slices: Iterable[Mapping[s
                 _gpu_use(a, pub, catalog) for a in allocs)
     for ck, used in sorted(used_counters.items()):
         have_set = counter_sets.get(ck)
-        node = next((p.node for k, p in devices.items() if k[:2] == ck[:2]), ck[1])
+        node, gpu = where[ck]
         claims_here = tuple(sorted(users[ck]))
-        gpu = next((g for k, p in devices.items() if k[:2] == ck[:2]
-                    and any(cs == ck[2] for cs, _ in p.consumes)
-                    and (g := gpu_of(k)) is not None), None)
         if have_set is None:
             out.findings.append(DeviceFinding(node, ck, "counters", claims_here,
                                               f"counter set {ck[2]} is in no ResourceSlice", gpu))
