@@ -171,7 +171,7 @@ class Applier:
             return
         out.evicted.append(d.job_id)
         self.metrics.evictions.inc()
-        self._event(pod, "Preempted", d.reason, "Normal")
+        self.event(pod, "Preempted", d.reason, "Normal")
 
     # -- Refuse -------------------------------------------------------------------------------
     def _refuse(self, d: Refuse, pod: Mapping[str, Any] | None, out: Outcome) -> None:
@@ -201,18 +201,23 @@ class Applier:
             return
         self._written[d.job_id] = d.message
         out.refused.append(d.job_id)
-        self._event(pod, "FailedScheduling", d.message, "Warning")
+        self.event(pod, "FailedScheduling", d.message, "Warning")
 
-    def _event(self, pod: Mapping[str, Any], reason: str, message: str, kind: str) -> None:
-        meta = pod["metadata"]
+    def event(self, obj: Mapping[str, Any], reason: str, message: str, kind: str) -> None:
+        """An Event about ``obj`` (a Pod unless it says its ``kind``; a cluster-scoped object's
+        events go to the ``default`` namespace, where kubectl describe looks for them)."""
+        meta = obj["metadata"]
+        ns = meta.get("namespace") or "default"
         now = _now()
+        involved = {"apiVersion": obj.get("apiVersion", "v1"), "kind": obj.get("kind", "Pod"),
+                    "name": meta["name"], "uid": meta.get("uid"),
+                    "resourceVersion": meta.get("resourceVersion")}
+        if meta.get("namespace"):
+            involved["namespace"] = ns
         body = {
             "apiVersion": "v1", "kind": "Event",
-            "metadata": {"name": f"{meta['name']}.{uuid.uuid4().hex[:16]}",
-                         "namespace": meta["namespace"]},
-            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"],
-                               "namespace": meta["namespace"], "uid": meta.get("uid"),
-                               "resourceVersion": meta.get("resourceVersion")},
+            "metadata": {"name": f"{meta['name']}.{uuid.uuid4().hex[:16]}", "namespace": ns},
+            "involvedObject": involved,
             "reason": reason, "message": message, "type": kind, "count": 1,
             "firstTimestamp": now, "lastTimestamp": now,
             "source": {"component": self.component},
@@ -220,9 +225,9 @@ class Applier:
         }
         try:
             self.limiter.take()
-            self.core.create_namespaced_event(meta["namespace"], body, _preload_content=False)
+            self.core.create_namespaced_event(ns, body, _preload_content=False)
         except ApiErrors as exc:  # an event is best effort: the condition already says it
-            log.warning("event for %s/%s: %s", meta["namespace"], meta["name"], exc)
+            log.warning("event for %s/%s: %s", ns, meta["name"], exc)
 
     def _error(self, out: Outcome, msg: str) -> None:
         out.errors.append(msg)
