@@ -26,8 +26,12 @@ from gpufleet.queueing.teams.settings import QueueSettings
 VALID = "Valid"
 
 
-def iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+def iso(ts: float, micro: bool = False) -> str:
+    """RFC 3339; ``micro``: to the microsecond (the ledger's ``asOf``, which the restore
+    formula multiplies by the running pods' rates: whole seconds would miscount up to a
+    second of them)."""
+    return datetime.fromtimestamp(ts, UTC).strftime(
+        "%Y-%m-%dT%H:%M:%S.%fZ" if micro else "%Y-%m-%dT%H:%M:%SZ")
 
 
 def dollars(micro: float) -> str:
@@ -104,7 +108,7 @@ def render(obj: Mapping[str, Any], v: QueueView, now_s: float) -> dict[str, Any]
 
 
 def ledger(spend: Spend, now_s: float) -> dict[str, Any]:
-    return {"periodStart": iso(spend.period_start_s), "asOf": iso(now_s),
+    return {"periodStart": iso(spend.period_start_s), "asOf": iso(now_s, micro=True),
             "closedMicro": spend.closed_micro, "liveMicro": spend.live_micro}
 
 
