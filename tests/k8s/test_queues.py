@@ -1,0 +1,305 @@
+"""Team queues on the live side without an API server: the GpuQueue parse (the simulator's
+settings model, errors naming the field), the CRD schema kept to that model, the spend ledger's
+restore after a restart, when status is written, the pods' sizes and queues, the live cycle's
+quota (reclaim and the over-quota reason, the control layer's rules), and the metrics."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from gpufleet.catalog.gpus import default_gpu_catalog
+from gpufleet.control.cycle import QuotaInput
+from gpufleet.decisions import Bind, Preempt, Refuse
+from gpufleet.k8s.queues.ledger import RunningPod, Saved, SpendLedger, restored_closed
+from gpufleet.k8s.queues.metrics import queue_families
+from gpufleet.k8s.queues.spec import QueueParses, namespace_queues, parse_queue
+from gpufleet.k8s.queues.status import QueueView, needs_write, render, view_of
+from gpufleet.k8s.queues.tracker import LiveQuota
+from gpufleet.k8s.queues.usage import running_pods, tag_units, usage_by_queue
+from gpufleet.k8s.schedule.cycle import pending_units, plan_cycle
+from gpufleet.k8s.translate.snapshot import build_snapshot
+from gpufleet.placement import get_policy
+from gpufleet.queueing.teams.budget import BudgetState
+from gpufleet.queueing.teams.quota import QuotaBook
+from gpufleet.queueing.teams.settings import BudgetSettings, QueueSettings
+
+CRD = Path(__file__).resolve().parents[2] / "charts/gpufleet/crds/gpuqueues.gpufleet.io.yaml"
+CAT = default_gpu_catalog()
+DAY = datetime(2026, 12, 4, tzinfo=UTC).timestamp()  # a UTC day start (a Friday)
+
+
+def obj(name: str, spec: object, gen: int = 1, uid: str = "u1") -> dict:
+    return {"metadata": {"name": name, "uid": uid, "generation": gen}, "spec": spec}
+
+
+# -- the parse --------------------------------------------------------------------------------
+@pytest.mark.parametrize(("name", "spec", "error"), [
+    ("a", {"gpus": 4}, None),
+    ("a" * 64, {"gpus": 4}, "metadata.name: String should have at most 63 characters"),
+    ("a", {"gpus": 4, "budget": {"usd": 0}}, "spec.budget.usd: Input should be greater than 0"),
+    ("a", {"gpus": 1, "color": "x"}, "spec.color: Extra inputs are not permitted"),
+    ("a", {"gpus": 1, "budget": {"usd": 5, "period": "year"}},
+     "spec.budget.period: Input should be 'day', 'week' or 'month'"),
+    ("a", {"gpus": 1, "name": "b"}, "spec.name: not allowed; the queue's name is metadata.name"),
+    ("a", None, "spec: expected an object"),
+])
+def test_parse_names_the_field(name: str, spec: object, error: str | None) -> None:
+    got = parse_queue(obj(name, spec))
+    assert got.error == error
+    assert (got.settings is None) == (error is not None)
+
+
+def test_a_valid_spec_is_the_simulators_queue() -> None:
+    got = parse_queue(obj("vision", {"gpus": 2.5, "cohort": "research", "borrowing_limit": 1,
+                                     "weight": 2, "budget": {"usd": 50, "period": "day",
+                                                             "action": "hold"}}))
+    assert got.settings == QueueSettings(
+        name="vision", gpus=2.5, cohort="research", borrowing_limit=1, weight=2,
+        budget=BudgetSettings(usd=50, period="day", action="hold"))
+    q = got.settings.quota()
+    assert (q.nominal_milli, q.borrowing_limit_milli, q.cohort) == (2500, 1000, "research")
+
+
+def test_parsed_once_per_generation_and_pruned() -> None:
+    parses = QueueParses()
+    (a1,) = parses.parse_all([obj("a", {"gpus": 1})])
+    (a2,) = parses.parse_all([obj("a", {"gpus": 1})])
+    assert a2 is a1  # same generation: not parsed again
+    (a3,) = parses.parse_all([obj("a", {"gpus": 2}, gen=2)])
+    assert a3 is not a1 and a3.settings is not None and a3.settings.gpus == 2
+    (a4,) = parses.parse_all([obj("a", {"gpus": 3}, gen=2, uid="u2")])  # re-created
+    assert a4.settings is not None and a4.settings.gpus == 3
+    assert parses.parse_all([]) == [] and not parses._got
+
+
+def test_the_crd_schema_has_the_settings_fields() -> None:
+    crd = yaml.safe_load(CRD.read_text())
+    (ver,) = crd["spec"]["versions"]
+    spec = ver["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    assert set(spec["properties"]) == set(QueueSettings.model_fields) - {"name"}
+    assert set(spec["properties"]["budget"]["properties"]) == set(BudgetSettings.model_fields)
+    assert spec["properties"]["budget"]["properties"]["period"]["enum"] == ["day", "week",
+                                                                             "month"]
+    assert ver["subresources"] == {"status": {}} and crd["spec"]["scope"] == "Cluster"
+    cols = {c["name"]: c["jsonPath"] for c in ver["additionalPrinterColumns"]}
+    assert cols["Usage"] == ".status.usage" and cols["Borrowed"] == ".status.borrowed"
+    assert cols["Spend"] == ".status.spend" and cols["Budget-Left"] == ".status.budgetLeft"
+
+
+def test_namespaces_join_queues_by_label() -> None:
+    nss = [{"metadata": {"name": "a", "labels": {"gpufleet.io/queue": "vision"}}},
+           {"metadata": {"name": "b", "labels": {"other": "x"}}}, {"metadata": {"name": "c"}}]
+    assert namespace_queues(nss) == {"a": "vision"}
+
+
+# -- the ledger -------------------------------------------------------------------------------
+def pod(uid: str, rate: float, start: float, queue: str = "q") -> RunningPod:
+    return RunningPod(uid, queue, rate, start)
+
+
+def test_live_then_closed_up_to_last_seen() -> None:
+    led = SpendLedger()
+    got = led.observe(DAY + 20, {"q": "day"}, [pod("p1", 100, DAY + 10)], {})["q"]
+    assert (got.closed_micro, got.live_micro, got.rate_micro_per_s) == (0, 1000, 100)
+    # p1 gone at +30: charged to +20, when it was last seen running
+    got = led.observe(DAY + 30, {"q": "day"}, [], {})["q"]
+    assert (got.closed_micro, got.live_micro, got.spent_micro) == (1000, 0, 1000)
+
+
+@pytest.mark.parametrize(("saved", "running", "closed"), [
+    # running p2 (100/s from DAY) had 2000 at asOf +20; of live 3000, 1000 was pods now gone
+    (Saved(DAY, DAY + 20, 500, 3000), [pod("p2", 100, DAY)], 1500),
+    # every pod still runs: nothing to add (not counted twice)
+    (Saved(DAY, DAY + 20, 500, 2000), [pod("p2", 100, DAY)], 500),
+    # a pod started after asOf had nothing then
+    (Saved(DAY, DAY + 20, 500, 2000), [pod("p2", 100, DAY), pod("p3", 50, DAY + 25)], 500),
+    # rates read differently now (a price changed): never below what was closed
+    (Saved(DAY, DAY + 20, 500, 1000), [pod("p2", 100, DAY)], 500),
+    (Saved(DAY - 86400, DAY - 10, 500, 3000), [], 0),  # written in an earlier period
+    (None, [pod("p2", 100, DAY)], 0),  # never written
+])
+def test_restore_after_a_restart(saved: Saved | None, running: list[RunningPod],
+                                 closed: float) -> None:
+    assert restored_closed(saved, DAY, running) == closed
+
+
+def test_restored_spend_goes_on_from_the_saved_ledger() -> None:
+    led = SpendLedger()
+    got = led.observe(DAY + 40, {"q": "day"}, [pod("p2", 100, DAY)],
+                      {"q": Saved(DAY, DAY + 20, 500, 3000)})["q"]
+    assert (got.closed_micro, got.live_micro, got.spent_micro) == (1500, 4000, 5500)
+
+
+def test_a_new_period_starts_at_zero_and_clips_running_pods() -> None:
+    led = SpendLedger()
+    assert led.observe(DAY + 50, {"q": "day"}, [pod("p", 10, DAY - 100)], {})["q"].live_micro \
+        == 500  # only the part in this period
+    led.observe(DAY + 86390, {"q": "day"}, [pod("p", 10, DAY - 100), pod("x", 1, DAY)], {})
+    got = led.observe(DAY + 86400 + 10, {"q": "day"}, [pod("p", 10, DAY - 100)], {})["q"]
+    # x stopped in the old period: its spend stays there
+    assert (got.period_start_s, got.closed_micro, got.live_micro) == (DAY + 86400, 0, 100)
+
+
+# -- status -----------------------------------------------------------------------------------
+def spend_view(spent_closed: int, live: int, rate: float = 0.0,
+               budget: dict | None = None) -> QueueView:
+    from gpufleet.k8s.queues.ledger import Spend
+    p = parse_queue(obj("q", {"gpus": 2, **({"budget": budget} if budget else {})}))
+    book = QuotaBook([p.settings.quota()], {"q": 3000})
+    return view_of(p, p.settings, book, 1, Spend(DAY, DAY + 86400, spent_closed, live, rate),
+                   DAY + 100)
+
+
+def test_render_usage_borrowed_spend_and_budget() -> None:
+    v = spend_view(1_000_000, 2_345_678, budget={"usd": 10, "period": "day"})
+    got = render({}, v, DAY + 100)
+    assert (got["usage"], got["borrowed"], got["spend"], got["budgetLeft"],
+            got["budgetState"]) == (3.0, 1.0, "3.35", "6.65", "ok")
+    (cond,) = got["conditions"]
+    assert (cond["type"], cond["status"], cond["reason"]) == ("Valid", "True", "Accepted")
+    # low: 3.35 spent + 2000 micro-$/s over the 1 h look-ahead (7.20) reaches 10
+    low = spend_view(1_000_000, 2_345_678, rate=2000.0, budget={"usd": 10, "period": "day"})
+    assert low.budget_state is BudgetState.LOW
+    assert render({}, low, DAY + 100)["budgetState"] == "low"
+
+
+def test_an_invalid_queue_shows_only_its_condition_and_keeps_the_transition_time() -> None:
+    p = parse_queue(obj("q", {"gpus": 1, "x": 1}))
+    v = view_of(p, None, QuotaBook([]), 0, None, DAY)
+    got = render({}, v, DAY)
+    assert set(got) == {"observedGeneration", "conditions"}
+    (cond,) = got["conditions"]
+    assert (cond["status"], cond["reason"], cond["message"]) == (
+        "False", "InvalidSpec", "spec.x: Extra inputs are not permitted")
+    again = render({"status": got}, v, DAY + 60)["conditions"][0]
+    assert again["lastTransitionTime"] == cond["lastTransitionTime"]
+
+
+@pytest.mark.parametrize(("current", "want", "closed", "live", "since", "write"), [
+    ({"usage": 1.0}, {"usage": 2.0}, 0, 0, 0.0, True),  # usage changed: at once
+    ({"usage": 1.0, "spend": "1.00"}, {"usage": 1.0, "spend": "1.01"}, 0, 0, 5.0, False),
+    ({"usage": 1.0, "spend": "1.00"}, {"usage": 1.0, "spend": "1.01"}, 0, 0, 10.0, True),
+    # no change anyone sees; the ledger's live part moved: every 60 s
+    ({"spend": "1.00", "ledger": {"closedMicro": 0, "liveMicro": 5}}, {"spend": "1.00"}, 0, 9,
+     30.0, False),
+    ({"spend": "1.00", "ledger": {"closedMicro": 0, "liveMicro": 5}}, {"spend": "1.00"}, 0, 9,
+     60.0, True),
+    # a pod stopped: closed moved, written as a spend change
+    ({"spend": "1.00", "ledger": {"closedMicro": 0, "liveMicro": 5}}, {"spend": "1.00"}, 7, 5,
+     10.0, True),
+    ({"spend": "1.00", "ledger": {"closedMicro": 7, "liveMicro": 5}}, {"spend": "1.00"}, 7, 5,
+     100.0, False),
+])
+def test_when_status_is_written(current: dict, want: dict, closed: int, live: int,
+                                since: float, write: bool) -> None:
+    from gpufleet.k8s.queues.ledger import Spend
+    spend = Spend(DAY, DAY + 86400, closed, live, 0.0)
+    assert needs_write(current, want, spend, 1000.0 + since, 1000.0, 10.0, 60.0) is write
+
+
+# -- pods in queue terms, and the live cycle's quota -------------------------------------------
+def node(name: str, gpus: int, product: str = "Tesla-T4", mig: int = 0) -> dict:
+    alloc = {"cpu": "32", "memory": "128Gi", "nvidia.com/gpu": str(gpus - mig)}
+    if mig:
+        alloc["nvidia.com/mig-3g.20gb"] = str(2 * mig)
+    return {"metadata": {"name": name, "labels": {
+        "nvidia.com/gpu.product": product, "nvidia.com/gpu.count": str(gpus),
+        "node.kubernetes.io/instance-type": "x", "topology.kubernetes.io/zone": "z"}},
+        "spec": {}, "status": {"allocatable": alloc}}
+
+
+def kpod(ns: str, name: str, limits: dict | None = None, ann: dict | None = None,
+         node_name: str = "", t: int = 0) -> dict:
+    status: dict = {"phase": "Running" if node_name else "Pending"}
+    if node_name:
+        status["containerStatuses"] = [{"state": {"running": {
+            "startedAt": f"2026-12-04T00:00:{t:02d}Z"}}}]
+    return {"metadata": {"name": name, "namespace": ns, "uid": f"{ns}-{name}",
+                         "annotations": ann or {},
+                         "creationTimestamp": f"2026-12-04T00:00:{t:02d}Z"},
+            "spec": {"schedulerName": "gpufleet", "nodeName": node_name,
+                     "containers": [{"name": "c", "resources": {"limits": limits or {}}}]},
+            "status": status}
+
+
+GPU1 = {"nvidia.com/gpu": "1"}
+TEAMS = {"ns-a": "a", "ns-b": "b"}
+
+
+def test_sizes_by_share_on_the_nodes_model() -> None:
+    pods = [kpod("ns-a", "m", {"nvidia.com/mig-3g.20gb": "1"}, node_name="a100",
+                 ann={"gpufleet.io/node": "a100", "gpufleet.io/mig": "0:3g.20gb@0"}),
+            kpod("ns-a", "h", ann={"gpu-fraction": "0.5"}, node_name="t4"),
+            kpod("ns-b", "w", {"nvidia.com/gpu": "2"}, node_name="t4"),
+            kpod("ns-c", "o", GPU1, node_name="t4"),
+            kpod("ns-a", "p", {"nvidia.com/mig-3g.20gb": "1"})]
+    snap = build_snapshot([node("a100", 1, "NVIDIA-A100-SXM4-40GB", mig=1), node("t4", 4)], pods)
+    # 3g of 7 compute slices = 429, a half = 500; ns-c has no queue
+    assert usage_by_queue(snap, TEAMS, CAT) == {"a": 929, "b": 2000}
+    (u,) = tag_units(pending_units(snap), TEAMS, CAT)
+    assert (u.team, u.milli) == ("a", 429)  # the largest share over the models offering 3g
+    # spend rates: price x GPU-equivalents / node GPUs, $/h → micro-$/s
+    raw = {f"{p['metadata']['namespace']}/{p['metadata']['name']}": p for p in pods}
+    got = {r.uid: r.rate_micro_per_s for r in running_pods(
+        snap, raw, TEAMS, {"a100": 7.0, "t4": 3.6}, CAT)}
+    assert got == pytest.approx({"ns-a-m": 7.0 * 0.429 / 3600 * 1e6,
+                                 "ns-a-h": 3.6 * 0.5 / 4 / 3600 * 1e6,
+                                 "ns-b-w": 3.6 * 2 / 4 / 3600 * 1e6})
+
+
+def live_quota(snap: object, specs: dict[str, dict]) -> LiveQuota:
+    settings = {n: parse_queue(obj(n, s)).settings for n, s in specs.items()}
+    book = QuotaBook([s.quota() for s in settings.values()], usage_by_queue(snap, TEAMS, CAT))
+    return LiveQuota(QuotaInput(book), TEAMS, settings)
+
+
+POLICY = get_policy("fgd-strand", tie_seed=0)
+
+
+def test_the_live_cycle_reclaims_borrowed_gpus_for_the_lender() -> None:
+    """a and b have 2 GPUs each in one cohort; a runs 4 (2 borrowed) on the 4-GPU node; b's
+    pod is within its quota: a's newest pod is evicted for it (reclaim), a's new pod waits."""
+    running = [kpod("ns-a", f"r{i}", GPU1, node_name="t4", t=i) for i in range(4)]
+    snap = build_snapshot([node("t4", 4)], [*running, kpod("ns-b", "b0", GPU1, t=10),
+                                            kpod("ns-a", "a9", GPU1, t=11)])
+    q = live_quota(snap, {"a": {"gpus": 2, "cohort": "c"}, "b": {"gpus": 2, "cohort": "c"}})
+    plan = plan_cycle(snap, POLICY, np.random.default_rng(0), quota=q)
+    assert not plan.of(Bind)
+    (ev,) = plan.of(Preempt)
+    assert (ev.job_id, ev.reason) == ("ns-a/r3", "reclaim: team a borrowed")
+    refusals = {r.job_id: r.message for r in plan.of(Refuse)}
+    assert refusals["ns-a/a9"] == "team a: cohort c has 0 GPU of idle quota, 1 needed"
+
+
+def test_without_a_cohort_over_quota_waits_and_unmanaged_pods_schedule() -> None:
+    snap = build_snapshot([node("t4", 4)], [
+        kpod("ns-a", "r0", GPU1, node_name="t4"), kpod("ns-a", "a1", GPU1, t=1),
+        kpod("ns-c", "c1", GPU1, t=2)])
+    q = live_quota(snap, {"a": {"gpus": 1}})
+    plan = plan_cycle(snap, POLICY, np.random.default_rng(0), quota=q)
+    assert [b.job_id for b in plan.of(Bind)] == ["ns-c/c1"]
+    (r,) = plan.of(Refuse)
+    assert r.message == ("team a: 2 GPU would exceed its quota of 1 and it has no cohort to "
+                         "borrow from")
+    assert plan_cycle(snap, POLICY, np.random.default_rng(0)).of(Bind)  # no quota: binds
+
+
+def test_metrics_per_queue() -> None:
+    # 1.50 spent + 200 micro-$/s over the 1 h look-ahead (0.72) reaches the 2.00 budget: low
+    v = spend_view(1_000_000, 500_000, rate=200.0, budget={"usd": 2, "period": "day"})
+    fams = {f.name: f for f in queue_families([v])}
+    val = {n: [(s.labels, s.value) for s in f.samples] for n, f in fams.items()}
+    lab = {"queue": "q", "cohort": ""}
+    assert val["gpufleet_queue_gpu_usage"] == [(lab, 3.0)]
+    assert val["gpufleet_queue_gpu_nominal"] == [(lab, 2.0)]
+    assert val["gpufleet_queue_gpu_borrowed"] == [(lab, 1.0)]
+    assert val["gpufleet_queue_period_spend_dollars"] == [(lab, 1.5)]
+    assert val["gpufleet_queue_budget_remaining_dollars"] == [(lab, 0.5)]
+    assert val["gpufleet_queue_spend_dollars_per_second"] == [(lab, 2e-4)]
+    assert dict((s[0]["state"], s[1]) for s in val["gpufleet_queue_budget_state"]) == {
+        "ok": 0.0, "low": 1.0, "exhausted": 0.0}
