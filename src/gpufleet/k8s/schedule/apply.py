@@ -5,7 +5,8 @@ applied in one place (docs/kubernetes.md, "Who writes what"): ``Cordon`` and Nod
 without a cloud — ``k8s.disruption.drain``; ``Terminate`` with a cloud (instance, then Node) —
 ``k8s.capacity.termination``; the interruption mark — ``k8s.disruption.interruption``; the
 consolidation mark and its undoing — ``k8s.disruption.consolidation_mark``; launch records —
-``k8s.capacity.launch_records``; the Lease — ``k8s.watch.leader``. Evictions of drained and
+``k8s.capacity.launch_records``; the Lease — ``k8s.watch.leader``; a GpuQueue's status —
+``k8s.queues.tracker`` (its Events through :meth:`Applier.event`). Evictions of drained and
 consolidated nodes' pods come here, as ``Preempt``.
 
 * ``Bind``: one write, ``pods/binding``, carrying the GPU assignment as the Binding's
