@@ -301,6 +301,7 @@ def test_kill_9_the_controller_and_its_successor_rebuilds_usage_and_spend(
                                                            abs=0.011)
         out = lab.kubectl("get", "gpuqueues", q).stdout
         assert {"USAGE", "BORROWED", "SPEND", "BUDGET-LEFT"} <= set(out.split()), out
+        print(out)
     finally:
         for p in procs:
             if p.poll() is None:

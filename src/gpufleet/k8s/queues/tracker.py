@@ -147,6 +147,10 @@ class QueueTracker:
              now_s: float, leader: bool) -> None:
         """Views for the metrics, and (``leader``) the status writes; API errors are logged
         and retried next cycle."""
+        if not live.settings and not live.parsed:  # no queues: nothing to price or write
+            with self._lock:
+                self.views = {}
+            return
         objs = {str(o["metadata"]["name"]): o for o in self.queues.objects()}
         book = live.input.book if live.input is not None else QuotaBook([])
         periods = {n: (s.budget.period if s.budget is not None else "month")
