@@ -5,6 +5,7 @@ quota (reclaim and the over-quota reason, the control layer's rules), and the me
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -303,3 +304,72 @@ def test_metrics_per_queue() -> None:
     assert val["gpufleet_queue_spend_dollars_per_second"] == [(lab, 2e-4)]
     assert dict((s[0]["state"], s[1]) for s in val["gpufleet_queue_budget_state"]) == {
         "ok": 0.0, "low": 1.0, "exhausted": 0.0}
+
+
+# -- the tracker's cycle input ----------------------------------------------------------------
+def tracker(teams_yaml: dict | None = None):
+    import threading
+
+    from kubernetes import client as k8s_client
+
+    from gpufleet.config import default_scenario
+    from gpufleet.k8s.queues.tracker import QueueTracker
+    from gpufleet.queueing.teams.settings import TeamsSettings
+
+    sc = default_scenario()
+    if teams_yaml is not None:
+        sc = sc.model_copy(update={"teams": TeamsSettings.model_validate(teams_yaml)})
+    events: list[tuple[str, str]] = []
+    t = QueueTracker(k8s_client.ApiClient(), threading.Event(), sc, CAT,
+                     lambda o, reason, msg, kind: events.append((reason, msg)))
+    return t, events
+
+
+def put(informer: object, objs: list[dict]) -> None:
+    informer._store = {o["metadata"]["name"]: o for o in objs}  # type: ignore[attr-defined]
+
+
+def test_an_invalid_update_keeps_the_last_valid_spec_and_config_queues_count() -> None:
+    t, _ = tracker({"queues": [{"name": "cfg", "gpus": 1}, {"name": "a", "gpus": 9}]})
+    put(t.namespaces, [{"metadata": {"name": n, "labels": {"gpufleet.io/queue": q}}}
+                       for n, q in (("ns-a", "a"), ("ns-cfg", "cfg"), ("ns-x", "nobody"))])
+    snap = build_snapshot([node("t4", 4)], [kpod("ns-a", "r", GPU1, node_name="t4")])
+    put(t.queues, [obj("a", {"gpus": 2})])
+    live = t.observe(snap, DAY)
+    assert live.teams == {"ns-a": "a", "ns-cfg": "cfg"}  # a label naming no queue: unmanaged
+    assert live.input is not None
+    assert {n: q.nominal_milli for n, q in live.input.book.teams.items()} == {
+        "cfg": 1000, "a": 2000}  # the GpuQueue replaces the config's queue of that name
+    assert live.input.book.usage == {"cfg": 0, "a": 1000}
+    put(t.queues, [obj("a", {"gpus": 2, "x": 1}, gen=2)])  # turns invalid
+    live = t.observe(snap, DAY + 1)
+    assert live.settings["a"].gpus == 2 and live.parsed[0].error is not None
+    put(t.queues, [])  # deleted: the config's queue is back
+    assert t.observe(snap, DAY + 2).settings["a"].gpus == 9
+
+
+def test_without_queues_the_cycle_gets_no_quota() -> None:
+    t, _ = tracker()
+    snap = build_snapshot([node("t4", 4)], [])
+    live = t.observe(snap, DAY)
+    assert live.input is None and live.settings == {}
+
+
+def test_a_missing_crd_lists_as_empty_but_its_watch_fails() -> None:
+    from kubernetes.client.exceptions import ApiException
+
+    from gpufleet.k8s.queues.tracker import optional_list
+
+    def call(**kw: object) -> object:
+        raise ApiException(status=404, reason="Not Found")
+
+    listed = optional_list(call)(limit=500, _preload_content=False)
+    assert json.loads(listed.data) == {"items": [], "metadata": {"resourceVersion": ""}}
+    with pytest.raises(ApiException):
+        optional_list(call)(watch=True)
+
+    def forbidden(**kw: object) -> object:
+        raise ApiException(status=403, reason="Forbidden")
+
+    with pytest.raises(ApiException):
+        optional_list(forbidden)(limit=500)

@@ -251,6 +251,35 @@ def test_a_bad_spec_is_reported_on_the_object_and_scheduling_goes_on(
                 if e.involved_object.name == bad and e.reason == "InvalidSpec"]) == 1
 
 
+def test_a_budget_running_out_is_shown_and_notified(
+        teams: Teams, controller: Controller) -> None:
+    """A 2-cent daily budget (action notify) and an 8-GPU pod on a p4d ($32.77/h): the state
+    goes low at once (an hour at this rate is far over), then exhausted within seconds; each
+    change is one Warning Event on the queue, and the pod keeps running (notify holds
+    nothing)."""
+    q = f"q-{teams.tag}"
+    ns = teams.namespace(q)
+    teams.add("p4d.24xlarge")
+    teams.queue(q, {"gpus": 8, "budget": {"usd": 0.02, "period": "day", "action": "notify"}})
+    wait_for("the controller to see the queue", lambda: seen_by(controller, ns, q))
+    teams.core.create_namespaced_pod(ns, gpu_pod("big", 8, {names.ZONE: teams.zone}))
+    wait_for("the budget to run low", lambda: teams.status(q).get("budgetState") in (
+        "low", "exhausted"))
+    done = wait_for("the budget to run out", lambda: (
+        s if (s := teams.status(q)).get("budgetState") == "exhausted" else None), 30)
+    assert done["budgetLeft"] == "0.00" and float(done["spend"]) >= 0.02
+
+    def reasons() -> list[str]:
+        return sorted(e.reason for e in teams.core.list_namespaced_event("default").items
+                      if e.involved_object.name == q)
+
+    assert wait_for("both events", lambda: reasons() == ["BudgetExhausted", "BudgetLow"])
+    (big,) = teams.pods(ns)
+    assert bound(big)
+    time.sleep(1.5)  # more cycles, no more events
+    assert reasons() == ["BudgetExhausted", "BudgetLow"]
+
+
 def run_controller(lab: Any, log: Path) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "gpufleet", "controller", "--kubeconfig", str(lab.kubeconfig),
