@@ -16,12 +16,12 @@ import yaml
 from gpufleet.catalog.gpus import default_gpu_catalog
 from gpufleet.control.cycle import QuotaInput
 from gpufleet.decisions import Bind, Preempt, Refuse
-from gpufleet.k8s.queues.ledger import RunningPod, Saved, SpendLedger, restored_closed
+from gpufleet.k8s.queues.ledger import Saved, Spend, SpendLedger, restored
 from gpufleet.k8s.queues.metrics import queue_families
 from gpufleet.k8s.queues.spec import QueueParses, namespace_queues, parse_queue
 from gpufleet.k8s.queues.status import QueueView, needs_write, render, view_of
 from gpufleet.k8s.queues.tracker import LiveQuota
-from gpufleet.k8s.queues.usage import running_pods, tag_units, usage_by_queue
+from gpufleet.k8s.queues.usage import node_split, queue_rates, tag_units, usage_by_queue
 from gpufleet.k8s.schedule.cycle import pending_units, plan_cycle
 from gpufleet.k8s.translate.snapshot import build_snapshot
 from gpufleet.placement import get_policy
@@ -99,72 +99,61 @@ def test_namespaces_join_queues_by_label() -> None:
 
 
 # -- the ledger -------------------------------------------------------------------------------
-def pod(uid: str, rate: float, start: float, queue: str = "q") -> RunningPod:
-    return RunningPod(uid, queue, rate, start)
-
-
-def test_live_then_closed_up_to_last_seen() -> None:
+def test_spend_integrates_the_rate_held_since_the_last_cycle() -> None:
     led = SpendLedger()
-    got = led.observe(DAY + 20, {"q": "day"}, [pod("p1", 100, DAY + 10)], {})["q"]
-    assert (got.closed_micro, got.live_micro, got.rate_micro_per_s) == (0, 1000, 100)
-    # p1 gone at +30: charged to +20, when it was last seen running
-    got = led.observe(DAY + 30, {"q": "day"}, [], {})["q"]
-    assert (got.closed_micro, got.live_micro, got.spent_micro) == (1000, 0, 1000)
+    got = led.observe(DAY + 10, {"q": "day"}, {"q": 100.0}, {})["q"]
+    assert (got.spent_micro, got.rate_micro_per_s) == (0, 100.0)  # first sight: nothing yet
+    got = led.observe(DAY + 20, {"q": "day"}, {"q": 300.0}, {})["q"]
+    assert got.spent_micro == 1000  # 100/s for 10 s
+    got = led.observe(DAY + 30, {"q": "day"}, {}, {})["q"]
+    assert (got.spent_micro, got.rate_micro_per_s) == (4000, 0.0)  # + 300/s for 10 s
 
 
-@pytest.mark.parametrize(("saved", "running", "closed"), [
-    # running p2 (100/s from DAY) had 2000 at asOf +20; of live 3000, 1000 was pods now gone
-    (Saved(DAY, DAY + 20, 500, 3000), [pod("p2", 100, DAY)], 1500),
-    # every pod still runs: nothing to add (not counted twice)
-    (Saved(DAY, DAY + 20, 500, 2000), [pod("p2", 100, DAY)], 500),
-    # a pod started after asOf had nothing then
-    (Saved(DAY, DAY + 20, 500, 2000), [pod("p2", 100, DAY), pod("p3", 50, DAY + 25)], 500),
-    # rates read differently now (a price changed): never below what was closed
-    (Saved(DAY, DAY + 20, 500, 1000), [pod("p2", 100, DAY)], 500),
-    (Saved(DAY - 86400, DAY - 10, 500, 3000), [], 0),  # written in an earlier period
-    (None, [pod("p2", 100, DAY)], 0),  # never written
+@pytest.mark.parametrize(("saved", "now", "spent"), [
+    # 500 spent at +20, 100/s then: 40 s later without a controller → 4500
+    (Saved(DAY, DAY + 20, 500, 100.0), DAY + 60, 4500),
+    (Saved(DAY, DAY + 20, 500, 0.0), DAY + 60, 500),  # nothing ran: nothing added
+    (Saved(DAY - 86400, DAY - 10, 500, 100.0), DAY + 60, 0),  # written in an earlier period
+    (None, DAY + 60, 0),  # never written
 ])
-def test_restore_after_a_restart(saved: Saved | None, running: list[RunningPod],
-                                 closed: float) -> None:
-    assert restored_closed(saved, DAY, running) == closed
+def test_restore_after_a_restart(saved: Saved | None, now: float, spent: float) -> None:
+    assert restored(saved, DAY, now) == spent
 
 
-def test_restored_spend_goes_on_from_the_saved_ledger() -> None:
+def test_a_restored_queue_goes_on_from_its_status() -> None:
     led = SpendLedger()
-    got = led.observe(DAY + 40, {"q": "day"}, [pod("p2", 100, DAY)],
-                      {"q": Saved(DAY, DAY + 20, 500, 3000)})["q"]
-    assert (got.closed_micro, got.live_micro, got.spent_micro) == (1500, 4000, 5500)
+    saved = {"q": Saved(DAY, DAY + 20, 500, 100.0)}
+    assert led.observe(DAY + 60, {"q": "day"}, {"q": 50.0}, saved)["q"].spent_micro == 4500
+    # the saved ledger seeds only the first sight; from then on it is this controller's own
+    assert led.observe(DAY + 70, {"q": "day"}, {"q": 50.0}, saved)["q"].spent_micro == 5000
 
 
-def test_a_new_period_starts_at_zero_and_clips_running_pods() -> None:
+def test_a_new_period_starts_at_zero() -> None:
     led = SpendLedger()
-    assert led.observe(DAY + 50, {"q": "day"}, [pod("p", 10, DAY - 100)], {})["q"].live_micro \
-        == 500  # only the part in this period
-    led.observe(DAY + 86390, {"q": "day"}, [pod("p", 10, DAY - 100), pod("x", 1, DAY)], {})
-    got = led.observe(DAY + 86400 + 10, {"q": "day"}, [pod("p", 10, DAY - 100)], {})["q"]
-    # x stopped in the old period: its spend stays there
-    assert (got.period_start_s, got.closed_micro, got.live_micro) == (DAY + 86400, 0, 100)
+    led.observe(DAY + 86390, {"q": "day"}, {"q": 10.0}, {})
+    got = led.observe(DAY + 86400 + 5, {"q": "day"}, {"q": 10.0}, {})["q"]
+    # the 10 s before midnight went to the old day; 5 s of this one
+    assert (got.period_start_s, got.spent_micro) == (DAY + 86400, 50)
+    month = led.observe(DAY + 86400 + 5, {"m": "month"}, {}, {})["m"]
+    assert month.period_start_s == datetime(2026, 12, 1, tzinfo=UTC).timestamp()
 
 
 # -- status -----------------------------------------------------------------------------------
-def spend_view(spent_closed: int, live: int, rate: float = 0.0,
-               budget: dict | None = None) -> QueueView:
-    from gpufleet.k8s.queues.ledger import Spend
+def spend_view(spent: int, rate: float = 0.0, budget: dict | None = None) -> QueueView:
     p = parse_queue(obj("q", {"gpus": 2, **({"budget": budget} if budget else {})}))
     book = QuotaBook([p.settings.quota()], {"q": 3000})
-    return view_of(p, p.settings, book, 1, Spend(DAY, DAY + 86400, spent_closed, live, rate),
-                   DAY + 100)
+    return view_of(p, p.settings, book, 1, Spend(DAY, DAY + 86400, spent, rate), DAY + 100)
 
 
 def test_render_usage_borrowed_spend_and_budget() -> None:
-    v = spend_view(1_000_000, 2_345_678, budget={"usd": 10, "period": "day"})
+    v = spend_view(3_345_678, budget={"usd": 10, "period": "day"})
     got = render({}, v, DAY + 100)
     assert (got["usage"], got["borrowed"], got["spend"], got["budgetLeft"],
             got["budgetState"]) == (3.0, 1.0, "3.35", "6.65", "ok")
     (cond,) = got["conditions"]
     assert (cond["type"], cond["status"], cond["reason"]) == ("Valid", "True", "Accepted")
     # low: 3.35 spent + 2000 micro-$/s over the 1 h look-ahead (7.20) reaches 10
-    low = spend_view(1_000_000, 2_345_678, rate=2000.0, budget={"usd": 10, "period": "day"})
+    low = spend_view(3_345_678, rate=2000.0, budget={"usd": 10, "period": "day"})
     assert low.budget_state is BudgetState.LOW
     assert render({}, low, DAY + 100)["budgetState"] == "low"
 
@@ -181,25 +170,21 @@ def test_an_invalid_queue_shows_only_its_condition_and_keeps_the_transition_time
     assert again["lastTransitionTime"] == cond["lastTransitionTime"]
 
 
-@pytest.mark.parametrize(("current", "want", "closed", "live", "since", "write"), [
-    ({"usage": 1.0}, {"usage": 2.0}, 0, 0, 0.0, True),  # usage changed: at once
-    ({"usage": 1.0, "spend": "1.00"}, {"usage": 1.0, "spend": "1.01"}, 0, 0, 5.0, False),
-    ({"usage": 1.0, "spend": "1.00"}, {"usage": 1.0, "spend": "1.01"}, 0, 0, 10.0, True),
-    # no change anyone sees; the ledger's live part moved: every 60 s
-    ({"spend": "1.00", "ledger": {"closedMicro": 0, "liveMicro": 5}}, {"spend": "1.00"}, 0, 9,
-     30.0, False),
-    ({"spend": "1.00", "ledger": {"closedMicro": 0, "liveMicro": 5}}, {"spend": "1.00"}, 0, 9,
-     60.0, True),
-    # a pod stopped: closed moved, written as a spend change
-    ({"spend": "1.00", "ledger": {"closedMicro": 0, "liveMicro": 5}}, {"spend": "1.00"}, 7, 5,
-     10.0, True),
-    ({"spend": "1.00", "ledger": {"closedMicro": 7, "liveMicro": 5}}, {"spend": "1.00"}, 7, 5,
-     100.0, False),
+@pytest.mark.parametrize(("current", "want", "rate", "since", "write"), [
+    ({"usage": 1.0}, {"usage": 2.0}, 0.0, 0.0, True),  # usage changed: at once
+    # the spend in cents moved: at most every 10 s
+    ({"usage": 1.0, "spend": "1.00"}, {"usage": 1.0, "spend": "1.01"}, 0.0, 5.0, False),
+    ({"usage": 1.0, "spend": "1.00"}, {"usage": 1.0, "spend": "1.01"}, 0.0, 10.0, True),
+    # no change anyone sees while it spends: the ledger every 60 s
+    ({"spend": "1.00", "ledger": {"rateMicroPerS": 9.0}}, {"spend": "1.00"}, 9.0, 30.0, False),
+    ({"spend": "1.00", "ledger": {"rateMicroPerS": 9.0}}, {"spend": "1.00"}, 9.0, 60.0, True),
+    # the rate changed (a pod started or stopped): as a spend change
+    ({"spend": "1.00", "ledger": {"rateMicroPerS": 9.0}}, {"spend": "1.00"}, 7.0, 10.0, True),
+    ({"spend": "1.00", "ledger": {"rateMicroPerS": 0.0}}, {"spend": "1.00"}, 0.0, 900.0, False),
 ])
-def test_when_status_is_written(current: dict, want: dict, closed: int, live: int,
-                                since: float, write: bool) -> None:
-    from gpufleet.k8s.queues.ledger import Spend
-    spend = Spend(DAY, DAY + 86400, closed, live, 0.0)
+def test_when_status_is_written(current: dict, want: dict, rate: float, since: float,
+                                write: bool) -> None:
+    spend = Spend(DAY, DAY + 86400, 1_000_000, rate)
     assert needs_write(current, want, spend, 1000.0 + since, 1000.0, 10.0, 60.0) is write
 
 
@@ -244,13 +229,21 @@ def test_sizes_by_share_on_the_nodes_model() -> None:
     assert usage_by_queue(snap, TEAMS, CAT) == {"a": 929, "b": 2000}
     (u,) = tag_units(pending_units(snap), TEAMS, CAT)
     assert (u.team, u.milli) == ("a", 429)  # the largest share over the models offering 3g
-    # spend rates: price x GPU-equivalents / node GPUs, $/h → micro-$/s
-    raw = {f"{p['metadata']['namespace']}/{p['metadata']['name']}": p for p in pods}
-    got = {r.uid: r.rate_micro_per_s for r in running_pods(
-        snap, raw, TEAMS, {"a100": 7.0, "t4": 3.6}, CAT)}
-    assert got == pytest.approx({"ns-a-m": 7.0 * 0.429 / 3600 * 1e6,
-                                 "ns-a-h": 3.6 * 0.5 / 4 / 3600 * 1e6,
-                                 "ns-b-w": 3.6 * 2 / 4 / 3600 * 1e6})
+    # spend rates: each node's whole price split pro rata of the GPU-equivalents held there;
+    # ns-c (no queue) takes its part on t4 but is charged to no queue
+    got = queue_rates(snap, TEAMS, {"a100": 7.2, "t4": 3.6}, CAT)
+    per_s = 1e6 / 3600
+    assert got == pytest.approx({"a": 7.2 * per_s + 3.6 * per_s * 500 / 3500,  # alone on a100
+                                 "b": 3.6 * per_s * 2000 / 3500})
+
+
+@pytest.mark.parametrize(("price", "held", "rates"), [
+    (3.6, {"a": 2000, "b": 6000}, {"a": 250.0, "b": 750.0}),  # 3.6 $/h = 1000 micro-$/s
+    (3.6, {"a": 500}, {"a": 1000.0}),  # alone: the whole node, idle included
+    (3.6, {"a": 0}, {}), (0.0, {"a": 1000}, {}),
+])
+def test_a_nodes_price_split(price: float, held: dict, rates: dict) -> None:
+    assert node_split(price, held) == pytest.approx(rates)
 
 
 def live_quota(snap: object, specs: dict[str, dict]) -> LiveQuota:
@@ -292,7 +285,7 @@ def test_without_a_cohort_over_quota_waits_and_unmanaged_pods_schedule() -> None
 
 def test_metrics_per_queue() -> None:
     # 1.50 spent + 200 micro-$/s over the 1 h look-ahead (0.72) reaches the 2.00 budget: low
-    v = spend_view(1_000_000, 500_000, rate=200.0, budget={"usd": 2, "period": "day"})
+    v = spend_view(1_500_000, rate=200.0, budget={"usd": 2, "period": "day"})
     fams = {f.name: f for f in queue_families([v])}
     val = {n: [(s.labels, s.value) for s in f.samples] for n, f in fams.items()}
     lab = {"queue": "q", "cohort": ""}

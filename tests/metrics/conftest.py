@@ -88,7 +88,7 @@ def queue_views() -> list:
     assert a.settings is not None and b.settings is not None
     book = QuotaBook([a.settings.quota(), b.settings.quota()], {"vision": 6000, "speech": 1500})
     day = 1_796_342_400.0  # 2026-12-04T00:00Z
-    spend = Spend(day, day + 86400, 60_000_000, 35_000_000, 2000.0)
+    spend = Spend(day, day + 86400, 95_000_000, 2000.0)
     return [view_of(a, a.settings, book, 3, spend, day + 3600),
-            view_of(b, b.settings, book, 0, Spend(day, day + 2678400, 0, 1_000_000, 10.0),
+            view_of(b, b.settings, book, 0, Spend(day, day + 2678400, 1_000_000, 10.0),
                     day + 3600)]

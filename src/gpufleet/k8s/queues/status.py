@@ -1,10 +1,10 @@
 """A ``GpuQueue``'s status, as the controller renders it and writes it.
 
 Written by the leading replica only, and only when something a reader sees changed (usage,
-borrowed, the Valid condition, the budget state, the spend in cents) — the spend alone at most
-every ``spend_interval_s``, so a large fleet whose spend moves every second is not one write a
-second per queue — plus the ledger (``ledger``) at least every ``ledger_interval_s`` while pods
-run, which bounds what a restart can forget. Every write is a JSON merge patch carrying the
+borrowed, the Valid condition, the budget state) — a change of the spend in cents or of the
+spend rate alone at most every ``spend_interval_s``, so a large fleet whose spend moves every
+second is not one write a second per queue — plus the ledger (``ledger``) at least every
+``ledger_interval_s`` while the queue spends. Every write is a JSON merge patch carrying the
 ``resourceVersion`` the controller read, so a write made on a stale read is refused (409) and
 the next cycle re-reads; nothing else of the object is touched (the ``status`` subresource).
 """
@@ -72,7 +72,7 @@ def saved_ledger(obj: Mapping[str, Any]) -> Saved | None:
     led = (obj.get("status") or {}).get("ledger") or {}
     try:
         return Saved(parse_time(led["periodStart"]), parse_time(led["asOf"]),
-                     int(led["closedMicro"]), int(led["liveMicro"]))
+                     int(led["spentMicro"]), float(led["rateMicroPerS"]))
     except (KeyError, TypeError, ValueError):
         return None
 
@@ -109,7 +109,7 @@ def render(obj: Mapping[str, Any], v: QueueView, now_s: float) -> dict[str, Any]
 
 def ledger(spend: Spend, now_s: float) -> dict[str, Any]:
     return {"periodStart": iso(spend.period_start_s), "asOf": iso(now_s, micro=True),
-            "closedMicro": spend.closed_micro, "liveMicro": spend.live_micro}
+            "spentMicro": spend.spent_micro, "rateMicroPerS": spend.rate_micro_per_s}
 
 
 def _without(status: Mapping[str, Any], *keys: str) -> dict[str, Any]:
@@ -127,10 +127,10 @@ def needs_write(current: Mapping[str, Any], want: Mapping[str, Any], spend: Spen
     led = current.get("ledger") or {}
     moved = (current.get("spend"), current.get("budgetLeft")) != (
         want.get("spend"), want.get("budgetLeft"))
-    if spend is not None and led.get("closedMicro") != spend.closed_micro:
-        moved = True  # a pod stopped (or no ledger yet): what a restart must not forget
+    if spend is not None and led.get("rateMicroPerS") != spend.rate_micro_per_s:
+        moved = True  # a pod started or stopped (or no ledger yet): what a restart goes on with
     if moved:
         return due >= spend_interval_s
-    if spend is not None and spend.live_micro != 0:
-        return led.get("liveMicro") != spend.live_micro and due >= ledger_interval_s
+    if spend is not None and spend.rate_micro_per_s > 0:
+        return due >= ledger_interval_s
     return False

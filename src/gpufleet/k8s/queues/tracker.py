@@ -46,7 +46,7 @@ from gpufleet.k8s.queues.spec import (
     QueueParses,
     namespace_queues,
 )
-from gpufleet.k8s.queues.usage import node_prices, pending_by_queue, running_pods, usage_by_queue
+from gpufleet.k8s.queues.usage import node_prices, pending_by_queue, queue_rates, usage_by_queue
 from gpufleet.k8s.translate.snapshot import Snapshot
 from gpufleet.k8s.watch.informer import Informer
 from gpufleet.queueing.teams.budget import BudgetState
@@ -155,8 +155,8 @@ class QueueTracker:
         book = live.input.book if live.input is not None else QuotaBook([])
         periods = {n: (s.budget.period if s.budget is not None else "month")
                    for n, s in live.settings.items()}
-        running = running_pods(snap, pods, live.teams, node_prices(nodes, price), self.catalog)
-        spends = self.ledger.observe(now_s, periods, running,
+        rates = queue_rates(snap, live.teams, node_prices(nodes, price), self.catalog)
+        spends = self.ledger.observe(now_s, periods, rates,
                                      {n: st.saved_ledger(o) for n, o in objs.items()})
         pending = pending_by_queue(snap, live.teams)
         views: dict[str, st.QueueView] = {}

@@ -15,12 +15,10 @@ from typing import Any
 
 from gpufleet.catalog.gpus import GpuCatalog
 from gpufleet.control.cycle import PendingUnit, Victim
-from gpufleet.k8s.disruption.recovery_clock import running_since
-from gpufleet.k8s.queues.ledger import RunningPod
 from gpufleet.k8s.translate import names
 from gpufleet.k8s.translate.snapshot import Allocation, Snapshot
 from gpufleet.queueing.teams.shares import gpu_equivalent_milli
-from gpufleet.state import GPU_MILLI, ResourceRequest
+from gpufleet.state import ResourceRequest
 
 MICRO = 1_000_000
 
@@ -111,24 +109,34 @@ def node_prices(nodes: Iterable[Mapping[str, Any]], price: Any) -> dict[str, flo
     return out
 
 
-def running_pods(snap: Snapshot, raw: Mapping[str, Mapping[str, Any]],
-                 teams: Mapping[str, str], prices: Mapping[str, float],
-                 catalog: GpuCatalog) -> list[RunningPod]:
-    """The queues' running pods as the ledger charges them (``ledger``'s module docstring):
-    not terminating, containers started, on a priced node."""
-    out = []
-    state = snap.state
+def node_split(usd_per_hour: float, milli_by_holder: Mapping[str, int]) -> dict[str, float]:
+    """One node's price split pro rata of the GPU-equivalents held, micro-dollars a second.
+
+    The teams model's attribution rule; on merge with the simulator's budgets (branch
+    ``teams``) this is ``queueing.teams.spend.node_rates`` — same signature, same numbers —
+    and goes."""
+    total = sum(m for m in milli_by_holder.values() if m > 0)
+    if total <= 0 or usd_per_hour <= 0:
+        return {}
+    per_s = usd_per_hour * MICRO / 3600.0
+    return {h: per_s * m / total for h, m in milli_by_holder.items() if m > 0}
+
+
+def queue_rates(snap: Snapshot, teams: Mapping[str, str], prices: Mapping[str, float],
+                catalog: GpuCatalog) -> dict[str, float]:
+    """Each queue's spend rate now, micro-dollars a second: every node's whole price split pro
+    rata of the GPU-equivalents its pods hold (``ledger``'s module docstring). A pod no queue
+    manages holds its part under its namespace, charged to no queue."""
+    held: dict[str, dict[str, int]] = {}  # node → holder → milli
     for key, a in snap.allocations.items():
-        team = teams.get(namespace_of(key))
-        pod = raw.get(key)
-        if team is None or pod is None or a.pod.terminating:
-            continue
-        start = running_since(pod)
-        row = state.index.get(a.bind.node)
-        if start is None or row is None or state.num_gpus[row] <= 0:
-            continue
-        share = allocation_milli(snap, a, catalog) / (GPU_MILLI * int(state.num_gpus[row]))
-        rate = prices.get(a.bind.node, 0.0) * share / 3600.0 * MICRO
-        if rate > 0:
-            out.append(RunningPod(a.pod.uid, team, rate, start))
+        ns = namespace_of(key)
+        holder = teams.get(ns) or f"namespace {ns}"
+        on = held.setdefault(a.bind.node, {})
+        on[holder] = on.get(holder, 0) + allocation_milli(snap, a, catalog)
+    queues = set(teams.values())
+    out: dict[str, float] = {}
+    for node, by in held.items():
+        for holder, rate in node_split(prices.get(node, 0.0), by).items():
+            if holder in queues:
+                out[holder] = out.get(holder, 0.0) + rate
     return out
