@@ -328,23 +328,23 @@ def test_an_invalid_update_keeps_the_last_valid_spec_and_config_queues_count() -
                        for n, q in (("ns-a", "a"), ("ns-cfg", "cfg"), ("ns-x", "nobody"))])
     snap = build_snapshot([node("t4", 4)], [kpod("ns-a", "r", GPU1, node_name="t4")])
     put(t.queues, [obj("a", {"gpus": 2})])
-    live = t.observe(snap, DAY)
+    live = t.observe(snap, [], lambda *a: 0.0, DAY)
     assert live.teams == {"ns-a": "a", "ns-cfg": "cfg"}  # a label naming no queue: unmanaged
     assert live.input is not None
     assert {n: q.nominal_milli for n, q in live.input.book.teams.items()} == {
         "cfg": 1000, "a": 2000}  # the GpuQueue replaces the config's queue of that name
     assert live.input.book.usage == {"cfg": 0, "a": 1000}
     put(t.queues, [obj("a", {"gpus": 2, "x": 1}, gen=2)])  # turns invalid
-    live = t.observe(snap, DAY + 1)
+    live = t.observe(snap, [], lambda *a: 0.0, DAY + 1)
     assert live.settings["a"].gpus == 2 and live.parsed[0].error is not None
     put(t.queues, [])  # deleted: the config's queue is back
-    assert t.observe(snap, DAY + 2).settings["a"].gpus == 9
+    assert t.observe(snap, [], lambda *a: 0.0, DAY + 2).settings["a"].gpus == 9
 
 
 def test_without_queues_the_cycle_gets_no_quota() -> None:
     t, _ = tracker()
     snap = build_snapshot([node("t4", 4)], [])
-    live = t.observe(snap, DAY)
+    live = t.observe(snap, [], lambda *a: 0.0, DAY)
     assert live.input is None and live.settings == {}
 
 

@@ -35,7 +35,7 @@ from gpufleet.catalog.gpus import GpuCatalog
 from gpufleet.config import Scenario
 from gpufleet.control.cycle import QuotaInput
 from gpufleet.k8s.queues import status as st
-from gpufleet.k8s.queues.ledger import SpendLedger
+from gpufleet.k8s.queues.ledger import Spend, SpendLedger
 from gpufleet.k8s.queues.spec import (
     API_VERSION,
     GROUP,
@@ -76,12 +76,14 @@ def optional_list(call: Callable[..., Any]) -> Callable[..., Any]:
 @dataclass(slots=True)
 class LiveQuota:
     """One cycle's queues: the quota input (None: no queue manages anything), namespace →
-    queue for the managed queues, their effective settings and the objects' parses."""
+    queue for the managed queues, their effective settings, the objects' parses and each
+    queue's spend this period."""
 
     input: QuotaInput | None
     teams: dict[str, str]
     settings: dict[str, QueueSettings]
     parsed: list[Parsed] = field(default_factory=list)
+    spends: dict[str, Spend] = field(default_factory=dict)  # this period's, per queue
 
 
 class QueueTracker:
@@ -118,7 +120,10 @@ class QueueTracker:
         return self.queues.synced.is_set() and self.namespaces.synced.is_set()
 
     # -- the cycle's input ---------------------------------------------------------------------
-    def observe(self, snap: Snapshot, now_s: float) -> LiveQuota:
+    def observe(self, snap: Snapshot, nodes: list[dict[str, Any]],
+                price: Callable[[str, str, str], float], now_s: float) -> LiveQuota:
+        """The queues as they stand before this cycle plans: specs, usage, the quota input
+        and each queue's spend (what a budget verdict for the cycle reads)."""
         parsed = self.parses.parse_all(self.queues.objects())
         settings = dict(self.config_queues)
         for p in parsed:
@@ -138,13 +143,17 @@ class QueueTracker:
             self.history = UsageHistory(self.half_life_s, last_s=now_s)
         self.history.advance(max(now_s, self.history.last_s),
                              {t: {"gpu": float(m)} for t, m in usage.items()})
-        book = QuotaBook([s.quota() for s in settings.values()], usage)
-        return LiveQuota(QuotaInput(book, self.history), teams, settings, parsed)
+        periods = {n: (s.budget.period if s.budget is not None else "month")
+                   for n, s in settings.items()}
+        rates = queue_rates(snap, teams, node_prices(nodes, price), self.catalog)
+        saved = {str(o["metadata"]["name"]): st.saved_ledger(o) for o in self.queues.objects()}
+        spends = self.ledger.observe(now_s, periods, rates, saved)
+        book = QuotaBook([q for q in (s.quota() for s in settings.values()) if q is not None],
+                         usage)
+        return LiveQuota(QuotaInput(book, self.history), teams, settings, parsed, spends)
 
     # -- status, events, metrics ---------------------------------------------------------------
-    def sync(self, live: LiveQuota, snap: Snapshot, nodes: list[dict[str, Any]],
-             pods: Mapping[str, Mapping[str, Any]], price: Callable[[str, str, str], float],
-             now_s: float, leader: bool) -> None:
+    def sync(self, live: LiveQuota, snap: Snapshot, now_s: float, leader: bool) -> None:
         """Views for the metrics, and (``leader``) the status writes; API errors are logged
         and retried next cycle."""
         if not live.settings and not live.parsed:  # no queues: nothing to price or write
@@ -153,11 +162,7 @@ class QueueTracker:
             return
         objs = {str(o["metadata"]["name"]): o for o in self.queues.objects()}
         book = live.input.book if live.input is not None else QuotaBook([])
-        periods = {n: (s.budget.period if s.budget is not None else "month")
-                   for n, s in live.settings.items()}
-        rates = queue_rates(snap, live.teams, node_prices(nodes, price), self.catalog)
-        spends = self.ledger.observe(now_s, periods, rates,
-                                     {n: st.saved_ledger(o) for n, o in objs.items()})
+        spends = live.spends
         pending = pending_by_queue(snap, live.teams)
         views: dict[str, st.QueueView] = {}
         for name, s in self.config_queues.items():

@@ -224,7 +224,7 @@ class Controller:
         snap = build_snapshot(nodes, pods, cache=self._cache, assumed=self.assumed)
         self._observe_assumed(snap)
         self.fleet.observe_state(snap.state)
-        queues = self.queues.observe(snap, now)
+        queues = self.queues.observe(snap, nodes, self.fleet.prices.price, now)
         out: Outcome | None = None
         refused: list[str] = []
         if snap.pending:
@@ -246,8 +246,7 @@ class Controller:
             self.cycles += 1
         else:
             self.metrics.set_pending({})
-        self.queues.sync(queues, snap, nodes, by_key, self.fleet.prices.price, now,
-                         leader=self.is_leader)
+        self.queues.sync(queues, snap, now, leader=self.is_leader)
         self._capacity_cycle(snap, refused, nodes, pods, t0)
         return out
 
