@@ -348,21 +348,22 @@ def test_without_queues_the_cycle_gets_no_quota() -> None:
     assert live.input is None and live.settings == {}
 
 
-def test_a_missing_crd_lists_as_empty_but_its_watch_fails() -> None:
+@pytest.mark.parametrize(("status", "empty"), [(404, True), (403, True), (500, False)])
+def test_a_missing_crd_or_rbac_lists_as_empty_but_its_watch_fails(status: int,
+                                                                  empty: bool) -> None:
     from kubernetes.client.exceptions import ApiException
 
     from gpufleet.k8s.queues.tracker import optional_list
 
     def call(**kw: object) -> object:
-        raise ApiException(status=404, reason="Not Found")
+        raise ApiException(status=status, reason="x")
 
-    listed = optional_list(call)(limit=500, _preload_content=False)
-    assert json.loads(listed.data) == {"items": [], "metadata": {"resourceVersion": ""}}
+    listing = optional_list("gpuqueues", call)
+    if empty:
+        got = listing(limit=500, _preload_content=False)
+        assert json.loads(got.data) == {"items": [], "metadata": {"resourceVersion": ""}}
+    else:
+        with pytest.raises(ApiException):
+            listing(limit=500)
     with pytest.raises(ApiException):
-        optional_list(call)(watch=True)
-
-    def forbidden(**kw: object) -> object:
-        raise ApiException(status=403, reason="Forbidden")
-
-    with pytest.raises(ApiException):
-        optional_list(forbidden)(limit=500)
+        listing(watch=True)

@@ -13,8 +13,8 @@ The one thing held in memory across cycles besides the ledger's cache is the fai
 history (``queueing.teams.fairshare``), which only orders borrowing teams among themselves; a
 restart starts it afresh.
 
-Without the CRD installed the queue informer lists nothing (and retries), so a cluster without
-GpuQueues schedules exactly as before.
+Without the CRD installed (or without the RBAC to read GpuQueues and Namespaces) the informers
+list nothing and retry, so such a cluster schedules exactly as before.
 """
 
 from __future__ import annotations
@@ -60,15 +60,20 @@ EventFn = Callable[[Mapping[str, Any], str, str, str], None]
 _EMPTY = json.dumps({"items": [], "metadata": {"resourceVersion": ""}}).encode()
 
 
-def optional_list(call: Callable[..., Any]) -> Callable[..., Any]:
-    """A list call that reads an absent resource (the CRD not installed: 404) as empty; the
-    watch that follows fails and the informer lists again after its back-off."""
+def optional_list(name: str, call: Callable[..., Any]) -> Callable[..., Any]:
+    """A list call that reads an absent resource (the CRD not installed: 404) or one this
+    controller may not read (RBAC from before queues: 403) as empty, with a warning: team
+    queues are then off and scheduling goes on as without them. The watch that follows fails
+    and the informer lists again after its back-off, so installing the CRD or the RBAC later
+    turns them on."""
     def run(**kw: Any) -> Any:
         try:
             return call(**kw)
         except ApiException as exc:
-            if exc.status != 404 or kw.get("watch"):
+            if exc.status not in (403, 404) or kw.get("watch"):
                 raise
+            log.warning("%s: %s %s; team queues are off until it can be listed", name,
+                        exc.status, exc.reason)
             return SimpleNamespace(data=_EMPTY)
     return run
 
@@ -93,11 +98,12 @@ class QueueTracker:
                  spend_interval_s: float = 10.0, ledger_interval_s: float = 60.0) -> None:
         self.custom = client.CustomObjectsApi(api)
         core = client.CoreV1Api(api)
-        self.queues = Informer("gpuqueues", optional_list(partial(
+        self.queues = Informer("gpuqueues", optional_list("gpuqueues", partial(
             self.custom.list_cluster_custom_object, GROUP, VERSION, PLURAL)), changed,
             on_relist=on_relist)
-        self.namespaces = Informer("namespaces", core.list_namespace, changed,
-                                   on_relist=on_relist)
+        self.namespaces = Informer("namespaces", optional_list("namespaces",
+                                                               core.list_namespace),
+                                   changed, on_relist=on_relist)
         self.catalog = catalog
         self.event = event
         teams = scenario.teams
