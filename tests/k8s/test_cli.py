@@ -66,6 +66,13 @@ def test_client_rate_limit_must_be_sane() -> None:
     assert "Traceback" not in res.output
 
 
+@pytest.mark.parametrize("value", ["-1", "nan", "inf"])
+def test_queue_spend_interval_must_be_sane(value: str) -> None:
+    res = runner.invoke(app, ["controller", "--queue-spend-interval", value])
+    assert res.exit_code == 2 and "expected a finite number >= 0" in res.output
+    assert "Traceback" not in res.output
+
+
 def _kubeconfig(tmp_path: Path) -> Path:
     kc = tmp_path / "kc"
     kc.write_text(

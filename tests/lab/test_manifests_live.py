@@ -76,6 +76,15 @@ def test_deploy_manifests_apply_to_the_real_api_server(lab: LabSession) -> None:
     assert can_i(lab, "patch", "nodes")  # cordon / mark an interrupted node
     assert can_i(lab, "delete", "nodes")  # hand a drained node to termination
     assert not can_i(lab, "get", "secrets")
+    # team queues: read GpuQueues and Namespaces, write only the queues' status
+    assert can_i(lab, "watch", "gpuqueues.gpufleet.io")
+    assert can_i(lab, "patch", "gpuqueues.gpufleet.io", "--subresource=status")
+    assert not can_i(lab, "patch", "gpuqueues.gpufleet.io")
+    assert not can_i(lab, "create", "gpuqueues.gpufleet.io")
+    assert can_i(lab, "list", "namespaces") and not can_i(lab, "patch", "namespaces")
+    crd = lab.kubectl("get", "crd", "gpuqueues.gpufleet.io", "-o",
+                      "jsonpath={.status.conditions[?(@.type=='Established')].status}")
+    assert crd.stdout == "True"
     assert not can_i(lab, "create", "pods")
     # the capacity loop (15-rbac-capacity.yaml): cordon/mark and delete Nodes, launch records
     assert can_i(lab, "patch", "nodes") and can_i(lab, "delete", "nodes")

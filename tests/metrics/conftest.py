@@ -69,3 +69,26 @@ def fleet_snapshot(time_s: float = 3600.0, recoveries: tuple[float, ...] = ()) -
 @pytest.fixture
 def snapshot() -> FleetSnapshot:
     return fleet_snapshot()
+
+
+def queue_views() -> list:
+    """Two team queues as the live controller sees them (``k8s.queues``): one borrowing with a
+    budget running low, one without a budget; for the dashboard's queue row."""
+    from gpufleet.k8s.queues.ledger import Spend
+    from gpufleet.k8s.queues.spec import parse_queue
+    from gpufleet.k8s.queues.status import view_of
+    from gpufleet.queueing.teams.quota import QuotaBook
+
+    def obj(name: str, spec: dict) -> dict:
+        return {"metadata": {"name": name, "uid": name, "generation": 1}, "spec": spec}
+
+    a = parse_queue(obj("vision", {"gpus": 4, "cohort": "research",
+                                   "budget": {"usd": 100, "period": "day"}}))
+    b = parse_queue(obj("speech", {"gpus": 4, "cohort": "research"}))
+    assert a.settings is not None and b.settings is not None
+    book = QuotaBook([a.settings.quota(), b.settings.quota()], {"vision": 6000, "speech": 1500})
+    day = 1_796_342_400.0  # 2026-12-04T00:00Z
+    spend = Spend(day, day + 86400, 95_000_000, 2000.0)
+    return [view_of(a, a.settings, book, 3, spend, day + 3600),
+            view_of(b, b.settings, book, 0, Spend(day, day + 2678400, 1_000_000, 10.0),
+                    day + 3600)]

@@ -10,7 +10,7 @@ from prometheus_client.registry import CollectorRegistry
 from gpufleet.metrics.dcgm import FIELDS
 from gpufleet.metrics.fleet import FleetMetrics
 
-from .conftest import fleet_snapshot
+from .conftest import fleet_snapshot, queue_views
 from .test_prometheus import dashboard, panel_queries, panels, variable_queries
 
 IDENT = re.compile(r"\b([A-Za-z_:][A-Za-z0-9_:]*)\b")
@@ -39,7 +39,14 @@ PROMQL_WORDS = {
 def exported_names() -> set[str]:
     registry = CollectorRegistry()
     FleetMetrics(registry).update(fleet_snapshot(recoveries=(60.0,)))
-    return {s.name for m in registry.collect() for s in m.samples}
+    return {s.name for m in registry.collect() for s in m.samples} | queue_names()
+
+
+def queue_names() -> set[str]:
+    """The live controller's per-queue families (the dashboard's team-queue row)."""
+    from gpufleet.k8s.queues.metrics import queue_families
+
+    return {s.name for m in queue_families(queue_views()) for s in m.samples}
 
 
 def metric_names(expr: str) -> set[str]:
@@ -115,7 +122,12 @@ def live_exported_names() -> set[str]:
     registry = CollectorRegistry()
     registry.register(LiveFleetCollector(fleet, lambda: [node], lambda: [pod], lambda: True,
                                          lambda: 1_767_229_200.0))
-    return {s.name for m in registry.collect() for s in m.samples}
+    return {s.name for m in registry.collect() for s in m.samples} | queue_names()
+
+
+def test_every_queue_family_is_on_the_dashboard() -> None:
+    used = set().union(*(metric_names(expr) for _, expr in panel_queries()))
+    assert queue_names() <= used, queue_names() - used
 
 
 def test_every_fleet_metric_in_the_dashboard_is_exported_by_the_live_controller() -> None:

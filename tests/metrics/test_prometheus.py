@@ -31,7 +31,7 @@ import pytest
 from gpufleet.metrics.exporter import serve_sim
 from gpufleet.metrics.snapshot import FleetSnapshot
 
-from .conftest import fleet_snapshot
+from .conftest import fleet_snapshot, queue_views
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO / "dashboards" / "gpufleet.json"
@@ -217,29 +217,39 @@ class ScriptedFleet:
         )
 
 
-def queries_without_data(prom: Prometheus) -> list[str]:
+QUEUE_FAMILIES = "gpufleet_queue_"  # the team-queue row: the live controller's (k8s.queues)
+
+
+def queries_without_data(prom: Prometheus, queues: bool = False) -> list[str]:
+    """The dashboard's queries (``queues``: only the team-queue row's, else all others) that
+    return no data."""
     missing = []
     for title, expr in panel_queries():
+        if (QUEUE_FAMILIES in expr) != queues:
+            continue
         values = [float(r["value"][1]) for r in prom.query(expr)]
         if not any(math.isfinite(v) for v in values):
             missing.append(f"{title}: {expr} -> {values}")
     for name, selector, label in variable_queries():
+        if (QUEUE_FAMILIES in selector) != queues:
+            continue
         series = prom.api("series", **{"match[]": selector})
         if not {s.get(label) for s in series} - {None}:
             missing.append(f"variable {name}: no {label} on {selector}")
     return missing
 
 
-def _check_against(prom: Prometheus, exporter_port: int, deadline: float) -> None:
+def _check_against(prom: Prometheus, exporter_port: int, deadline: float,
+                   queues: bool = False) -> None:
     """The shared assertions: every dashboard query has data; promtool accepts the exposition.
 
     Some panels only have data once the event they show happened inside their window (a spot
     recovery for the windowed recovery-time quantiles), so poll until all have data or time is up.
     """
-    missing = queries_without_data(prom)
+    missing = queries_without_data(prom, queues)
     while missing and time.monotonic() < deadline:
         time.sleep(1.0)
-        missing = queries_without_data(prom)
+        missing = queries_without_data(prom, queues)
     assert not missing, "dashboard queries without data:\n" + "\n".join(missing)
 
     exposition = http_get(f"http://127.0.0.1:{exporter_port}/metrics")
@@ -301,6 +311,30 @@ def test_dashboard_against_prometheus_in_process_exporter(tmp_path: Path) -> Non
         stop.set()
         thread.join(10)
     assert not thread.is_alive()
+
+
+def test_queue_row_against_prometheus_live_controller_metrics(tmp_path: Path) -> None:
+    """The team-queue row against the live controller's own /metrics (its registry with the
+    queue collector, ``k8s.queues.metrics``), scraped by Prometheus: the simulator's exporter
+    has no GpuQueues."""
+    from gpufleet.k8s.queues.metrics import QueueCollector
+    from gpufleet.k8s.schedule.telemetry import ControllerMetrics, serve
+
+    binary("prometheus")
+    deadline = time.monotonic() + DEADLINE_S
+    metrics = ControllerMetrics()
+    metrics.registry.register(QueueCollector(queue_views, lambda: True))
+    server = serve(metrics, "127.0.0.1", 0, lambda: True, lambda: True)
+    port = server.server_address[1]
+    prom = Prometheus(port, tmp_path)
+    try:
+        prom.wait_ready(deadline)
+        prom.wait_scraped(deadline)
+        _check_against(prom, port, deadline, queues=True)
+    finally:
+        prom.stop()
+        server.shutdown()
+        server.server_close()
 
 
 @pytest.mark.slow

@@ -83,6 +83,9 @@ def controller(
     kube_api_burst: Annotated[int, typer.Option(help="Burst of that limit.")] = 1,
     cloud_config: Annotated[Path | None, typer.Option(
         help="With --cloud aws|aliyun: the provider's config file (docs/cloud.md).")] = None,
+    queue_spend_interval: Annotated[float, typer.Option(
+        help="Write a GpuQueue's status for a change of its spend alone at most this often, "
+             "seconds (docs/teams.md).")] = 10.0,
 ) -> None:
     """Schedule pods with `spec.schedulerName: gpufleet` using gpufleet's policies."""
     logging.basicConfig(level=log_level.upper(),
@@ -90,6 +93,9 @@ def controller(
     if not (math.isfinite(kube_api_qps) and kube_api_qps >= 0):
         raise InputError(f"expected a finite number >= 0, got {kube_api_qps}",
                          field="--kube-api-qps")
+    if not (math.isfinite(queue_spend_interval) and queue_spend_interval >= 0):
+        raise InputError(f"expected a finite number >= 0, got {queue_spend_interval}",
+                         field="--queue-spend-interval")
     if kube_api_burst < 1:
         raise InputError(f"expected a burst >= 1, got {kube_api_burst}", field="--kube-api-burst")
     scenario = load_config(config_file)
@@ -110,6 +116,7 @@ def controller(
         lease_namespace=lease_namespace or default_lease_namespace(), lease_name=lease_name,
         leader_elect=leader_elect, lease_s=lease_duration, renew_deadline_s=renew_deadline,
         retry_s=retry_period, qps=kube_api_qps, burst=kube_api_burst,
+        queue_spend_interval_s=queue_spend_interval,
     )
     stop = threading.Event()
 

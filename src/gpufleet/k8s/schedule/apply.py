@@ -5,7 +5,8 @@ applied in one place (docs/kubernetes.md, "Who writes what"): ``Cordon`` and Nod
 without a cloud — ``k8s.disruption.drain``; ``Terminate`` with a cloud (instance, then Node) —
 ``k8s.capacity.termination``; the interruption mark — ``k8s.disruption.interruption``; the
 consolidation mark and its undoing — ``k8s.disruption.consolidation_mark``; launch records —
-``k8s.capacity.launch_records``; the Lease — ``k8s.watch.leader``. Evictions of drained and
+``k8s.capacity.launch_records``; the Lease — ``k8s.watch.leader``; a GpuQueue's status —
+``k8s.queues.tracker`` (its Events through :meth:`Applier.event`). Evictions of drained and
 consolidated nodes' pods come here, as ``Preempt``.
 
 * ``Bind``: one write, ``pods/binding``, carrying the GPU assignment as the Binding's
@@ -171,7 +172,7 @@ class Applier:
             return
         out.evicted.append(d.job_id)
         self.metrics.evictions.inc()
-        self._event(pod, "Preempted", d.reason, "Normal")
+        self.event(pod, "Preempted", d.reason, "Normal")
 
     # -- Refuse -------------------------------------------------------------------------------
     def _refuse(self, d: Refuse, pod: Mapping[str, Any] | None, out: Outcome) -> None:
@@ -201,18 +202,23 @@ class Applier:
             return
         self._written[d.job_id] = d.message
         out.refused.append(d.job_id)
-        self._event(pod, "FailedScheduling", d.message, "Warning")
+        self.event(pod, "FailedScheduling", d.message, "Warning")
 
-    def _event(self, pod: Mapping[str, Any], reason: str, message: str, kind: str) -> None:
-        meta = pod["metadata"]
+    def event(self, obj: Mapping[str, Any], reason: str, message: str, kind: str) -> None:
+        """An Event about ``obj`` (a Pod unless it says its ``kind``; a cluster-scoped object's
+        events go to the ``default`` namespace, where kubectl describe looks for them)."""
+        meta = obj["metadata"]
+        ns = meta.get("namespace") or "default"
         now = _now()
+        involved = {"apiVersion": obj.get("apiVersion", "v1"), "kind": obj.get("kind", "Pod"),
+                    "name": meta["name"], "uid": meta.get("uid"),
+                    "resourceVersion": meta.get("resourceVersion")}
+        if meta.get("namespace"):
+            involved["namespace"] = ns
         body = {
             "apiVersion": "v1", "kind": "Event",
-            "metadata": {"name": f"{meta['name']}.{uuid.uuid4().hex[:16]}",
-                         "namespace": meta["namespace"]},
-            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"],
-                               "namespace": meta["namespace"], "uid": meta.get("uid"),
-                               "resourceVersion": meta.get("resourceVersion")},
+            "metadata": {"name": f"{meta['name']}.{uuid.uuid4().hex[:16]}", "namespace": ns},
+            "involvedObject": involved,
             "reason": reason, "message": message, "type": kind, "count": 1,
             "firstTimestamp": now, "lastTimestamp": now,
             "source": {"component": self.component},
@@ -220,9 +226,9 @@ class Applier:
         }
         try:
             self.limiter.take()
-            self.core.create_namespaced_event(meta["namespace"], body, _preload_content=False)
+            self.core.create_namespaced_event(ns, body, _preload_content=False)
         except ApiErrors as exc:  # an event is best effort: the condition already says it
-            log.warning("event for %s/%s: %s", meta["namespace"], meta["name"], exc)
+            log.warning("event for %s/%s: %s", ns, meta["name"], exc)
 
     def _error(self, out: Outcome, msg: str) -> None:
         out.errors.append(msg)

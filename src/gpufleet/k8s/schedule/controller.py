@@ -1,6 +1,7 @@
 """The gpufleet scheduler/controller: watch, snapshot, plan, apply — on one active replica.
 
-Threads: one informer per resource (Pods in all namespaces, Nodes), the Lease elector, and the
+Threads: one informer per resource (Pods in all namespaces, Nodes, and for team queues GpuQueues
+and Namespaces: ``k8s.queues``), the Lease elector, and the
 loop that runs a cycle whenever something changed (or every ``resync_s``) *while this replica
 leads*. Every cycle starts from the informers' objects, never from memory, except for one
 bridge: binds and evictions this replica just made are *assumed*
@@ -33,6 +34,8 @@ from gpufleet.k8s.capacity.cost import LiveFleet, LiveFleetCollector, PriceBook
 from gpufleet.k8s.capacity.loop import CapacityController
 from gpufleet.k8s.capacity.setup import build_capacity
 from gpufleet.k8s.disruption.drain import PROVIDER_FAULTS, Drainer
+from gpufleet.k8s.queues.metrics import QueueCollector
+from gpufleet.k8s.queues.tracker import QueueTracker
 from gpufleet.k8s.schedule.apply import ApiErrors, Applier, Outcome
 from gpufleet.k8s.schedule.cycle import plan_cycle
 from gpufleet.k8s.schedule.telemetry import ControllerMetrics, pending_reason, serve
@@ -91,6 +94,7 @@ class Controller:
         prices: PriceBook | None = None,
         capacity_namespace: str | None = None,
         workers: int = 32,
+        queue_spend_interval_s: float = 10.0,
     ) -> None:
         api = client_with_pool(api, workers + BASE_CONNECTIONS)  # no handshake per call
         self.api = api
@@ -119,6 +123,12 @@ class Controller:
             self.fleet, self.nodes.objects, self.pods.objects,
             lambda: self.is_leader and self.ready(), time.time))
         self.policy = placement_policy(scenario, tie_seed=seed)
+        # team queues: GpuQueue objects + namespace labels → the cycle's quotas, status, metrics
+        self.queues = QueueTracker(api, self.changed, scenario, self.policy.catalog,
+                                   self.applier.event, on_relist=self._relisted,
+                                   spend_interval_s=queue_spend_interval_s)
+        self.metrics.registry.register(QueueCollector(
+            self.queues.snapshot_views, lambda: self.is_leader and self.ready()))
         self.backfill = backfill_pass(scenario)
         self.rng = np.random.default_rng(seed)
         self.resync_s = resync_s
@@ -149,7 +159,7 @@ class Controller:
         return all(t.is_alive() for t in self._threads) and not self.stop_event.is_set()
 
     def ready(self) -> bool:
-        return self.pods.synced.is_set() and self.nodes.synced.is_set()
+        return self.pods.synced.is_set() and self.nodes.synced.is_set() and self.queues.ready()
 
     def serve_http(self, host: str, port: int) -> int:
         self._server = serve(self.metrics, host, port, self.healthy, self.ready)
@@ -163,6 +173,8 @@ class Controller:
 
         spawn("informer-pods", self.pods.run, self.stop_event)
         spawn("informer-nodes", self.nodes.run, self.stop_event)
+        for inf in self.queues.informers():
+            spawn(f"informer-{inf.name}", inf.run, self.stop_event)
         if self.elector is not None:
             spawn("leader-election", self.elector.run, self.stop_event, self._leading)
         spawn("scheduler-loop", self._loop)
@@ -212,11 +224,13 @@ class Controller:
         snap = build_snapshot(nodes, pods, cache=self._cache, assumed=self.assumed)
         self._observe_assumed(snap)
         self.fleet.observe_state(snap.state)
+        queues = self.queues.observe(snap, nodes, self.fleet.prices.price, now)
         out: Outcome | None = None
         refused: list[str] = []
         if snap.pending:
             apply_levers(snap, self.scenario)
-            plan = plan_cycle(snap, self.policy, self.rng, self.backfill, now, self.preemption)
+            plan = plan_cycle(snap, self.policy, self.rng, self.backfill, now, self.preemption,
+                              quota=queues)
             if not self.is_leader:  # lost the lease while planning: act on nothing
                 return None
             out = self._apply(plan.decisions, plan.of(Bind), by_key)
@@ -232,6 +246,7 @@ class Controller:
             self.cycles += 1
         else:
             self.metrics.set_pending({})
+        self.queues.sync(queues, snap, now, leader=self.is_leader)
         self._capacity_cycle(snap, refused, nodes, pods, t0)
         return out
 

@@ -11,7 +11,10 @@ calls. This module only translates the Kubernetes world into its driver-neutral 
   interrupted checkpointing Job's pod (``k8s.translate.pods.requeued_keys``);
 * the victims: the running pods outside pod groups (a gang is not torn apart for another pod);
 * ``evicting``: a pod this driver evicted (or anyone deleted) still terminates on a node, so its
-  room is not free yet and no new preemption starts.
+  room is not free yet and no new preemption starts;
+* team quotas (``k8s.queues``): each unit and victim tagged with its namespace's queue and its
+  size in GPU-equivalents, and the queues' book passed as the simulator passes its own — so
+  admission within quota, borrowing, reclaim and the "over quota" reason are the control layer's.
 
 The plan is ``Bind`` for each pod placed (all members of a gang together), ``Preempt`` for the
 victims of at most one preemption, and ``Refuse`` for each pod left pending with the placement
@@ -27,6 +30,8 @@ import numpy as np
 
 from gpufleet.control.cycle import CyclePlan, PendingUnit, Victim
 from gpufleet.control.cycle import plan_cycle as plan_units
+from gpufleet.k8s.queues.tracker import LiveQuota
+from gpufleet.k8s.queues.usage import tag_units, tag_victims
 from gpufleet.k8s.translate.node_selector import Selector, matches
 from gpufleet.k8s.translate.pods import PodInfo, tolerated_now
 from gpufleet.k8s.translate.snapshot import Snapshot
@@ -113,14 +118,20 @@ def plan_cycle(
     backfill: BackfillPass | None = None,
     now: float = 0.0,
     preemption: bool = True,
+    quota: LiveQuota | None = None,
 ) -> CyclePlan:
     """Plan one cycle on ``snap``; the binds are then allocated into ``snap.state`` (the
     cycle's scratch copy), so what runs after placement this cycle — the capacity loop's node
-    views — sees the room they take."""
+    views — sees the room they take. ``quota``: the cycle's team queues (None: none)."""
     units = pending_units(snap)
+    victims = victims_of(snap) if preemption else []
+    q = quota.input if quota is not None else None
+    if quota is not None and q is not None:
+        units = tag_units(units, quota.teams, policy.catalog)
+        victims = tag_victims(victims, snap, quota.teams, policy.catalog)
     plan = plan_units(
         snap.state, units, policy, rng, backfill=backfill, now=now,
-        victims=victims_of(snap) if preemption else (), evicting=evicting(snap))
+        victims=victims, evicting=evicting(snap), quota=q)
     request = {m: u.request for u in units for m in u.placed_ids}
     for b in plan.binds:
         req = request[b.job_id]

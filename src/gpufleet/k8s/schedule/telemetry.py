@@ -79,6 +79,8 @@ def pending_reason(message: str) -> str:
         return last.split(" ", 1)[-1] if last[:1].isdigit() else last
     if message.startswith("pod group"):
         return "gang"
+    if message.startswith("team "):  # queueing.teams.quota's verdicts
+        return "quota"
     return "other"
 
 

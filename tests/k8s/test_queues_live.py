@@ -1,0 +1,344 @@
+"""Team queues (``GpuQueue``) on the real API server: cohort borrowing and reclaim, MIG and
+fractions counted by their shares, a bad spec reported on the object, and a kill -9'd
+controller's successor rebuilding usage and spend from the API.
+
+Each test has its own namespaces, queues (names with the test's tag) and nodes in a zone named
+after its first namespace; the CRD is installed from the chart (``charts/gpufleet/crds``), as
+``helm install`` and ``kubectl apply -f deploy/kubernetes`` do.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from live_objects import gpu_pod
+from live_wait import wait_for
+
+from gpufleet.config import default_scenario
+from gpufleet.k8s.capacity.cost import PriceBook
+from gpufleet.k8s.queues.spec import GROUP, PLURAL, QUEUE_LABEL, VERSION
+from gpufleet.k8s.schedule.controller import Controller
+from gpufleet.k8s.translate import names
+from gpufleet.k8s.translate.pods import parse_time
+
+pytestmark = pytest.mark.live
+
+ROOT = Path(__file__).resolve().parents[2]
+CRD = ROOT / "charts" / "gpufleet" / "crds" / "gpuqueues.gpufleet.io.yaml"
+T4 = {names.GPU_PRODUCT: "Tesla-T4"}
+
+
+@pytest.fixture(scope="module")
+def crd(lab: Any) -> None:
+    lab.kubectl("apply", "-f", str(CRD))
+    lab.kubectl("wait", "--for=condition=Established", "crd/gpuqueues.gpufleet.io",
+                "--timeout=60s")
+
+
+class Teams:
+    """A test's namespaces, queues and nodes, all removed at the end."""
+
+    def __init__(self, lab: Any) -> None:
+        self.lab = lab
+        self.core = client.CoreV1Api(lab.api)
+        self.batch = client.BatchV1Api(lab.api)
+        self.custom = client.CustomObjectsApi(lab.api)
+        self.tag = uuid.uuid4().hex[:6]
+        self.namespaces: list[str] = []
+        self.queues: list[str] = []
+        self.nodes: list[str] = []
+
+    @property
+    def zone(self) -> str:
+        return self.namespaces[0]
+
+    def namespace(self, queue: str | None) -> str:
+        ns = self.lab.namespace()
+        self.namespaces.append(ns)
+        if queue is not None:
+            self.core.patch_namespace(ns, {"metadata": {"labels": {QUEUE_LABEL: queue}}})
+        return ns
+
+    def queue(self, name: str, spec: dict) -> str:
+        self.custom.create_cluster_custom_object(GROUP, VERSION, PLURAL, {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "GpuQueue",
+            "metadata": {"name": name}, "spec": spec})
+        self.queues.append(name)
+        return name
+
+    def status(self, name: str) -> dict:
+        return self.custom.get_cluster_custom_object(GROUP, VERSION, PLURAL, name).get(
+            "status") or {}
+
+    def valid(self, name: str) -> str | None:
+        return next((c["status"] for c in self.status(name).get("conditions") or ()
+                     if c["type"] == "Valid"), None)
+
+    def add(self, instance_type: str, mig_config: str | None = None) -> str:
+        (node,) = self.lab.add_instance_nodes(instance_type, 1, zone=self.zone,
+                                              mig_config=mig_config, prefix=self.zone)
+        self.nodes.append(node)
+        return node
+
+    def pods(self, ns: str, prefix: str = "") -> list[dict]:
+        items = json.loads(self.core.list_namespaced_pod(ns, _preload_content=False).data)
+        return [p for p in items["items"] if p["metadata"]["name"].startswith(prefix)]
+
+    def close(self) -> None:
+        for ns in self.namespaces:
+            for job in self.batch.list_namespaced_job(ns).items:
+                self.batch.delete_namespaced_job(job.metadata.name, ns,
+                                                 propagation_policy="Background")
+            self.core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
+        for ns in self.namespaces:
+            wait_for("the test's pods to go", lambda ns=ns: not self.pods(ns), 60)
+        for q in self.queues:
+            try:
+                self.custom.delete_cluster_custom_object(GROUP, VERSION, PLURAL, q)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+        for n in self.nodes:
+            self.core.delete_node(n)
+        for ns in self.namespaces:
+            self.core.delete_namespace(ns)
+
+
+@pytest.fixture()
+def teams(lab: Any, crd: None) -> Iterator[Teams]:
+    t = Teams(lab)
+    yield t
+    t.close()
+
+
+@pytest.fixture()
+def controller(lab: Any, crd: None) -> Iterator[Controller]:
+    ctl = Controller(lab.api, default_scenario(), leader_elect=False, resync_s=0.5,
+                     queue_spend_interval_s=0.5)
+    ctl.start()
+    wait_for("informers to sync", ctl.ready)
+    yield ctl
+    ctl.stop()
+
+
+def seen_by(ctl: Controller, ns: str, queue: str) -> bool:
+    """The controller's informers show the namespace's label and a valid queue."""
+    obj = ctl.queues.namespaces.get(ns) or {}
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return labels.get(QUEUE_LABEL) == queue and ctl.queues.queues.get(queue) is not None
+
+
+def bound(p: dict) -> bool:
+    return bool(p["spec"].get("nodeName")) and not p["metadata"].get("deletionTimestamp")
+
+
+def checkpointing_job(name: str, n: int, zone: str) -> dict:
+    """An Indexed Job of ``n`` 1-GPU T4 pods that run until deleted; an evicted pod's index is
+    recreated (``podFailurePolicy`` ignores ``DisruptionTarget``), as docs/kubernetes.md's
+    checkpointing recipe does."""
+    tmpl = gpu_pod(name, 1, {**T4, names.ZONE: zone})
+    tmpl["spec"]["restartPolicy"] = "Never"
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
+            "spec": {"completions": n, "parallelism": n, "completionMode": "Indexed",
+                     "backoffLimitPerIndex": 1, "maxFailedIndexes": 0,
+                     "template": {"metadata": {}, "spec": tmpl["spec"]},
+                     "podFailurePolicy": {"rules": [
+                         {"action": "Ignore", "onExitCodes": {"operator": "In", "values": [75]}},
+                         {"action": "Ignore",
+                          "onPodConditions": [{"type": "DisruptionTarget"}]}]}}}
+
+
+def test_borrowed_gpus_are_reclaimed_when_the_lender_needs_them(
+        teams: Teams, controller: Controller) -> None:
+    """Two queues of 2 GPUs in one cohort on a 4-GPU node: A's 4-pod Job runs (2 borrowed);
+    B's 2 pods arrive; A's two newest pods are evicted (reclaim), B's bind, and the Job's
+    recreated pods wait, over quota, with the reason on PodScheduled."""
+    cohort = f"c-{teams.tag}"
+    qa, qb = f"qa-{teams.tag}", f"qb-{teams.tag}"
+    ns_a, ns_b = teams.namespace(qa), teams.namespace(qb)
+    teams.add("g4dn.12xlarge")  # 4 T4s
+    for q in (qa, qb):
+        teams.queue(q, {"gpus": 2, "cohort": cohort})
+    for ns, q in ((ns_a, qa), (ns_b, qb)):
+        wait_for(f"the controller to see {q}", lambda ns=ns, q=q: seen_by(controller, ns, q))
+        wait_for(f"{q} to be valid", lambda q=q: teams.valid(q) == "True")
+    teams.batch.create_namespaced_job(ns_a, checkpointing_job("a", 4, teams.zone))
+    wait_for("A's four pods to bind", lambda: sum(bound(p) for p in teams.pods(ns_a)) == 4)
+    wait_for("A's status to show 2 borrowed", lambda: (
+        (s := teams.status(qa)).get("usage") == 4 and s.get("borrowed") == 2))
+    first = {p["metadata"]["uid"] for p in teams.pods(ns_a)}
+
+    t0 = time.monotonic()
+    for i in range(2):
+        teams.core.create_namespaced_pod(ns_b, gpu_pod(f"b-{i}", 1, {**T4, names.ZONE: teams.zone}))
+    wait_for("B's pods to bind", lambda: sum(bound(p) for p in teams.pods(ns_b)) == 2, 60)
+    took = time.monotonic() - t0
+    a_pods = teams.pods(ns_a)
+    assert sum(bound(p) for p in a_pods) == 2, "A kept more than its quota"
+    # the Job recreates the two evicted indexes; they wait: A is at its quota, no idle room
+    waiting = wait_for("A's recreated pods to wait with the quota reason", lambda: [
+        p for p in teams.pods(ns_a) if p["metadata"]["uid"] not in first and not bound(p)
+        and any(c.get("type") == "PodScheduled" and c.get("status") == "False"
+                and "idle quota" in c.get("message", "")
+                for c in p["status"].get("conditions") or ())], 60)
+    msg = next(c["message"] for c in waiting[0]["status"]["conditions"]
+               if c["type"] == "PodScheduled")
+    assert msg.startswith(f"team {qa}: cohort {cohort} has 0 GPU of idle quota")
+    evs = [e for e in teams.core.list_namespaced_event(ns_a).items if e.reason == "Preempted"]
+    assert len(evs) == 2 and all(f"reclaim: team {qa} borrowed" in e.message for e in evs)
+    wait_for("status to show the reclaim", lambda: (
+        teams.status(qa).get("usage"), teams.status(qa).get("borrowed"),
+        teams.status(qb).get("usage")) == (2, 0, 2))
+    assert not any(bound(p) for p in teams.pods(ns_a) if p["metadata"]["uid"] not in first)
+    print(f"B's two pods bound {took:.1f} s after they were created")
+
+
+def test_mig_slices_and_fractions_count_by_their_share(
+        teams: Teams, controller: Controller) -> None:
+    q = f"q-{teams.tag}"
+    ns = teams.namespace(q)
+    teams.add("p4d.24xlarge", mig_config="all-balanced")
+    teams.add("g4dn.12xlarge")
+    teams.queue(q, {"gpus": 4})
+    wait_for("the controller to see the queue", lambda: seen_by(controller, ns, q))
+    mig = gpu_pod("mig", 0, {names.ZONE: teams.zone})
+    mig["spec"]["containers"][0]["resources"]["limits"] = {"nvidia.com/mig-3g.20gb": "1"}
+    teams.core.create_namespaced_pod(ns, mig)
+    for i in range(2):
+        p = gpu_pod(f"half-{i}", 0, {**T4, names.ZONE: teams.zone})
+        del p["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]
+        p["metadata"]["annotations"] = {"gpu-fraction": "0.5"}
+        teams.core.create_namespaced_pod(ns, p)
+    wait_for("the three pods to bind", lambda: sum(bound(p) for p in teams.pods(ns)) == 3)
+    # 3g.20gb on an A100 (7 compute slices) = 3/7 = 0.429; two halves = 1
+    got = wait_for("usage in status", lambda: teams.status(q).get("usage") == 1.429 or None)
+    assert got and teams.status(q)["borrowed"] == 0
+
+
+def test_a_bad_spec_is_reported_on_the_object_and_scheduling_goes_on(
+        teams: Teams, controller: Controller) -> None:
+    bad = f"bad-{teams.tag}-" + "x" * 60  # a valid object name, too long for a label value
+    teams.queue(bad, {"gpus": 1})
+    wait_for("Valid=False on the bad queue", lambda: teams.valid(bad) == "False")
+    cond = next(c for c in teams.status(bad)["conditions"] if c["type"] == "Valid")
+    assert cond["reason"] == "InvalidSpec"
+    assert cond["message"].startswith("metadata.name: String should have at most 63")
+    evs = wait_for("the InvalidSpec event", lambda: [
+        e for e in teams.core.list_namespaced_event("default").items
+        if e.involved_object.name == bad and e.reason == "InvalidSpec"])
+    assert evs[0].involved_object.kind == "GpuQueue" and evs[0].type == "Warning"
+    # the controller keeps going: a good queue becomes valid and its pods bind
+    q = f"good-{teams.tag}"
+    ns = teams.namespace(q)
+    teams.add("g4dn.12xlarge")
+    teams.queue(q, {"gpus": 1})
+    wait_for("the good queue to be valid", lambda: teams.valid(q) == "True")
+    teams.core.create_namespaced_pod(ns, gpu_pod("p", 1, {names.ZONE: teams.zone}))
+    wait_for("its pod to bind", lambda: sum(bound(p) for p in teams.pods(ns)) == 1)
+    assert controller.healthy()
+    time.sleep(1.5)  # several cycles: the bad queue's event is not repeated
+    assert len([e for e in teams.core.list_namespaced_event("default").items
+                if e.involved_object.name == bad and e.reason == "InvalidSpec"]) == 1
+
+
+def test_a_budget_running_out_is_shown_and_notified(
+        teams: Teams, controller: Controller) -> None:
+    """A 2-cent daily budget (action notify) and an 8-GPU pod on a p4d ($32.77/h): the state
+    goes low at once (an hour at this rate is far over), then exhausted within seconds; each
+    change is one Warning Event on the queue, and the pod keeps running (notify holds
+    nothing)."""
+    q = f"q-{teams.tag}"
+    ns = teams.namespace(q)
+    teams.add("p4d.24xlarge")
+    teams.queue(q, {"gpus": 8, "budget": {"usd": 0.02, "period": "day", "action": "notify"}})
+    wait_for("the controller to see the queue", lambda: seen_by(controller, ns, q))
+    teams.core.create_namespaced_pod(ns, gpu_pod("big", 8, {names.ZONE: teams.zone}))
+    wait_for("the budget to run low", lambda: teams.status(q).get("budgetState") in (
+        "low", "exhausted"))
+    done = wait_for("the budget to run out", lambda: (
+        s if (s := teams.status(q)).get("budgetState") == "exhausted" else None), 30)
+    assert done["budgetLeft"] == "0.00" and float(done["spend"]) >= 0.02
+
+    def reasons() -> list[str]:
+        return sorted(e.reason for e in teams.core.list_namespaced_event("default").items
+                      if e.involved_object.name == q)
+
+    assert wait_for("both events", lambda: reasons() == ["BudgetExhausted", "BudgetLow"])
+    (big,) = teams.pods(ns)
+    assert bound(big)
+    time.sleep(1.5)  # more cycles, no more events
+    assert reasons() == ["BudgetExhausted", "BudgetLow"]
+
+
+def run_controller(lab: Any, log: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "gpufleet", "controller", "--kubeconfig", str(lab.kubeconfig),
+         "--no-leader-elect", "--port", "0", "--queue-spend-interval", "0.5"],
+        stdout=log.open("a"), stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+
+def test_kill_9_the_controller_and_its_successor_rebuilds_usage_and_spend(
+        teams: Teams, lab: Any, tmp_path: Path) -> None:
+    """Two 4-GPU pods share a p4d (half its price each); one finishes, so the other pays the
+    whole node. The controller is killed with SIGKILL; the next one shows the same usage and
+    goes on from the spend in status.ledger — the spend then plus the rate then over the
+    outage — neither losing what was spent nor counting it twice."""
+    q = f"q-{teams.tag}"
+    ns = teams.namespace(q)
+    teams.add("p4d.24xlarge")  # 8 A100s
+    node_rate = PriceBook().price("p4d.24xlarge", teams.zone, "on-demand") * 1e6 / 3600
+    teams.queue(q, {"gpus": 8, "budget": {"usd": 1000, "period": "month"}})
+    log = tmp_path / "controller.log"
+    procs = [run_controller(lab, log)]
+    try:
+        wait_for("the first controller to validate the queue",
+                 lambda: teams.valid(q) == "True", 60, log=log)
+        short = gpu_pod("short", 4, {names.ZONE: teams.zone})
+        short["spec"]["restartPolicy"] = "Never"
+        teams.batch.create_namespaced_job(ns, {
+            "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "short"},
+            "spec": {"template": {"metadata": {"annotations": {
+                "pod-complete.stage.kwok.x-k8s.io/delay": "4s"}}, "spec": short["spec"]}}})
+        teams.core.create_namespaced_pod(ns, gpu_pod("long", 4, {names.ZONE: teams.zone}))
+        before = wait_for("the short pod done, the long one paying the whole node", lambda: (
+            s if (s := teams.status(q)).get("usage") == 4
+            and (s.get("ledger") or {}).get("rateMicroPerS") == pytest.approx(node_rate)
+            and s["ledger"]["spentMicro"] > 3 * node_rate else None), 60, log=log)
+        procs[0].send_signal(signal.SIGKILL)
+        procs[0].wait(timeout=10)
+        time.sleep(2)
+        procs.append(run_controller(lab, log))
+        after = wait_for("the next controller's status write", lambda: (
+            s if (s := teams.status(q)).get("ledger", {}).get("asOf", "")
+            > before["ledger"]["asOf"] else None), 60, log=log)
+        assert after["usage"] == 4 and after["borrowed"] == 0
+        b, a = before["ledger"], after["ledger"]
+        gone = parse_time(a["asOf"]) - parse_time(b["asOf"])
+        # what was spent, plus the whole node's rate since: within a second of that rate (a
+        # lost ledger would show only the time since the restart, a double count twice it)
+        assert a["spentMicro"] == pytest.approx(b["spentMicro"] + node_rate * gone,
+                                                abs=node_rate)
+        assert a["rateMicroPerS"] == pytest.approx(node_rate)
+        assert float(after["budgetLeft"]) == pytest.approx(1000 - float(after["spend"]),
+                                                           abs=0.011)
+        out = lab.kubectl("get", "gpuqueues", q).stdout
+        assert {"USAGE", "BORROWED", "SPEND", "BUDGET-LEFT"} <= set(out.split()), out
+        print(out)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=10)
