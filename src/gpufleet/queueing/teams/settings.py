@@ -5,7 +5,8 @@ teams:
   half_life_s: 604800            # fair-share usage half-life (Slurm's default, 7 days)
   queues:
     - name: vision               # the trace's tenant / the namespace label's value
-      gpus: 16                   # nominal quota in GPU-equivalents (fractions, MIG by share)
+      gpus: 16                   # nominal quota in GPU-equivalents (fractions, MIG by share);
+                                 # omit for a budget-only queue (no quota: admitted as before)
       cohort: research           # borrow idle quota from / lend to the cohort's other queues
       borrowing_limit: 8         # at most this many GPU-equivalents above nominal (omit: any)
       weight: 1                  # fair-share weight above quota
@@ -44,13 +45,16 @@ class QueueSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     name: str = Field(min_length=1, max_length=63)
-    gpus: float = Field(ge=0, le=1e6)
+    gpus: float | None = Field(default=None, ge=0, le=1e6)
     cohort: str | None = Field(default=None, min_length=1, max_length=63)
     borrowing_limit: float | None = Field(default=None, ge=0, le=1e6)
     weight: float = Field(default=1.0, gt=0, le=1e6)
     budget: BudgetSettings | None = None
 
-    def quota(self) -> TeamQuota:
+    def quota(self) -> TeamQuota | None:
+        """The queue's quota; None for a budget-only queue (``gpus`` omitted)."""
+        if self.gpus is None:
+            return None
         limit = None if self.borrowing_limit is None else round(self.borrowing_limit * 1000)
         return TeamQuota(self.name, round(self.gpus * 1000), self.cohort, limit, self.weight)
 
@@ -71,7 +75,7 @@ class TeamsSettings(BaseModel):
         return self
 
     def quotas(self) -> list[TeamQuota]:
-        return [q.quota() for q in self.queues]
+        return [t for t in (q.quota() for q in self.queues) if t is not None]
 
     def budgets(self) -> dict[str, Budget]:
         return {q.name: q.budget.build() for q in self.queues if q.budget is not None}
