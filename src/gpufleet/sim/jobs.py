@@ -148,7 +148,7 @@ class JobLifecycle:
         self.team_demand: dict[str, int] = {}
         self.team_delivered_s: dict[str, float] = {}
         self.team_owed_s: dict[str, float] = {}
-        self._nominal = {t.name: t.nominal_milli for t in (self.quotas or ())}
+        self._nominal = {t.name: t.nominal_milli for t in (teams.nominal() if teams else ())}
         self._team_t = 0.0
         self._milli: dict[int, int] = {}
         # budgets: per-team spend from the nodes' prices (``queueing.teams.spend``), the last
@@ -266,12 +266,16 @@ class JobLifecycle:
         if self.ledger is None:
             return
         self.ledger.advance(self.now)
+        if self.budgets:  # a budget may cross its threshold with nothing pending: note the
+            self.budget_now()  # rate that crossed it before the split changes
         milli: dict[str, int] = {}
         for idx, count in node.jobs.items():
             j = self.jobs[idx]
             t = j.spec.tenant
             milli[t] = milli.get(t, 0) + self.job_milli(j) * count // j.spec.replicas
         self.ledger.set_node(node.name, node_rates(node.usd_per_hour, milli))
+        if self.budgets:
+            self.budget_now()
 
     def budget_now(self) -> dict[str, BudgetVerdict]:
         """The budgeted teams' verdicts now (``budget_verdicts`` on the ledger's spend and
@@ -452,6 +456,7 @@ class JobLifecycle:
         if self._renew_at is not None and self.now >= self._renew_at:
             self._renew_at = None  # a held team's budget period renewed: try everything
             self._freed = True
+            self._scan_at(self.ctl.scan.demand(self.now))  # and scale up for it
         jobs = self.jobs
         if self._freed:
             self._freed = False

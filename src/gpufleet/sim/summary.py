@@ -28,7 +28,10 @@ Definitions (docs/simulator.md repeats them):
   its nodes' prices (``queueing.teams.spend``: pro rata of the GPU-equivalents held, idle room
   included); with a budget, the highest spend of any period, the overspend above the budget
   and that overspend in hours of the spend rate at which the budget's action first applied in
-  that period; ``jain_index`` over used / entitled of the teams with a nonzero quota.
+  that period; ``jain_index`` over used / entitled of the teams with a nonzero quota,
+  ``jain_index_delivered`` over ``entitled_delivered`` of the teams that asked (the fairness of
+  what each got of its entitlement), ``worst_entitled_delivered`` the lowest of those;
+  ``unattributed_usd`` = the fleet's cost minus every tenant's spend (nodes no team was on).
 """
 
 from __future__ import annotations
@@ -156,6 +159,8 @@ def team_figures(sim: ClusterSim, end: float, cost_usd: float = 0.0) -> dict[str
     ledger.advance(max(end, ledger.last_s))
     per: dict[str, Any] = {}
     ratios: list[float] = []
+    delivered: list[float] = []
+    slow_all: list[float] = []
     for q in sim.sc.teams.queues:
         done = [j for j in sim.jobs if j.spec.tenant == q.name and j.state == DONE]
         jct = [j.finish_s - j.spec.submit_s for j in done]  # type: ignore[operator]
@@ -166,6 +171,9 @@ def team_figures(sim: ClusterSim, end: float, cost_usd: float = 0.0) -> dict[str
         if entitled_h:
             ratios.append(used_h / entitled_h)
         owed = life.team_owed_s.get(q.name, 0.0)
+        if owed > 0:
+            delivered.append(life.team_delivered_s.get(q.name, 0.0) / owed)
+        slow_all += slow
         row: dict[str, Any] = {
             "gpu_hours_used": used_h,
             "gpu_hours_entitled": entitled_h,
@@ -186,6 +194,9 @@ def team_figures(sim: ClusterSim, end: float, cost_usd: float = 0.0) -> dict[str
     # the fleet's bill that no team's work was on (booting, empty, CPU-only nodes)
     spent = sum(ledger.total.values()) / MICRO
     return {"per_team": per, "jain_index": jain_index(ratios),
+            "jain_index_delivered": jain_index(delivered),
+            "worst_entitled_delivered": min(delivered) if delivered else None,
+            "slowdown_mean": float(np.mean(slow_all)) if slow_all else 0.0,
             "unattributed_usd": cost_usd - spent}
 
 

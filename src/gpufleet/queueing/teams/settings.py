@@ -3,6 +3,7 @@
 ```yaml
 teams:
   half_life_s: 604800            # fair-share usage half-life (Slurm's default, 7 days)
+  enforce_quotas: true           # false: quotas are measured and reported, not acted on
   queues:
     - name: vision               # the trace's tenant / the namespace label's value
       gpus: 16                   # nominal quota in GPU-equivalents (fractions, MIG by share);
@@ -63,6 +64,9 @@ class TeamsSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     half_life_s: float = Field(default=DEFAULT_HALF_LIFE_S, gt=0, le=10 * 365 * 86400)
+    # False: a dry run — usage against the quotas is measured and reported (per-team figures)
+    # but nothing is refused, ordered or reclaimed for them; budgets still act
+    enforce_quotas: bool = True
     queues: tuple[QueueSettings, ...] = ()
 
     @model_validator(mode="after")
@@ -75,6 +79,11 @@ class TeamsSettings(BaseModel):
         return self
 
     def quotas(self) -> list[TeamQuota]:
+        """The quotas that act (none when ``enforce_quotas`` is off)."""
+        return self.nominal() if self.enforce_quotas else []
+
+    def nominal(self) -> list[TeamQuota]:
+        """Every queue's quota, acting or not (what the per-team figures measure against)."""
         return [t for t in (q.quota() for q in self.queues) if t is not None]
 
     def budgets(self) -> dict[str, Budget]:
