@@ -228,3 +228,40 @@ def test_quota_on_no_managed_team_is_today(case: object) -> None:
                                 victims=victims, quota=quota, **case.kw))
     assert plans[0].decisions == plans[1].decisions
     assert plans[0].blocked == plans[1].blocked and plans[0].started == plans[1].started
+
+
+def test_per_model_quota_cuts_the_refused_models_rows() -> None:
+    """Per-GPU-model quotas in the cycle. Fleet: ``t`` (2 T4) and ``v`` (2 V100). Team m has 4
+    GPUs in all, at most 1 of them V100 (``models``), no cohort, and already runs 1 V100.
+    m1 asks for a V100 or a T4 (no model constraint) and, though ``bestfit`` would take the
+    first row… the V100 rows are cut: m1 → t. m2 asks for a V100 only → refused with the model
+    verdict. n (no per-model quota) takes a V100."""
+    s = FleetState()
+    s.add_node("t", gpu_model="T4", num_gpus=2, cpu_milli=8000, memory_mib=8192)
+    s.add_node("v", gpu_model="V100-16GB", num_gpus=2, cpu_milli=8000, memory_mib=8192)
+    s.allocate(ONE, Bind("m0", "v", (0,)))
+    teams = [TeamQuota("m", 4000, models=(("V100-16GB", 1000),)), TeamQuota("n", 4000)]
+    book = QuotaBook(teams, {"m": 1000}, {"m": {"V100-16GB": 1000}})
+    v100 = ResourceRequest(cpu_milli=1000, num_gpu=1, gpu_models=frozenset({"V100-16GB"}))
+    pending = [unit("m1", "m", 1), unit("m2", "m", 2, v100), unit("n1", "n", 3, v100)]
+    plan = plan_cycle(s, pending, POLICY, np.random.default_rng(0), quota=QuotaInput(book))
+    assert {b.job_id: (b.node, b.gpus) for b in plan.binds} == {
+        "m1": ("t", (0,)), "n1": ("v", (1,))}
+    refused = {r.job_id: r.message for r in plan.refusals}
+    assert refused == {"m2": "0/2 nodes are available: 1 node(s) didn't match Pod's node "
+                             "affinity/selector, " + refused["m2"].split(", ", 1)[1]}
+    # without the per-model quota m1 takes v's free GPU (bestfit: the fullest node)
+    plain = QuotaBook([TeamQuota("m", 4000), TeamQuota("n", 4000)], {"m": 1000})
+    plan = plan_cycle(s, pending[:1], POLICY, np.random.default_rng(0), quota=QuotaInput(plain))
+    assert [(b.job_id, b.node) for b in plan.binds] == [("m1", "v")]
+
+
+def test_per_model_quota_refuses_when_every_model_is_refused() -> None:
+    s = FleetState()
+    s.add_node("v", gpu_model="V100-16GB", num_gpus=2, cpu_milli=8000, memory_mib=8192)
+    book = QuotaBook([TeamQuota("m", 4000, models=(("V100-16GB", 0),))])
+    plan = plan_cycle(s, [unit("m1", "m", 1)], POLICY, np.random.default_rng(0),
+                      quota=QuotaInput(book))
+    assert plan.binds == []
+    assert [r.message for r in plan.refusals] == [
+        "team m: 1 V100-16GB GPU would exceed its V100-16GB quota of 0 and it has no cohort"]

@@ -36,7 +36,10 @@ returned :class:`CyclePlan`. In order:
    "reclaim: team X borrowed"). Priority preemption (step 4) then stays within a team, so
    another team's work is evicted only by reclaim, and only what it borrowed. A running gang
    (victims sharing a ``workload``) is one borrowed workload: reclaim takes all of its members
-   or none, and priority preemption never takes a member.
+   or none, and priority preemption never takes a member. Per-GPU-model quotas
+   (``TeamQuota.models``): as the pass reaches a unit of such a team, the rows of every GPU
+   model whose ``model_verdict`` refuses it are cut from its eligibility mask; a unit left with
+   no model is refused with the first model's reason. Admission books the model it landed on.
 6. *Team budgets* (``QuotaInput.budgets``: ``queueing.teams.budget.budget_verdicts`` of the
    teams whose budget is about to run out, ``restrictions``). ``hold``: the team's pending
    units are refused with the verdict's reason and skipped like quota-blocked ones (running
@@ -243,7 +246,7 @@ def plan_cycle(
     book = None
     held: dict[str, str] = {}  # team → why its new work waits (budget hold)
     if quota is not None:
-        book = QuotaBook(quota.book.teams.values(), quota.book.usage)
+        book = QuotaBook(quota.book.teams.values(), quota.book.usage, quota.book.model_usage)
         order = _quota_order(order, book, quota.history)
         held = {t: v.reason for t, v in quota.budgets.items() if v.action == "hold"}
         spot = {t for t, v in quota.budgets.items() if v.action == "spot-only"}
@@ -263,7 +266,9 @@ def plan_cycle(
                 cycle.allocate(_request(u), b, bind_masks(state, b, policy.catalog))
             plan.binds.extend(binds)
             if book is not None and u.team is not None:
-                book.admit(u.team, u.milli)
+                row = state.index[binds[0].node]
+                mid = int(state.model_id[row])
+                book.admit(u.team, u.milli, state.model_names[mid] if mid >= 0 else None)
             return True
 
         def walk() -> Iterator[tuple[int, Hashable, float]]:
@@ -278,6 +283,14 @@ def plan_cycle(
                     if not v.admitted:
                         over[i] = v.reason
                         continue
+                    if u.team in book.model_usage:
+                        cut = _model_cut(state, book, u)
+                        if isinstance(cut, str):
+                            over[i] = cut
+                            continue
+                        if cut is not None:
+                            order[i] = cut
+                            shapes[i] = unit_shape(cut)
                 yield i, shapes[i], u.submit_s
 
         present = shapes_present if shapes_present is not None else len(set(shapes))
@@ -326,6 +339,30 @@ def _quota_order(order: list[PendingUnit], book: QuotaBook,
         fair_order(teams, history or UsageHistory(), capacity, weights))}
     borrow.sort(key=lambda u: (rank[u.team or ""], u.key))
     return within + borrow
+
+
+def _model_cut(state: FleetState, book: QuotaBook, u: PendingUnit) -> PendingUnit | str | None:
+    """Per-GPU-model quotas (step 5): ``u`` with the rows of the models its team may not use
+    now cut from its mask; None when no model is refused, the first refusal's reason when
+    every GPU model on the fleet is."""
+    assert u.team is not None
+    n = state.n
+    keep = np.ones(n, bool)
+    first = ""
+    refused = []
+    for mid, model in enumerate(state.model_names):
+        v = book.model_verdict(u.team, model, u.milli)
+        if not v.admitted:
+            keep &= state.model_id[:n] != mid
+            refused.append(model)
+            first = first or v.reason
+    if not refused:
+        return None
+    if len(refused) == len(state.model_names):
+        return first
+    mask = keep if u.eligible is None else u.eligible[:n] & keep
+    return replace(u, eligible=mask, shape=None if u.shape is None else (
+        "models", tuple(refused), u.shape))
 
 
 def on_spot_only(state: FleetState, order: list[PendingUnit],

@@ -36,7 +36,8 @@ def scale_up_gates(pending: Sequence[tuple[str | None, int]], book: QuotaBook | 
                    budgets: Mapping[str, BudgetVerdict]) -> list[Gate]:
     """One :class:`Gate` per pending job (``(team, milli-GPU-equivalents)``, queue order);
     ``book`` is copied, never changed (module docstring)."""
-    plan = None if book is None else QuotaBook(book.teams.values(), book.usage)
+    plan = None if book is None else QuotaBook(book.teams.values(), book.usage,
+                                               book.model_usage)
     out: list[Gate] = []
     for team, milli in pending:
         action = None if team is None or team not in budgets else budgets[team].action

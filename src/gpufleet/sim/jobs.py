@@ -148,6 +148,10 @@ class JobLifecycle:
         self.team_demand: dict[str, int] = {}
         self.team_delivered_s: dict[str, float] = {}
         self.team_owed_s: dict[str, float] = {}
+        # per GPU model (teams with per-model quotas read it): team → model → milli, and the
+        # model each running job holds
+        self.team_model_milli: dict[str, dict[str, int]] = {}
+        self._job_model: dict[int, str] = {}
         self._nominal = {t.name: t.nominal_milli for t in (teams.nominal() if teams else ())}
         self._team_t = 0.0
         self._milli: dict[int, int] = {}
@@ -256,6 +260,12 @@ class JobLifecycle:
         if j is not None:
             team = j.spec.tenant
             self.team_milli[team] = self.team_milli.get(team, 0) + sign * self.job_milli(j)
+            model = (self.cloud.nodes[j.binds[0][0].node].itype.gpu_model if sign > 0
+                     else self._job_model.pop(j.idx, ""))
+            if sign > 0:
+                self._job_model[j.idx] = model
+            per = self.team_model_milli.setdefault(team, {})
+            per[model] = per.get(model, 0) + sign * self.job_milli(j)
             if sign < 0:  # it leaves the nodes: no longer demand until queued again
                 self.team_demand[team] = self.team_demand.get(team, 0) - self.job_milli(j)
 
@@ -473,7 +483,8 @@ class JobLifecycle:
         if self.quotas is not None:
             self.team_usage()
             held = restrictions(self.budget_now())
-            quota = QuotaInput(QuotaBook(self.quotas, self.team_milli), self.history, held)
+            quota = QuotaInput(QuotaBook(self.quotas, self.team_milli, self.team_model_milli),
+                               self.history, held)
             ends = [v.period_end_s for v in held.values() if v.action == "hold"]
             if ends and self._renew_at is None:
                 self._renew_at = min(ends)

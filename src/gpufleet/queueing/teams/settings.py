@@ -11,6 +11,7 @@ teams:
       cohort: research           # borrow idle quota from / lend to the cohort's other queues
       borrowing_limit: 8         # at most this many GPU-equivalents above nominal (omit: any)
       weight: 1                  # fair-share weight above quota
+      models: {H100-80GB: 4}     # per-GPU-model nominal within the total (unlisted: total only)
       budget: {usd: 5000, period: month, action: spot-only}   # or hold / notify
 ```
 
@@ -21,9 +22,9 @@ dollars in the file, integer micro-dollars inside.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gpufleet.queueing.teams.budget import MICRO, Budget
 from gpufleet.queueing.teams.fairshare import DEFAULT_HALF_LIFE_S
@@ -50,14 +51,32 @@ class QueueSettings(BaseModel):
     cohort: str | None = Field(default=None, min_length=1, max_length=63)
     borrowing_limit: float | None = Field(default=None, ge=0, le=1e6)
     weight: float = Field(default=1.0, gt=0, le=1e6)
+    # written as a mapping {model: GPUs}; kept as sorted pairs so the settings stay hashable
+    models: tuple[tuple[str, float], ...] = Field(default=(), max_length=64)
     budget: BudgetSettings | None = None
+
+    @field_validator("models", mode="before")
+    @classmethod
+    def _pairs(cls, v: Any) -> Any:
+        return tuple(sorted(v.items())) if isinstance(v, dict) else v
+
+    @model_validator(mode="after")
+    def _models(self) -> QueueSettings:
+        for m, g in self.models:
+            if not 0 <= g <= 1e6:
+                raise ValueError(f"queue {self.name}: models.{m} must be between 0 and 1e6 GPUs")
+            if self.gpus is None:
+                raise ValueError(f"queue {self.name}: per-model quotas need a total (gpus)")
+        return self
 
     def quota(self) -> TeamQuota | None:
         """The queue's quota; None for a budget-only queue (``gpus`` omitted)."""
         if self.gpus is None:
             return None
         limit = None if self.borrowing_limit is None else round(self.borrowing_limit * 1000)
-        return TeamQuota(self.name, round(self.gpus * 1000), self.cohort, limit, self.weight)
+        models = tuple((m, round(g * 1000)) for m, g in self.models)
+        return TeamQuota(self.name, round(self.gpus * 1000), self.cohort, limit, self.weight,
+                         models)
 
 
 class TeamsSettings(BaseModel):
