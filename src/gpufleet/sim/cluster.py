@@ -513,4 +513,8 @@ class ClusterSim:
         now = self.now
         self.series.sample(now, self.cloud.live.values(), self.cloud.accrued_usd(now),
                            len(self.pending), self.tally.interruptions)
+        if self.sc.teams is not None:
+            self.life.team_usage()
+            self.series.sample_teams((q.name for q in self.sc.teams.queues),
+                                     self.life.team_milli)
         self._periodic_at(now + self.sc.sample_interval_s, SAMPLE)

@@ -21,6 +21,7 @@ from rich.table import Table
 from gpufleet.config import BASELINES, CHAIN, LEVERS
 from gpufleet.sim.books import Series
 from gpufleet.sim.summary import late_share
+from gpufleet.sim.team_report import team_html
 
 # (summary key, column title, format) — the side-by-side table in the terminal and the HTML
 COLUMNS: tuple[tuple[str, str, str], ...] = (
@@ -265,6 +266,7 @@ td:first-child{{text-align:left}}img{{max-width:100%}}</style></head><body>
 <h2>Scenarios side by side</h2><table><tr><th>metric</th>{head}</tr>{rows}</table>
 <ul>{note_rows}</ul>
 {view_html}
+{team_html(summaries, series, _png)}
 <h2>Over time</h2>{imgs}
 </body></html>
 """
