@@ -399,12 +399,18 @@ def _reclaim(state: FleetState, left: list[PendingUnit], victims: Sequence[Victi
             members.setdefault(v.workload or v.job_id, []).append(v)
     if not members:
         return []
-    running = [Running(key, vs[0].team or "", sum(v.milli for v in vs),
-                       max(v.started_s for v in vs)) for key, vs in members.items()]
+    running = sorted((Running(key, vs[0].team or "", sum(v.milli for v in vs),
+                              max(v.started_s for v in vs)) for key, vs in members.items()),
+                     key=lambda r: (-r.started_s, r.key))  # reclaim's order: sorted once
+    tried: set[Hashable] = set()  # (team, milli, shape) already asked: the same answer
     for u in left:
         if (u.team is None or u.request is None or u.refusal is not None
                 or book.verdict(u.team, u.milli).admission is not Admission.WITHIN):
             continue
+        ask = (u.team, u.milli, unit_shape(u))
+        if ask in tried:
+            continue
+        tried.add(ask)
         got = reclaim_victims(book, u.team, u.milli, running)
         if not got:
             continue

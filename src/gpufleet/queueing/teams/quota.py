@@ -107,9 +107,17 @@ class QuotaBook:
         # team → GPU model → milli in use, for the teams with per-model quotas
         self.model_usage: dict[str, dict[str, int]] = {
             n: dict((model_usage or {}).get(n, {})) for n, t in self.teams.items() if t.models}
+        # per cohort: its members and its nominal total minus its usage, kept up to date by
+        # admit / release (a pass asks the room once per pending unit: it must be O(1))
+        self._members: dict[str, list[TeamQuota]] = {}
+        for t in self.teams.values():
+            if t.cohort is not None:
+                self._members.setdefault(t.cohort, []).append(t)
+        self._room = {c: sum(m.nominal_milli - self.usage[m.name] for m in ms)
+                      for c, ms in self._members.items()}
 
     def members(self, cohort: str) -> list[TeamQuota]:
-        return [t for t in self.teams.values() if t.cohort == cohort]
+        return list(self._members.get(cohort, ()))
 
     def borrowed(self, team: str) -> int:
         t = self.teams.get(team)
@@ -117,8 +125,7 @@ class QuotaBook:
 
     def cohort_room(self, cohort: str) -> int:
         """Cohort nominal total minus cohort usage (what is still unused, by anyone)."""
-        ms = self.members(cohort)
-        return sum(t.nominal_milli for t in ms) - sum(self.usage[t.name] for t in ms)
+        return self._room.get(cohort, 0)
 
     def verdict(self, team: str, milli: int) -> Verdict:
         t = self.teams.get(team)
@@ -176,14 +183,20 @@ class QuotaBook:
     def admit(self, team: str, milli: int, model: str | None = None) -> None:
         """``team`` starts ``milli`` more (on GPU ``model`` when known: per-model use)."""
         if team in self.teams:
-            self.usage[team] += milli
+            self._use(team, milli)
             if model is not None and team in self.model_usage:
                 mu = self.model_usage[team]
                 mu[model] = mu.get(model, 0) + milli
 
     def release(self, team: str, milli: int) -> None:
         if team in self.teams:
-            self.usage[team] = max(0, self.usage[team] - milli)
+            self._use(team, -min(milli, self.usage[team]))
+
+    def _use(self, team: str, delta: int) -> None:
+        self.usage[team] += delta
+        cohort = self.teams[team].cohort
+        if cohort is not None:
+            self._room[cohort] -= delta
 
 
 def reclaim_victims(book: QuotaBook, team: str, milli: int,
