@@ -27,7 +27,7 @@ def test_team_rows_format_and_dash_for_missing() -> None:
     assert rows[0] == ["a", "1,234.6", "2,000.0", "0.988", "1.50", "61", "1,200", "100.00",
                        "80.00", "hold", "90.00", "0.46"]
     # a budget-only queue without a budget: dashes for what it has not
-    assert rows[1] == ["b", "1.0", "-", "-", "1.00", "0", "3", "0.50", "-", "-", "-", "-"]
+    assert rows[1] == ["b", "1.0", "—", "—", "1.00", "0", "3", "0.50", "—", "—", "—", "—"]
     assert len(rows[0]) == len(TEAM_COLUMNS) + 1
 
 

@@ -21,6 +21,7 @@ from rich.table import Table
 from gpufleet.config import BASELINES, CHAIN, LEVERS
 from gpufleet.sim.books import Series
 from gpufleet.sim.summary import late_share
+from gpufleet.sim.team_report import fmt_cell as _fmt
 from gpufleet.sim.team_report import team_html
 
 # (summary key, column title, format) — the side-by-side table in the terminal and the HTML
@@ -134,13 +135,6 @@ def summary_json(summaries: dict[str, dict[str, Any]], wall_s: float, meta: dict
     )
 
 
-def _fmt(fmt: str, v: Any) -> str:
-    if v is None:
-        return "—"
-    try:
-        return fmt.format(v)
-    except (ValueError, TypeError):
-        return str(v)
 
 
 def rich_table(summaries: dict[str, dict[str, Any]], title: str) -> Table:

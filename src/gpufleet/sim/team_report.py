@@ -15,7 +15,7 @@ from rich.table import Table
 
 from gpufleet.sim.books import Series
 
-# (key in the per-team row, column label, format); None values print as "-"
+# (key in the per-team row, column label, format); None values print as "—"
 TEAM_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("gpu_hours_used", "GPU-h used", "{:,.1f}"),
     ("gpu_hours_entitled", "GPU-h entitled", "{:,.1f}"),
@@ -31,9 +31,11 @@ TEAM_COLUMNS: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def _cell(fmt: str, v: Any) -> str:
+def fmt_cell(fmt: str, v: Any) -> str:
+    """A table cell: ``v`` by ``fmt``, "—" for a missing value, ``str`` when it will not
+    format (the report's tables use it too)."""
     if v is None:
-        return "-"
+        return "—"
     try:
         return fmt.format(v)
     except (ValueError, TypeError):
@@ -42,7 +44,7 @@ def _cell(fmt: str, v: Any) -> str:
 
 def team_rows(teams: Mapping[str, Any]) -> list[list[str]]:
     """One row of cells per team (``TEAM_COLUMNS``), the team's name first."""
-    return [[name, *(_cell(fmt, row.get(key)) for key, _, fmt in TEAM_COLUMNS)]
+    return [[name, *(fmt_cell(fmt, row.get(key)) for key, _, fmt in TEAM_COLUMNS)]
             for name, row in teams["per_team"].items()]
 
 
@@ -50,7 +52,7 @@ def _footer(teams: Mapping[str, Any]) -> str:
     worst = teams.get("worst_entitled_delivered")
     return (f"Jain's index (used / entitled) {teams['jain_index']:.3f}; over entitled "
             f"delivered {teams.get('jain_index_delivered', 1.0):.3f}; worst team delivered "
-            f"{'-' if worst is None else f'{worst:.3f}'}; unattributed spend "
+            f"{'—' if worst is None else f'{worst:.3f}'}; unattributed spend "
             f"${teams.get('unattributed_usd') or 0.0:,.2f}")
 
 
