@@ -17,6 +17,7 @@ from gpufleet.control.cycle import PendingUnit, QuotaInput, Victim, plan_cycle
 from gpufleet.decisions import Bind
 from gpufleet.placement import get_policy
 from gpufleet.queueing import BackfillPass
+from gpufleet.queueing.teams.budget import MICRO, BudgetState, BudgetVerdict
 from gpufleet.queueing.teams.fairshare import UsageHistory
 from gpufleet.queueing.teams.quota import QuotaBook, TeamQuota
 from gpufleet.state import FleetState, ResourceRequest
@@ -50,6 +51,9 @@ class Case:
     history: dict[str, float] | None = None  # decayed GPU usage per team
     prio: dict[str, int] = field(default_factory=dict)  # running jobs' priorities (else 0)
     kw: dict = field(default_factory=dict)
+    gangs: dict[str, str] = field(default_factory=dict)  # running job → its gang (workload)
+    budgets: dict[str, str] = field(default_factory=dict)  # team → its budget's action now
+    spot_b: bool = False  # node b is a spot node (tainted)
 
 
 CASES_Q = [
@@ -129,12 +133,50 @@ CASES_Q = [
          [unit("x2", "x", 40, TWO, prio=5)], {}, {"x2": "0/2 nodes are available"},
          running=[("x0", "x", "a", (0, 1), 0), ("u0", None, "b", (0, 1), 0)],
          prio={"u0": 9}, evicted=[("x0", "preempted by x2 (priority 5)")]),
+    # -- gangs under reclaim -----------------------------------------------------------------
+    Case("reclaim takes a borrowed gang whole: x runs x0, x1 on a and the 2-pod gang g (x2, x3"
+         " on b, started 30); y1 needs 1 GPU, the newest borrowed workload is g → both its pods"
+         " go, though one GPU would do",
+         [unit("y1", "y", 40)], {}, {"y1": "0/2 nodes are available"},
+         running=[("x0", "x", "a", (0,), 0), ("x1", "x", "a", (1,), 10),
+                  ("x2", "x", "b", (0,), 30), ("x3", "x", "b", (1,), 30)],
+         gangs={"x2": "g", "x3": "g"},
+         evicted=[("x2", "reclaim: team x borrowed"), ("x3", "reclaim: team x borrowed")]),
+    Case("priority preemption never takes a gang's member: the 'priority within a team' case"
+         " with x's pair a gang → nothing evicted",
+         [unit("x2", "x", 40, TWO, prio=5)], {}, {"x2": "0/2 nodes are available"},
+         running=[("x0", "x", "a", (0, 1), 0), ("u0", None, "b", (0, 1), 0)],
+         prio={"u0": 9}, gangs={"x0": "gx"}),
+    # -- budgets (step 6) --------------------------------------------------------------------
+    Case("hold: x's budget is spent → x1 waits with the reason, y1 binds; x's running work"
+         " stays",
+         [unit("x1", "x", 1), unit("y1", "y", 2)], {"y1": ("a", (1,))},
+         {"x1": "team x: budget $12.00 of $10.00 spent; new work waits until the period renews"},
+         running=[("x0", "x", "a", (0,), 0)], budgets={"x": "hold"}),
+    Case("hold applies to a budget-only team (no quota, not in the book) too",
+         [unit("h1", "h", 1)], {}, {"h1": "team h: budget"}, budgets={"h": "hold"}),
+    Case("a held unit is never a reclaim's beneficiary: y1 is within y's quota and x borrowed"
+         " (the first reclaim case) but y is held → nothing evicted",
+         [unit("y1", "y", 40)], {}, {"y1": "new work waits"},
+         running=[("x0", "x", "a", (0,), 0), ("x1", "x", "a", (1,), 10),
+                  ("x2", "x", "b", (0,), 20), ("x3", "x", "b", (1,), 30)],
+         budgets={"y": "hold"}),
+    Case("notify changes nothing: x1 binds a's GPU 0 as without a budget",
+         [unit("x1", "x", 1)], {"x1": ("a", (0,))}, budgets={"x": "notify"}),
+    Case("spot-only: b is spot; x1 (no spot toleration of its own) goes to b, where without"
+         " the budget it would take a (first row); y1 still takes a",
+         [unit("x1", "x", 1), unit("y1", "y", 2)], {"x1": ("b", (0,)), "y1": ("a", (0,))},
+         budgets={"x": "spot-only"}, spot_b=True),
+    Case("spot-only with the spot node full: x1 waits though a is free — the mask cut a",
+         [unit("x1", "x", 1)], {},
+         {"x1": "0/2 nodes are available: 1 node(s) didn't match Pod's node affinity/selector"},
+         running=[("u0", None, "b", (0, 1), 0)], budgets={"x": "spot-only"}, spot_b=True),
 ]
 
 
 @pytest.mark.parametrize("case", CASES_Q, ids=lambda c: c.name)
 def test_cycle_quota_case(case: Case) -> None:
-    s = fleet(False)
+    s = fleet(case.spot_b)
     victims = []
     usage = dict(case.extra_usage)
     for job, team, node, gpus, started in case.running:
@@ -142,7 +184,7 @@ def test_cycle_quota_case(case: Case) -> None:
         b = Bind(job, node, gpus)
         s.allocate(req, b)
         victims.append(Victim(job, case.prio.get(job, 0), started, req, b, team=team,
-                              milli=len(gpus) * 1000))
+                              milli=len(gpus) * 1000, workload=case.gangs.get(job)))
         if team is not None:
             usage[team] = usage.get(team, 0) + len(gpus) * 1000
     book = QuotaBook(case.teams, usage)
@@ -151,8 +193,10 @@ def test_cycle_quota_case(case: Case) -> None:
         history = UsageHistory(last_s=0.0)
         history.decayed = {t: {"gpu": v} for t, v in case.history.items()}
     before = (s.free_milli.copy(), dict(book.usage))
+    budgets = {t: BudgetVerdict(t, BudgetState.EXHAUSTED, a, 12 * MICRO, 10 * MICRO, 0.0, 0.0)
+               for t, a in case.budgets.items()}  # type: ignore[arg-type]
     plan = plan_cycle(s, case.pending, POLICY, np.random.default_rng(0), victims=victims,
-                      quota=QuotaInput(book, history), **case.kw)
+                      quota=QuotaInput(book, history, budgets), **case.kw)
     assert {b.job_id: (b.node, b.gpus) for b in plan.binds} == case.binds
     assert [(e.job_id, e.reason) for e in plan.evictions] == case.evicted
     refused = {r.job_id: r.message for r in plan.refusals}
@@ -184,3 +228,40 @@ def test_quota_on_no_managed_team_is_today(case: object) -> None:
                                 victims=victims, quota=quota, **case.kw))
     assert plans[0].decisions == plans[1].decisions
     assert plans[0].blocked == plans[1].blocked and plans[0].started == plans[1].started
+
+
+def test_per_model_quota_cuts_the_refused_models_rows() -> None:
+    """Per-GPU-model quotas in the cycle. Fleet: ``t`` (2 T4) and ``v`` (2 V100). Team m has 4
+    GPUs in all, at most 1 of them V100 (``models``), no cohort, and already runs 1 V100.
+    m1 asks for a V100 or a T4 (no model constraint) and, though ``bestfit`` would take the
+    first row… the V100 rows are cut: m1 → t. m2 asks for a V100 only → refused with the model
+    verdict. n (no per-model quota) takes a V100."""
+    s = FleetState()
+    s.add_node("t", gpu_model="T4", num_gpus=2, cpu_milli=8000, memory_mib=8192)
+    s.add_node("v", gpu_model="V100-16GB", num_gpus=2, cpu_milli=8000, memory_mib=8192)
+    s.allocate(ONE, Bind("m0", "v", (0,)))
+    teams = [TeamQuota("m", 4000, models=(("V100-16GB", 1000),)), TeamQuota("n", 4000)]
+    book = QuotaBook(teams, {"m": 1000}, {"m": {"V100-16GB": 1000}})
+    v100 = ResourceRequest(cpu_milli=1000, num_gpu=1, gpu_models=frozenset({"V100-16GB"}))
+    pending = [unit("m1", "m", 1), unit("m2", "m", 2, v100), unit("n1", "n", 3, v100)]
+    plan = plan_cycle(s, pending, POLICY, np.random.default_rng(0), quota=QuotaInput(book))
+    assert {b.job_id: (b.node, b.gpus) for b in plan.binds} == {
+        "m1": ("t", (0,)), "n1": ("v", (1,))}
+    refused = {r.job_id: r.message for r in plan.refusals}
+    assert refused == {"m2": "0/2 nodes are available: 1 node(s) didn't match Pod's node "
+                             "affinity/selector, " + refused["m2"].split(", ", 1)[1]}
+    # without the per-model quota m1 takes v's free GPU (bestfit: the fullest node)
+    plain = QuotaBook([TeamQuota("m", 4000), TeamQuota("n", 4000)], {"m": 1000})
+    plan = plan_cycle(s, pending[:1], POLICY, np.random.default_rng(0), quota=QuotaInput(plain))
+    assert [(b.job_id, b.node) for b in plan.binds] == [("m1", "v")]
+
+
+def test_per_model_quota_refuses_when_every_model_is_refused() -> None:
+    s = FleetState()
+    s.add_node("v", gpu_model="V100-16GB", num_gpus=2, cpu_milli=8000, memory_mib=8192)
+    book = QuotaBook([TeamQuota("m", 4000, models=(("V100-16GB", 0),))])
+    plan = plan_cycle(s, [unit("m1", "m", 1)], POLICY, np.random.default_rng(0),
+                      quota=QuotaInput(book))
+    assert plan.binds == []
+    assert [r.message for r in plan.refusals] == [
+        "team m: 1 V100-16GB GPU would exceed its V100-16GB quota of 0 and it has no cohort"]

@@ -107,3 +107,25 @@ def test_group_order_sorts_set_members_and_keeps_repr_otherwise() -> None:
     ]
     for key, want in cases:
         assert group_order(key) == want
+
+
+def test_spot_only_pods_never_get_on_demand() -> None:
+    """A team whose budget says spot-only: with no spot market the spot strategy finds no zone
+    — where spot-tolerant pods fall back to on-demand (the test above), spot-only ones get
+    nothing and come back unprovisioned; with a market they get spot; an on-demand node
+    booting does not absorb them."""
+    p = pod()
+    only = PendingPod(p.job_id, p.request, True, 0.0, spot_only=True)
+    pol = ScaleUpPolicy()
+    reply = pol.plan([only] * 3, OFFERS, (), {}, get_spot_strategy("capacity-aware"))
+    assert reply.launches == ()
+    assert [u.job_id for u in reply.unprovisioned] == ["j"]
+    out = pol.decide([only] * 3, OFFERS, (), markets({"us-west-2a": 0.918}),
+                     get_spot_strategy("capacity-aware"))
+    assert [(la.capacity_type, la.count) for la in out] == [(CapacityType.SPOT, 3)]
+    # a booting on-demand p3.16xlarge absorbs three ordinary pods, not three spot-only ones
+    assert pol.decide([p] * 3, OFFERS, [InFlight(P3_16X, False)]) == []
+    assert pol.decide([only] * 3, OFFERS, [InFlight(P3_16X, False)], {},
+                      get_spot_strategy("capacity-aware")) == []
+    assert pol.plan([only] * 3, OFFERS, [InFlight(P3_16X, False)], {},
+                    get_spot_strategy("capacity-aware")).unprovisioned != ()

@@ -72,3 +72,25 @@ def test_without_teams_nothing_is_reclaimed_and_the_summary_has_no_teams() -> No
     assert "teams" not in s
     assert all(j.interruptions == 0 for j in sim.sim.jobs)
     assert by["b1"].first_start_s == pytest.approx(3610.0)  # a1 (10 + 3600) frees 2 GPUs
+
+
+def test_reclaim_takes_a_borrowed_gang_whole() -> None:
+    """The same node and teams. a1 and a2 are gangs of two 2-GPU replicas (t = 10, 20): a1 is
+    within a's 4 GPUs, a2 borrows b's 4 — the node is full. b1 (2 GPUs) at 600 is within b's
+    quota with no idle quota in the cohort: the newest borrowed workload is the gang a2, and it
+    goes whole (both replicas, 4 GPUs, though b1 needs 2): it checkpoints (30 s) and b1 starts
+    at 630. a2 (a at 4 + 4 would need 4 idle in the cohort, b1 leaves 2) waits until b1 ends at
+    1230."""
+    sc = default_scenario().model_copy(update={
+        "autoscaling": False, "spot": False, "fixed_nodes": 1, "gpu_mtbf_hours": None,
+        "instance_types": ("g4dn.metal",), "teams": TEAMS})
+    jobs = [JobSpec(f"a{i}", 10.0 * i, 3600.0, TWO_T4, replicas=2, checkpoint_cost_s=30.0,
+                    tenant="a") for i in (1, 2)]
+    jobs.append(JobSpec("b1", 600.0, 600.0, TWO_T4, tenant="b"))
+    sim = Simulation(sc, 0, jobs)
+    s = sim.run()
+    assert s["jobs_finished"] == 3
+    by = {j.spec.job_id: j for j in sim.sim.jobs}
+    assert (by["a1"].interruptions, by["a2"].interruptions) == (0, 1)
+    assert by["b1"].first_start_s == pytest.approx(630.0)
+    assert by["a2"].bound_s == pytest.approx(1230.0)

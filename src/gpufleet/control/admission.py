@@ -78,6 +78,14 @@ def tolerates_spot(req: ResourceRequest) -> bool:
     return SPOT_TAINT in req.tolerations
 
 
+def request_on_spot(req: ResourceRequest) -> ResourceRequest:
+    """What a job of a team whose budget says ``spot-only`` asks for: it tolerates spot (the
+    cycle's eligibility mask then keeps it to spot nodes, scale-up launches spot for it)."""
+    if SPOT_TAINT in req.tolerations:
+        return req
+    return replace(req, tolerations=req.tolerations | {SPOT_TAINT})
+
+
 def request_now(req: ResourceRequest, on_demand_only: bool) -> ResourceRequest:
     """What the job asks for now: pinned to on-demand, it no longer tolerates spot."""
     if on_demand_only and SPOT_TAINT in req.tolerations:

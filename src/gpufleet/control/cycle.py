@@ -34,7 +34,20 @@ returned :class:`CyclePlan`. In order:
    room is held by other teams' borrowed work gets one *reclaim*: ``reclaim_victims`` (newest
    borrowed first) among the victims, kept only if the unit then fits (``Preempt`` reasons
    "reclaim: team X borrowed"). Priority preemption (step 4) then stays within a team, so
-   another team's work is evicted only by reclaim, and only what it borrowed.
+   another team's work is evicted only by reclaim, and only what it borrowed. A running gang
+   (victims sharing a ``workload``) is one borrowed workload: reclaim takes all of its members
+   or none, and priority preemption never takes a member. Per-GPU-model quotas
+   (``TeamQuota.models``): as the pass reaches a unit of such a team, the rows of every GPU
+   model whose ``model_verdict`` refuses it are cut from its eligibility mask; a unit left with
+   no model is refused with the first model's reason. Admission books the model it landed on.
+6. *Team budgets* (``QuotaInput.budgets``: ``queueing.teams.budget.budget_verdicts`` of the
+   teams whose budget is about to run out, ``restrictions``). ``hold``: the team's pending
+   units are refused with the verdict's reason and skipped like quota-blocked ones (running
+   work is untouched). ``spot-only``: the team's units ask for spot (``request_on_spot``: the
+   toleration) and may use only spot rows — the eligibility mask is cut to nodes whose capacity
+   type is spot, and the pin is spot (a deadline guard's pin to on-demand gives way: the budget
+   is the harder limit). Every pending unit counts as new work, a requeued one too: it would
+   start again and spend again.
 
 Placed units are allocated into the state as the pass goes — one ``queueing.statement``
 ``Statement``, so later units see them — and the statement is discarded before returning: the
@@ -49,14 +62,14 @@ only GPU 0 free (b holds GPU 1 now) → no plan. Binds: b; refusals: c, a.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Iterator, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 import numpy as np
 
-from gpufleet.control.admission import request_now
+from gpufleet.control.admission import request_now, request_on_spot
 from gpufleet.decisions import Bind, CapacityType, Preempt, Refuse
 from gpufleet.placement import PlacementResult
 from gpufleet.placement.mig import bind_masks
@@ -65,6 +78,7 @@ from gpufleet.queueing import BackfillPass, queue_key
 from gpufleet.queueing.gang import place_gang
 from gpufleet.queueing.preemption import Victim, plan_preemption
 from gpufleet.queueing.statement import Statement
+from gpufleet.queueing.teams.budget import BudgetVerdict
 from gpufleet.queueing.teams.fairshare import UsageHistory, fair_order
 from gpufleet.queueing.teams.quota import Admission, QuotaBook, Running, reclaim_victims
 from gpufleet.state import FleetState, ResourceRequest
@@ -138,11 +152,14 @@ def unit_shape(u: PendingUnit) -> Hashable:
 @dataclass(frozen=True, slots=True)
 class QuotaInput:
     """The quota side of a cycle: the book (nominal quotas and the usage of running work, in
-    milli-GPU-equivalents; copied, never changed) and the decayed usage history that orders
-    borrowing teams (None: every team's share is 0, so borrowing teams go by name)."""
+    milli-GPU-equivalents; copied, never changed), the decayed usage history that orders
+    borrowing teams (None: every team's share is 0, so borrowing teams go by name) and the
+    budget verdicts of the teams whose new work is restricted (``hold`` / ``spot-only``, step 6;
+    other actions are ignored). A team may have a budget and no quota (not in the book)."""
 
     book: QuotaBook
     history: UsageHistory | None = None
+    budgets: Mapping[str, BudgetVerdict] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -227,9 +244,14 @@ def plan_cycle(
         plan.blocked = set(blocked or ())
         return plan
     book = None
+    held: dict[str, str] = {}  # team → why its new work waits (budget hold)
     if quota is not None:
-        book = QuotaBook(quota.book.teams.values(), quota.book.usage)
+        book = QuotaBook(quota.book.teams.values(), quota.book.usage, quota.book.model_usage)
         order = _quota_order(order, book, quota.history)
+        held = {t: v.reason for t, v in quota.budgets.items() if v.action == "hold"}
+        spot = {t for t, v in quota.budgets.items() if v.action == "spot-only"}
+        if spot:
+            order = on_spot_only(state, order, spot)
     shapes = [unit_shape(u) for u in order]
     reasons: dict[Hashable, tuple[str, bool]] = {}
     over: dict[int, str] = {}  # unit index → the quota verdict's reason
@@ -244,18 +266,31 @@ def plan_cycle(
                 cycle.allocate(_request(u), b, bind_masks(state, b, policy.catalog))
             plan.binds.extend(binds)
             if book is not None and u.team is not None:
-                book.admit(u.team, u.milli)
+                row = state.index[binds[0].node]
+                mid = int(state.model_id[row])
+                book.admit(u.team, u.milli, state.model_names[mid] if mid >= 0 else None)
             return True
 
         def walk() -> Iterator[tuple[int, Hashable, float]]:
             """The queue for backfill; lazily, so that each verdict sees the admissions made
             before it, and quota-blocked units are skipped rather than failed."""
             for i, u in enumerate(order):
+                if u.team in held:
+                    over[i] = held[u.team]
+                    continue
                 if book is not None and u.team is not None:
                     v = book.verdict(u.team, u.milli)
                     if not v.admitted:
                         over[i] = v.reason
                         continue
+                    if u.team in book.model_usage:
+                        cut = _model_cut(state, book, u)
+                        if isinstance(cut, str):
+                            over[i] = cut
+                            continue
+                        if cut is not None:
+                            order[i] = cut
+                            shapes[i] = unit_shape(cut)
                 yield i, shapes[i], u.submit_s
 
         present = shapes_present if shapes_present is not None else len(set(shapes))
@@ -306,6 +341,47 @@ def _quota_order(order: list[PendingUnit], book: QuotaBook,
     return within + borrow
 
 
+def _model_cut(state: FleetState, book: QuotaBook, u: PendingUnit) -> PendingUnit | str | None:
+    """Per-GPU-model quotas (step 5): ``u`` with the rows of the models its team may not use
+    now cut from its mask; None when no model is refused, the first refusal's reason when
+    every GPU model on the fleet is."""
+    assert u.team is not None
+    n = state.n
+    keep = np.ones(n, bool)
+    first = ""
+    refused = []
+    for mid, model in enumerate(state.model_names):
+        v = book.model_verdict(u.team, model, u.milli)
+        if not v.admitted:
+            keep &= state.model_id[:n] != mid
+            refused.append(model)
+            first = first or v.reason
+    if not refused:
+        return None
+    if len(refused) == len(state.model_names):
+        return first
+    mask = keep if u.eligible is None else u.eligible[:n] & keep
+    return replace(u, eligible=mask, shape=None if u.shape is None else (
+        "models", tuple(refused), u.shape))
+
+
+def on_spot_only(state: FleetState, order: list[PendingUnit],
+                 teams: set[str]) -> list[PendingUnit]:
+    """Step 6's ``spot-only``: the units of ``teams`` ask for spot and may use spot rows only."""
+    n = state.n
+    spot_rows = np.fromiter((state.nodes[r].capacity_type == CapacityType.SPOT
+                             for r in range(n)), bool, n)
+    out = []
+    for u in order:
+        if u.team in teams and u.request is not None:
+            mask = spot_rows if u.eligible is None else u.eligible[:n] & spot_rows
+            u = replace(u, request=request_on_spot(u.request), eligible=mask,
+                        pin=CapacityType.SPOT, shape=None if u.shape is None else (
+                            "spot-only", u.shape))
+        out.append(u)
+    return out
+
+
 def _managed(book: QuotaBook, team: str | None) -> str | None:
     """The team as quotas see it: None for work no queue manages."""
     return team if team is not None and team in book.teams else None
@@ -314,26 +390,39 @@ def _managed(book: QuotaBook, team: str | None) -> str | None:
 def _reclaim(state: FleetState, left: list[PendingUnit], victims: Sequence[Victim],
              policy: Policy, book: QuotaBook, rng: np.random.Generator) -> list[Preempt]:
     """One reclaim, for the first unplaced within-quota unit whose room other teams' borrowed
-    work holds: ``reclaim_victims`` among the victims, kept only if the unit then fits."""
-    running = [Running(v.job_id, v.team, v.milli, v.started_s)
-               for v in victims if v.team is not None]
-    if not running:
+    work holds: ``reclaim_victims`` among the running workloads (a gang — victims sharing a
+    ``workload`` — is one, its size the sum of its members'), kept only if the unit then fits
+    with every member of each chosen workload released."""
+    members: dict[str, list[Victim]] = {}
+    for v in victims:
+        if v.team is not None:
+            members.setdefault(v.workload or v.job_id, []).append(v)
+    if not members:
         return []
-    by_id = {v.job_id: v for v in victims}
+    running = sorted((Running(key, vs[0].team or "", sum(v.milli for v in vs),
+                              max(v.started_s for v in vs)) for key, vs in members.items()),
+                     key=lambda r: (-r.started_s, r.key))  # reclaim's order: sorted once
+    tried: set[Hashable] = set()  # (team, milli, shape) already asked: the same answer
     for u in left:
         if (u.team is None or u.request is None or u.refusal is not None
                 or book.verdict(u.team, u.milli).admission is not Admission.WITHIN):
             continue
+        ask = (u.team, u.milli, unit_shape(u))
+        if ask in tried:
+            continue
+        tried.add(ask)
         got = reclaim_victims(book, u.team, u.milli, running)
         if not got:
             continue
         with Statement(state) as what_if:
             for r in got:
-                v = by_id[r.key]
-                what_if.release(v.request, v.bind, v.masks)
+                for v in members[r.key]:
+                    what_if.release(v.request, v.bind, v.masks)
             fits = _place(state, u, policy, rng, {}, ("reclaim", u.id)) is not None
         if fits:
-            return [Preempt(r.key, f"reclaim: team {r.team} borrowed") for r in got]
+            out = {v.job_id: Preempt(v.job_id, f"reclaim: team {r.team} borrowed")
+                   for r in got for v in members[r.key]}
+            return list(out.values())
     return []
 
 
@@ -380,6 +469,9 @@ def _preempt(state: FleetState, left: list[PendingUnit], victims: Sequence[Victi
     """One preemption, for the first unplaced unit (queue order) it can help. Under quotas
     (``book``) priority preempts only within a team — unmanaged work only unmanaged work —
     as Kueue's ``withinClusterQueue: LowerPriority``; across teams only reclaim evicts."""
+    victims = [v for v in victims if v.workload is None]  # a gang is never torn apart
+    if not victims:
+        return []
     lowest = min(v.priority for v in victims)
     for u in left:
         if u.is_gang or u.request is None or u.refusal is not None or u.preempt_never:

@@ -11,7 +11,7 @@ so it is decided here (``pod_view``), not in a driver.
 
 from __future__ import annotations
 
-from gpufleet.control.admission import request_now, tolerates_spot
+from gpufleet.control.admission import request_now, request_on_spot, tolerates_spot
 from gpufleet.control.deadline import GuardConfig, movable, urgent
 from gpufleet.provisioning import NodeShape, NodeView, PendingPod, PodView
 from gpufleet.state import FleetState, ResourceRequest
@@ -20,14 +20,16 @@ from gpufleet.traces.jobs import JobSpec
 
 def pending_pods(
     spec: JobSpec, req: ResourceRequest, on_demand_only: bool, waited_s: float, work_s: float,
-    interrupted: bool, now: float, cfg: GuardConfig,
+    interrupted: bool, now: float, cfg: GuardConfig, spot_only: bool = False,
 ) -> list[PendingPod]:
-    """One ``PendingPod`` per replica of a queued job (``work_s``: work already done)."""
-    ask = request_now(req, on_demand_only)
+    """One ``PendingPod`` per replica of a queued job (``work_s``: work already done).
+    ``spot_only``: its team's budget says so (``control.teams.Gate.SPOT``): it asks for spot
+    and only spot is launched for it, whatever pin it had."""
+    ask = request_on_spot(req) if spot_only else request_now(req, on_demand_only)
     hurry = urgent(spec, work_s, interrupted, now, cfg)
     ok = tolerates_spot(ask)
     # distinct objects: scale-up tells replicas apart by identity
-    return [PendingPod(spec.job_id, ask, ok, waited_s, hurry, spec.replicas)
+    return [PendingPod(spec.job_id, ask, ok, waited_s, hurry, spec.replicas, spot_only)
             for _ in range(spec.replicas)]
 
 

@@ -48,7 +48,7 @@ from gpufleet.provisioning.binpack import (
 from gpufleet.state import GPU_MILLI, ResourceRequest
 
 # (models, min CUDA, GPU memory, spot ok, min(GPUs, 2), MIG, gang id or ""): pods one launch serves
-_GroupKey = tuple[frozenset[str] | None, int, int, bool, int, bool, str]
+_GroupKey = tuple[object, ...]  # the group key: shape fields, then "spot-only" if so
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +73,8 @@ class PendingPod:
     # cannot afford to wait for the trigger (a deadline job with little slack): scale up now
     urgent: bool = False
     gang_size: int = 1  # replicas of its job (> 1: a gang, launched in one zone)
+    # spot capacity only (its team's budget says ``spot-only``: ``control.teams``)
+    spot_only: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,8 +144,11 @@ class ScaleUpPolicy:
         groups: dict[_GroupKey, list[PendingPod]] = {}
         for p in uncovered:
             r = p.request
-            key = (r.gpu_models, r.min_cuda, r.gpu_memory_mib, p.spot_ok, min(r.num_gpu, 2),
-                   r.mig_profile is not None, p.job_id if p.gang_size > 1 else "")
+            key: _GroupKey = (r.gpu_models, r.min_cuda, r.gpu_memory_mib, p.spot_ok,
+                              min(r.num_gpu, 2), r.mig_profile is not None,
+                              p.job_id if p.gang_size > 1 else "")
+            if p.spot_only:  # only then: the keys (and so the groups' order) stay as they were
+                key = (*key, "spot-only")
             groups.setdefault(key, []).append(p)
         out: list[Launch] = []
         left: list[Unprovisioned] = []
@@ -165,10 +170,12 @@ class ScaleUpPolicy:
         """The group's launches, or [] and why none."""
         reqs = [p.request for p in pods]
         spot_ok = pods[0].spot_ok
+        spot_only = pods[0].spot_only
         usable = [
             o
             for o in offers
             if (spot_ok or o.capacity_type == CapacityType.ON_DEMAND)
+            and (not spot_only or o.capacity_type == CapacityType.SPOT)
             and all(fits_shape(r, o.shape) for r in reqs)
         ]
         scored = [(score(reqs, o), o) for o in usable]
@@ -244,7 +251,7 @@ def _absorb(pods: list[PendingPod], inflight: Sequence[InFlight]) -> list[Pendin
         if not nodes:
             continue
         bins = [Bin.empty(n.shape) for n in nodes]
-        cand = [p for p in out if p.spot_ok or not spot]
+        cand = [p for p in out if (p.spot_ok or not spot) and (spot or not p.spot_only)]
         gangs: dict[str, list[PendingPod]] = {}
         for p in cand:
             if p.gang_size > 1:

@@ -40,6 +40,9 @@ class Victim:
     # None: not managed by quotas (reclaim never picks it)
     team: str | None = None
     milli: int = 0
+    # the gang it belongs to (None: a lone pod). A gang's members are never evicted one by one:
+    # priority preemption skips them, and reclaim takes every member of the gang together
+    workload: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,6 +33,13 @@ class Series:
     cost_usd: list[float] = field(default_factory=list)
     pending: list[int] = field(default_factory=list)
     interruptions: list[int] = field(default_factory=list)
+    # with a ``teams:`` section: GPU-equivalents each queue's running jobs hold, per sample
+    team_gpus: dict[str, list[float]] = field(default_factory=dict)
+
+    def sample_teams(self, teams: Iterable[str], milli: dict[str, int]) -> None:
+        """The teams' GPU-equivalents in use at the row ``sample`` just added."""
+        for t in teams:
+            self.team_gpus.setdefault(t, []).append(milli.get(t, 0) / GPU_MILLI)
 
     def sample(self, now: float, live: Iterable[SimNode], cost_usd: float, pending: int,
                interruptions: int) -> None:

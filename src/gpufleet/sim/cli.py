@@ -29,6 +29,7 @@ from gpufleet.metrics.exporter import MAX_SPEED
 from gpufleet.optiontypes import MAX_PORT, MAX_SEED, finite
 from gpufleet.outputpaths import writable_dir
 from gpufleet.sim.report import add_relative, rich_table, view_tables, write_outputs
+from gpufleet.sim.team_report import team_tables
 
 if TYPE_CHECKING:
     from gpufleet.metrics.fleet import FleetMetrics
@@ -196,6 +197,6 @@ def simulate(
             "derived_rows": derived}
     js, rep = write_outputs(out, summaries, series, wall, meta, NOTES)
     console.print(rich_table(summaries, f"{workload}: scenarios side by side"))
-    for table in view_tables(summaries):
+    for table in [*view_tables(summaries), *team_tables(summaries)]:
         console.print(table)
     console.print(f"wrote {js} and {rep} in {wall:.1f} s")

@@ -56,6 +56,7 @@ from gpufleet.control.policies import controls_for, deadline_guards
 from gpufleet.control.queue import PendingQueue
 from gpufleet.control.replacement import FixedFleet, Replacement, replaces_lost_node
 from gpufleet.control.scan import Disrupt
+from gpufleet.control.teams import Gate
 from gpufleet.control.views import node_view, pending_pods, pod_view
 from gpufleet.decisions import (
     Bind,
@@ -391,10 +392,15 @@ class ClusterSim:
         if not may_launch(len(self.cloud.live), self.sc.max_nodes):
             return 0
         pods = []
-        for _, i in self.pending[: self.ctl.scale_up.max_pods]:
-            j = self.jobs[i]
+        jobs = [self.jobs[i] for _, i in self.pending[: self.ctl.scale_up.max_pods]]
+        gates = self.life.gates(jobs)  # teams: no launch for work its quota or budget holds
+        for k, j in enumerate(jobs):
+            gate = Gate.ANY if gates is None else gates[k]
+            if gate is Gate.SKIP:
+                continue
             pods += pending_pods(j.spec, j.req, j.on_demand_only, now - j.enqueued_s, j.work_s,
-                                 bool(j.interruptions), now, self.ctl.guards)
+                                 bool(j.interruptions), now, self.ctl.guards,
+                                 spot_only=gate is Gate.SPOT)
         inflight = [InFlight(self.offers.shape(n.itype, n.mig), n.spot, n.zone)
                     for n in self.nodes.booting.values()]
         reply = self.ctl.scale_up.plan(pods, self.offers.offers(now), inflight,
@@ -507,4 +513,8 @@ class ClusterSim:
         now = self.now
         self.series.sample(now, self.cloud.live.values(), self.cloud.accrued_usd(now),
                            len(self.pending), self.tally.interruptions)
+        if self.sc.teams is not None:
+            self.life.team_usage()
+            self.series.sample_teams((q.name for q in self.sc.teams.queues),
+                                     self.life.team_milli)
         self._periodic_at(now + self.sc.sample_interval_s, SAMPLE)

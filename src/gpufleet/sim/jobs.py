@@ -30,12 +30,15 @@ from gpufleet.control.cycle import CyclePlan, PendingUnit, QuotaInput, plan_cycl
 from gpufleet.control.deadline import DeadlineGuards, DeadlineView
 from gpufleet.control.policies import Controls
 from gpufleet.control.queue import PendingQueue, effective_shape, is_urgent
+from gpufleet.control.teams import Gate, scale_up_gates
 from gpufleet.decisions import Bind, CapacityType, Decision, Requeue
 from gpufleet.placement.mig import bind_masks
 from gpufleet.queueing.preemption import Victim
+from gpufleet.queueing.teams.budget import BudgetVerdict, budget_verdicts, restrictions
 from gpufleet.queueing.teams.fairshare import UsageHistory
 from gpufleet.queueing.teams.quota import QuotaBook
 from gpufleet.queueing.teams.shares import gpu_equivalent_milli
+from gpufleet.queueing.teams.spend import SpendLedger, node_rates
 from gpufleet.recovery import NoticeView, SpotExposure, checkpoint_interval
 from gpufleet.sim.books import Tally, held_milli
 from gpufleet.sim.cloud import SimCloud, SimNode
@@ -67,6 +70,18 @@ def job_victim(j: JobRun, milli: int = 0) -> Victim:
     bind, masks = j.binds[0]
     return Victim(j.spec.job_id, j.spec.priority, j.bound_s, request_now(j.req, j.on_demand_only),
                   bind, masks, team=j.spec.tenant, milli=milli)
+
+
+def gang_victims(j: JobRun, milli: int) -> list[Victim]:
+    """A running multi-replica job as reclaim sees it: one victim per replica, all of workload
+    ``job_id`` (``milli``: the whole job's), so that reclaim takes the gang whole and priority
+    preemption leaves it alone. The ``Preempt`` comes back under the job's id."""
+    req = request_now(j.req, j.on_demand_only)
+    n = len(j.binds)
+    sid = j.spec.job_id
+    return [Victim(sid, j.spec.priority, j.bound_s, req, bind, masks, team=j.spec.tenant,
+                   milli=milli // n + (1 if r < milli % n else 0), workload=sid)
+            for r, (bind, masks) in enumerate(j.binds)]
 
 
 class JobLifecycle:
@@ -127,8 +142,28 @@ class JobLifecycle:
         self.history = None if teams is None else UsageHistory(teams.half_life_s)
         self.team_milli: dict[str, int] = {}  # GPU-equivalents of the running jobs, per tenant
         self.team_gpu_s: dict[str, float] = {}  # their integral: GPU-equivalent·seconds used
+        # demand (queued + running GPU-equivalents) per tenant, and per team with a quota the
+        # integrals of min(used, nominal) and min(demand, nominal): the entitled share it got
+        # and the one it asked for (the summary's ``entitled_delivered``)
+        self.team_demand: dict[str, int] = {}
+        self.team_delivered_s: dict[str, float] = {}
+        self.team_owed_s: dict[str, float] = {}
+        # per GPU model (teams with per-model quotas read it): team → model → milli, and the
+        # model each running job holds
+        self.team_model_milli: dict[str, dict[str, int]] = {}
+        self._job_model: dict[int, str] = {}
+        self._nominal = {t.name: t.nominal_milli for t in (teams.nominal() if teams else ())}
         self._team_t = 0.0
         self._milli: dict[int, int] = {}
+        # budgets: per-team spend from the nodes' prices (``queueing.teams.spend``), the last
+        # verdicts, the spend rate when each (team, period end)'s action first applied, and
+        # when a held team's period renews (a pass is due then)
+        self.budgets = {} if teams is None else teams.budgets()
+        self.ledger = None if teams is None else SpendLedger(
+            {t: b.period for t, b in self.budgets.items()})
+        self.verdicts: dict[str, BudgetVerdict] = {}
+        self.budget_triggers: dict[tuple[str, float], float] = {}
+        self._renew_at: float | None = None
 
     @property
     def now(self) -> float:
@@ -143,6 +178,10 @@ class JobLifecycle:
         return self.nodes.cloud
 
     def enqueue(self, j: JobRun) -> None:
+        if self.history is not None:
+            self.team_usage()
+            t = j.spec.tenant
+            self.team_demand[t] = self.team_demand.get(t, 0) + self.job_milli(j)
         j.state = PENDING
         self.pending.push(j, self.now)
         self._new.append(j.idx)
@@ -186,6 +225,7 @@ class JobLifecycle:
         j.held_milli += held_milli(bind, masks, node, self.gpu_catalog)
         node.jobs[j.idx] = node.jobs.get(j.idx, 0) + 1
         node.alloc_milli += j.replica_milli
+        self.charge(node)
         self._node_changed(node)
         j.on_spot = j.on_spot or node.spot
         if len(j.binds) == j.spec.replicas:
@@ -209,11 +249,68 @@ class JobLifecycle:
         if dt > 0:
             for team, milli in self.team_milli.items():
                 self.team_gpu_s[team] = self.team_gpu_s.get(team, 0.0) + milli * dt / 1000
+            for team, nominal in self._nominal.items():
+                used = min(self.team_milli.get(team, 0), nominal)
+                owed = min(self.team_demand.get(team, 0), nominal)
+                self.team_delivered_s[team] = (self.team_delivered_s.get(team, 0.0)
+                                               + used * dt / 1000)
+                self.team_owed_s[team] = self.team_owed_s.get(team, 0.0) + owed * dt / 1000
             self.history.advance(now, {t: {"gpu": float(m)} for t, m in self.team_milli.items()})
             self._team_t = now
         if j is not None:
             team = j.spec.tenant
             self.team_milli[team] = self.team_milli.get(team, 0) + sign * self.job_milli(j)
+            model = (self.cloud.nodes[j.binds[0][0].node].itype.gpu_model if sign > 0
+                     else self._job_model.pop(j.idx, ""))
+            if sign > 0:
+                self._job_model[j.idx] = model
+            per = self.team_model_milli.setdefault(team, {})
+            per[model] = per.get(model, 0) + sign * self.job_milli(j)
+            if sign < 0:  # it leaves the nodes: no longer demand until queued again
+                self.team_demand[team] = self.team_demand.get(team, 0) - self.job_milli(j)
+
+    def charge(self, node: SimNode) -> None:
+        """The node's split among the teams on it changed: the ledger integrates the old split up
+        to now and takes the new one (``queueing.teams.spend.node_rates``: its price pro rata of
+        the GPU-equivalents each team holds there)."""
+        if self.ledger is None:
+            return
+        self.ledger.advance(self.now)
+        if self.budgets:  # a budget may cross its threshold with nothing pending: note the
+            self.budget_now()  # rate that crossed it before the split changes
+        milli: dict[str, int] = {}
+        for idx, count in node.jobs.items():
+            j = self.jobs[idx]
+            t = j.spec.tenant
+            milli[t] = milli.get(t, 0) + self.job_milli(j) * count // j.spec.replicas
+        self.ledger.set_node(node.name, node_rates(node.usd_per_hour, milli))
+        if self.budgets:
+            self.budget_now()
+
+    def budget_now(self) -> dict[str, BudgetVerdict]:
+        """The budgeted teams' verdicts now (``budget_verdicts`` on the ledger's spend and
+        rates); remembers the rate at which each period's action first applied (the summary's
+        overspend in hours of spend rate)."""
+        if self.ledger is None or not self.budgets:
+            return {}
+        now = self.now
+        self.ledger.advance(now)
+        self.verdicts = budget_verdicts(self.budgets, self.ledger.spent_micro(),
+                                        self.ledger.rates, now)
+        for t, v in self.verdicts.items():
+            if v.action is not None:
+                self.budget_triggers.setdefault((t, v.period_end_s), v.rate_micro_per_s)
+        return self.verdicts
+
+    def gates(self, jobs: list[JobRun]) -> list[Gate] | None:
+        """What scale-up may launch for each of ``jobs`` (queue order; ``control.teams``);
+        None without teams."""
+        if self.sc.teams is None:
+            return None
+        self.team_usage()
+        book = QuotaBook(self.quotas or (), self.team_milli)
+        return scale_up_gates([(j.spec.tenant, self.job_milli(j)) for j in jobs], book,
+                              restrictions(self.budget_now()))
 
     def _start(self, j: JobRun) -> None:
         self.team_usage(j, +1)
@@ -250,6 +347,7 @@ class JobLifecycle:
             else:
                 node.jobs.pop(j.idx, None)
             node.alloc_milli -= per_replica
+            self.charge(node)
             self._node_changed(node)
         j.binds = []
         self.team_usage(j, -1)
@@ -365,6 +463,10 @@ class JobLifecycle:
         if not self.pending:
             self._new.clear()
             return None
+        if self._renew_at is not None and self.now >= self._renew_at:
+            self._renew_at = None  # a held team's budget period renewed: try everything
+            self._freed = True
+            self._scan_at(self.ctl.scan.demand(self.now))  # and scale up for it
         jobs = self.jobs
         if self._freed:
             self._freed = False
@@ -380,13 +482,22 @@ class JobLifecycle:
         quota = None
         if self.quotas is not None:
             self.team_usage()
-            quota = QuotaInput(QuotaBook(self.quotas, self.team_milli), self.history)
+            held = restrictions(self.budget_now())
+            quota = QuotaInput(QuotaBook(self.quotas, self.team_milli, self.team_model_milli),
+                               self.history, held)
+            ends = [v.period_end_s for v in held.values() if v.action == "hold"]
+            if ends and self._renew_at is None:
+                self._renew_at = min(ends)
+                self._at(self._renew_at, PASS)
         if self._preemptible or quota is not None:
             # a job checkpointing to leave still holds the room it frees
             running = [jobs[i] for i in sorted(self._running_idx)]
             leaving = any(j.leaving for j in running)
             victims = [job_victim(j, self.job_milli(j) if quota else 0)
                        for j in running if j.spec.replicas == 1 and not j.leaving]
+            if quota is not None:  # reclaim takes a borrowed gang whole
+                victims += [v for j in running if j.spec.replicas > 1 and not j.leaving
+                            for v in gang_victims(j, self.job_milli(j))]
         plan = plan_cycle(
             self.state, [self._unit(j) for j in cand], self.ctl.placement, self.rng,
             backfill=self.ctl.backfill, now=self.now, victims=victims, evicting=leaving,

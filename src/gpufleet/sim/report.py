@@ -21,6 +21,8 @@ from rich.table import Table
 from gpufleet.config import BASELINES, CHAIN, LEVERS
 from gpufleet.sim.books import Series
 from gpufleet.sim.summary import late_share
+from gpufleet.sim.team_report import fmt_cell as _fmt
+from gpufleet.sim.team_report import team_html
 
 # (summary key, column title, format) — the side-by-side table in the terminal and the HTML
 COLUMNS: tuple[tuple[str, str, str], ...] = (
@@ -133,13 +135,6 @@ def summary_json(summaries: dict[str, dict[str, Any]], wall_s: float, meta: dict
     )
 
 
-def _fmt(fmt: str, v: Any) -> str:
-    if v is None:
-        return "—"
-    try:
-        return fmt.format(v)
-    except (ValueError, TypeError):
-        return str(v)
 
 
 def rich_table(summaries: dict[str, dict[str, Any]], title: str) -> Table:
@@ -265,6 +260,7 @@ td:first-child{{text-align:left}}img{{max-width:100%}}</style></head><body>
 <h2>Scenarios side by side</h2><table><tr><th>metric</th>{head}</tr>{rows}</table>
 <ul>{note_rows}</ul>
 {view_html}
+{team_html(summaries, series, _png)}
 <h2>Over time</h2>{imgs}
 </body></html>
 """

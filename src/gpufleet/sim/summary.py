@@ -19,9 +19,19 @@ Definitions (docs/simulator.md repeats them):
 * allocated GPU-hours = the GPU share each job held while bound (``ClusterSim.tally``);
 * per team (only with a ``teams:`` section, key ``teams``): GPU-hours used = the integral of
   its running jobs' GPU-equivalents (``queueing.teams.shares``; a job counts from start to
-  release, checkpoint writes included), entitled = its nominal quota × the makespan, mean
-  queueing delay and JCT p50 over its finished jobs; ``jain_index`` over used / entitled of
-  the teams with a nonzero quota.
+  release, checkpoint writes included), entitled = its nominal quota × the makespan (None for a
+  budget-only queue); ``entitled_delivered`` = ∫ min(used, nominal) / ∫ min(demand, nominal),
+  demand = its queued + running GPU-equivalents — the share of its entitlement it got while it
+  asked for it (1.0: every GPU of quota it wanted, when it wanted it; None if it never asked);
+  mean queueing delay, JCT p50 and mean JCT slowdown (JCT / duration: 1 = as if it ran alone
+  on a free fleet, never waiting or restarting) over its finished jobs; spend = its share of
+  its nodes' prices (``queueing.teams.spend``: pro rata of the GPU-equivalents held, idle room
+  included); with a budget, the highest spend of any period, the overspend above the budget
+  and that overspend in hours of the spend rate at which the budget's action first applied in
+  that period; ``jain_index`` over used / entitled of the teams with a nonzero quota,
+  ``jain_index_delivered`` over ``entitled_delivered`` of the teams that asked (the fairness of
+  what each got of its entitlement), ``worst_entitled_delivered`` the lowest of those;
+  ``unattributed_usd`` = the fleet's cost minus every tenant's spend (nodes no team was on).
 """
 
 from __future__ import annotations
@@ -36,6 +46,7 @@ from gpufleet.queueing.teams.settings import jain_index
 from gpufleet.sim.cloud import MICRO
 from gpufleet.sim.cluster import ClusterSim
 from gpufleet.sim.jobrun import DONE
+from gpufleet.sim.jobs import JobLifecycle
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -95,7 +106,7 @@ def summarize(sim: ClusterSim, wall_s: float) -> dict[str, Any]:
     t = sim.tally
     useful_h = t.useful_gpu_s / 3600.0
     rec = t.recoveries
-    teams = {} if sim.sc.teams is None else {"teams": team_figures(sim, end)}
+    teams = {} if sim.sc.teams is None else {"teams": team_figures(sim, end, cost)}
     return {
         **teams,
         "utilization": t.alloc_gpu_s / provisioned if provisioned else 0.0,
@@ -138,27 +149,74 @@ def summarize(sim: ClusterSim, wall_s: float) -> dict[str, Any]:
     }
 
 
-def team_figures(sim: ClusterSim, end: float) -> dict[str, Any]:
-    """Per-team use against entitlement (module docstring); ``sim`` has a ``teams:`` section."""
+def team_figures(sim: ClusterSim, end: float, cost_usd: float = 0.0) -> dict[str, Any]:
+    """Per-team use against entitlement and budget (module docstring); ``sim`` has ``teams:``."""
     assert sim.sc.teams is not None
     life = sim.life
     life.team_usage()  # the usage integral up to the last event
+    ledger = life.ledger
+    assert ledger is not None
+    ledger.advance(max(end, ledger.last_s))
     per: dict[str, Any] = {}
     ratios: list[float] = []
+    delivered: list[float] = []
+    slow_all: list[float] = []
     for q in sim.sc.teams.queues:
         done = [j for j in sim.jobs if j.spec.tenant == q.name and j.state == DONE]
         jct = [j.finish_s - j.spec.submit_s for j in done]  # type: ignore[operator]
         wait = [j.first_start_s - j.spec.submit_s for j in done]  # type: ignore[operator]
+        slow = [t / max(j.spec.duration_s, 1e-9) for t, j in zip(jct, done, strict=True)]
         used_h = life.team_gpu_s.get(q.name, 0.0) / 3600.0
-        entitled_h = q.gpus * end / 3600.0
-        if entitled_h > 0:
+        entitled_h = None if q.gpus is None else q.gpus * end / 3600.0
+        if entitled_h:
             ratios.append(used_h / entitled_h)
-        per[q.name] = {
+        owed = life.team_owed_s.get(q.name, 0.0)
+        if owed > 0:
+            delivered.append(life.team_delivered_s.get(q.name, 0.0) / owed)
+        slow_all += slow
+        row: dict[str, Any] = {
             "gpu_hours_used": used_h,
             "gpu_hours_entitled": entitled_h,
-            "used_over_entitled": used_h / entitled_h if entitled_h > 0 else 0.0,
+            "used_over_entitled": used_h / entitled_h if entitled_h else None,
+            "entitled_delivered": life.team_delivered_s.get(q.name, 0.0) / owed if owed > 0
+            else None,
             "queue_mean_s": float(np.mean(wait)) if wait else 0.0,
             "jct_p50_s": _pct(jct, 50),
+            "jct_mean_s": float(np.mean(jct)) if jct else 0.0,
+            "slowdown_mean": float(np.mean(slow)) if slow else 0.0,
             "jobs_finished": len(done),
+            "jobs_total": sum(1 for j in sim.jobs if j.spec.tenant == q.name),
+            "spend_usd": ledger.total.get(q.name, 0.0) / MICRO,
         }
-    return {"per_team": per, "jain_index": jain_index(ratios)}
+        if q.budget is not None:
+            row.update(budget_figures(life, q.name, q.budget.usd))
+        per[q.name] = row
+    # the fleet's bill that no team's work was on (booting, empty, CPU-only nodes)
+    spent = sum(ledger.total.values()) / MICRO
+    return {"per_team": per, "jain_index": jain_index(ratios),
+            "jain_index_delivered": jain_index(delivered),
+            "worst_entitled_delivered": min(delivered) if delivered else None,
+            "slowdown_mean": float(np.mean(slow_all)) if slow_all else 0.0,
+            "unattributed_usd": cost_usd - spent}
+
+
+def budget_figures(life: JobLifecycle, team: str, budget_usd: float) -> dict[str, Any]:
+    """Spend against one team's budget: the highest period's spend, the overspend and the
+    overspend in hours of the rate at which the budget's action first applied (module
+    docstring); 0 hours when it never overspent."""
+    assert life.ledger is not None
+    worst_usd: float = 0.0
+    worst_h: float | None = 0.0
+    peak = 0.0
+    for period_end, spent_micro in life.ledger.periods_spent(team):
+        spent = spent_micro / MICRO
+        peak = max(peak, spent)
+        over = spent - budget_usd
+        if over > worst_usd:
+            worst_usd = over
+            rate = life.budget_triggers.get((team, period_end), 0.0) * 3600 / MICRO
+            worst_h = over / rate if rate > 0 else None  # spent over with no action: none
+    b = life.budgets[team]
+    return {"budget_usd": budget_usd, "budget_period": b.period, "budget_action": b.action,
+            "budget_peak_spend_usd": peak, "overspend_usd": worst_usd,
+            "overspend_hours": worst_h}

@@ -11,8 +11,10 @@ from gpufleet.queueing.teams.budget import (
     Budget,
     BudgetState,
     budget_state,
+    budget_verdicts,
     period_window,
     restriction,
+    restrictions,
 )
 
 
@@ -60,3 +62,28 @@ def test_bad_budget_is_refused() -> None:
         Budget(amount_micro=0)
     with pytest.raises(ValueError, match="unknown budget period 'year'"):
         period_window(0.0, "year")  # type: ignore[arg-type]
+
+
+def test_budget_verdicts_per_team() -> None:
+    """Three teams on one clock (2026-12-03 12:00): ``s`` spot-only $1,000/day at $950 and
+    $100/h → low, spot-only; ``h`` hold $200/day at $250 → exhausted, hold; ``n`` notify
+    $1,000/day at $10 and $1/h → ok. A team with no spend entry counts 0."""
+    budgets = {"s": B, "h": Budget(200 * MICRO, "day", "hold"),
+               "n": Budget(1000 * MICRO, "day", "notify"), "z": Budget(5 * MICRO, "day", "hold")}
+    now = ts(2026, 12, 3, 12)
+    got = budget_verdicts(budgets, {"s": 950 * MICRO, "h": 250 * MICRO, "n": 10 * MICRO},
+                          {"s": 100 * MICRO / 3600, "n": MICRO / 3600}, now)
+    assert {t: (v.state, v.action) for t, v in got.items()} == {
+        "s": (BudgetState.LOW, "spot-only"), "h": (BudgetState.EXHAUSTED, "hold"),
+        "n": (BudgetState.OK, None), "z": (BudgetState.OK, None)}
+    assert got["h"].left_micro == 0 and got["s"].left_micro == 50 * MICRO
+    assert got["s"].period_end_s == ts(2026, 12, 4)
+    assert got["h"].reason == ("team h: budget $250.00 of $200.00 spent; new work waits until "
+                               "the period renews")
+    assert got["s"].reason == ("team s: budget $950.00 of $1,000.00 will run out within the "
+                               "look-ahead at $100.00/h; new work runs on spot only")
+    assert got["n"].reason == ""
+    assert set(restrictions(got)) == {"s", "h"}
+    # notify restricts nothing even when exhausted
+    ex = budget_verdicts({"n": budgets["n"]}, {"n": 2000 * MICRO}, {}, now)
+    assert ex["n"].action == "notify" and restrictions(ex) == {}

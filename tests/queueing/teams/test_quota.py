@@ -100,3 +100,47 @@ def test_bad_quota_is_refused() -> None:
         TeamQuota("x", -1)
     with pytest.raises(ValueError, match="weight must be > 0"):
         TeamQuota("x", 0, weight=0)
+    with pytest.raises(ValueError, match="per-model quota must be ≥ 0"):
+        TeamQuota("x", 0, models=(("T4", -1),))
+
+
+# per GPU model: p and q (8 GPUs each, cohort c) list H100 at 2 and 1; r (no cohort) lists H100
+# at 1; p's borrowing limit is 2 GPUs
+MODEL_TEAMS = [TeamQuota("p", 8000, "c", 2000, models=(("H100", 2000),)),
+               TeamQuota("q", 8000, "c", models=(("H100", 1000),)),
+               TeamQuota("r", 8000, models=(("H100", 1000),))]
+
+
+@pytest.mark.parametrize(
+    ("team", "model", "milli", "use", "admission", "reason"),
+    [
+        ("p", "H100", 2000, {}, Admission.WITHIN, ""),
+        ("p", "A100", 8000, {}, Admission.WITHIN, ""),  # unlisted model: the total alone
+        # p 2 on H100 + 1 = 3 > 2: borrows q's idle H100 (cohort H100 room 2 + 1 - 2 = 1)
+        ("p", "H100", 1000, {"p": 2000}, Admission.BORROWING, ""),
+        # q uses its H100 → no idle H100 in the cohort
+        ("p", "H100", 1000, {"p": 2000, "q": 1000}, Admission.BLOCKED,
+         "team p: 3 H100 GPU would exceed its H100 quota of 2 and cohort c has 0 H100 GPU of "
+         "idle quota"),
+        # p would borrow 3 H100 > its borrowing limit of 2
+        ("p", "H100", 5000, {}, Admission.BLOCKED,
+         "team p: 5 H100 GPU would exceed its H100 quota of 2, over its borrowing limit of 2"),
+        ("r", "H100", 2000, {}, Admission.BLOCKED,
+         "team r: 2 H100 GPU would exceed its H100 quota of 1 and it has no cohort"),
+        ("u", "H100", 9000, {}, Admission.UNMANAGED, ""),
+    ],
+)
+def test_model_verdict(team: str, model: str, milli: int, use: dict[str, int],
+                       admission: Admission, reason: str) -> None:
+    book = QuotaBook(MODEL_TEAMS, model_usage={t: {"H100": m} for t, m in use.items()})
+    v = book.model_verdict(team, model, milli)
+    assert (v.admission, v.reason) == (admission, reason)
+
+
+def test_admit_books_the_model() -> None:
+    book = QuotaBook(MODEL_TEAMS)
+    book.admit("p", 1000, "H100")
+    book.admit("p", 1000, None)  # the model unknown: the total only
+    book.admit("u", 1000, "H100")  # unmanaged: nothing
+    assert book.usage["p"] == 2000 and book.model_usage["p"] == {"H100": 1000}
+    assert "u" not in book.model_usage

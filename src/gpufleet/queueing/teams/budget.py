@@ -16,6 +16,7 @@ Pure: the caller passes the clock, the spend so far in the period and the curren
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Literal
@@ -79,3 +80,61 @@ def budget_state(budget: Budget, spent_micro: int, rate_micro_per_s: float,
 def restriction(budget: Budget, state: BudgetState) -> Action | None:
     """The action that applies to the team's new work now, or None."""
     return None if state is BudgetState.OK else budget.action
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetVerdict:
+    """One team's budget now: its state, the action that applies to its new work (None: none),
+    and the numbers behind it (for the pending reason, metrics and the queue's status)."""
+
+    team: str
+    state: BudgetState
+    action: Action | None
+    spent_micro: int
+    amount_micro: int
+    rate_micro_per_s: float
+    period_end_s: float
+
+    @property
+    def left_micro(self) -> int:
+        return max(0, self.amount_micro - self.spent_micro)
+
+    @property
+    def reason(self) -> str:
+        """Why the team's new work is restricted ("" when it is not)."""
+        if self.action is None:
+            return ""
+        spent, amount = self.spent_micro / MICRO, self.amount_micro / MICRO
+        how = "spent" if self.state is BudgetState.EXHAUSTED else (
+            f"will run out within the look-ahead at ${self.rate_micro_per_s * 3600 / MICRO:,.2f}"
+            "/h")
+        what = {"hold": "new work waits until the period renews",
+                "spot-only": "new work runs on spot only",
+                "notify": "notified only"}[self.action]
+        return (f"team {self.team}: budget ${spent:,.2f} of ${amount:,.2f} {how}; {what}")
+
+
+def budget_verdicts(budgets: Mapping[str, Budget], spent_micro: Mapping[str, int],
+                    rate_micro_per_s: Mapping[str, float], now_s: float
+                    ) -> dict[str, BudgetVerdict]:
+    """Every budgeted team's verdict now — the one call both drivers make.
+
+    ``spent_micro``: what each team has spent so far in its budget's current period (the
+    simulator integrates it with :class:`~gpufleet.queueing.teams.spend.SpendLedger`; the live
+    driver sums its cost records from ``period_window(now_s, budget.period)[0]``);
+    ``rate_micro_per_s``: its spend rate now (:func:`~gpufleet.queueing.teams.spend.node_rates`
+    summed over its nodes). A team missing from either counts 0."""
+    out: dict[str, BudgetVerdict] = {}
+    for team, b in budgets.items():
+        spent = int(spent_micro.get(team, 0))
+        rate = float(rate_micro_per_s.get(team, 0.0))
+        st = budget_state(b, spent, rate, now_s)
+        out[team] = BudgetVerdict(team, st, restriction(b, st), spent, b.amount_micro, rate,
+                                  period_window(now_s, b.period)[1])
+    return out
+
+
+def restrictions(verdicts: Mapping[str, BudgetVerdict]) -> dict[str, BudgetVerdict]:
+    """The verdicts that change what a team's new work may do (``hold``, ``spot-only``);
+    ``notify`` is for metrics and events only, so the scheduling pass never sees it."""
+    return {t: v for t, v in verdicts.items() if v.action in ("hold", "spot-only")}

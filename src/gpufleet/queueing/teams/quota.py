@@ -17,6 +17,16 @@ nominal — **work within quota is never evicted by another team**. Where we dif
 no per-flavor quotas beyond an optional per-GPU-model nominal, and no lending limit (everything
 unused is lendable), which is what a renting team wants from capacity it pays for only when used.
 
+**Per GPU model** (Kueue's per-flavor nominal quota, on the GPU model): a team may also have a
+nominal per model (``TeamQuota.models``). Its use of a listed model then stays within that
+model's nominal, or borrows that model's idle quota in the cohort (the cohort's nominal of the
+model minus its members' use of it, within the team's borrowing limit) — on top of the total
+quota, which still applies. A model the team does not list is governed by the total alone
+(Kueue instead forbids unlisted flavors; gpufleet's teams mostly ask "at most 8 of our GPUs may
+be H100s", not "only these models"). The model is known only once a node is chosen, so the
+cycle asks :meth:`QuotaBook.model_verdict` per model and hides the rows of the models refused.
+Reclaim counts the total quota only.
+
 Pure: usage comes from the caller's snapshot; decisions are returned as data.
 """
 
@@ -36,6 +46,14 @@ class TeamQuota:
     cohort: str | None = None
     borrowing_limit_milli: int | None = None
     weight: float = 1.0
+    models: tuple[tuple[str, int], ...] = ()  # per-GPU-model nominal, milli (module docstring)
+
+    def model_nominal(self, model: str) -> int | None:
+        """The team's nominal for ``model``; None when it lists none for it."""
+        for m, milli in self.models:
+            if m == model:
+                return milli
+        return None
 
     def __post_init__(self) -> None:
         if self.nominal_milli < 0:
@@ -44,6 +62,8 @@ class TeamQuota:
             raise ValueError(f"team {self.name}: borrowing limit must be ≥ 0")
         if not self.weight > 0:
             raise ValueError(f"team {self.name}: fair-share weight must be > 0")
+        if any(milli < 0 for _, milli in self.models):
+            raise ValueError(f"team {self.name}: a per-model quota must be ≥ 0")
 
 
 class Admission(enum.Enum):
@@ -77,15 +97,27 @@ class Running:
 class QuotaBook:
     """Nominal quotas and current usage per team; ``verdict`` answers "may this start now"."""
 
-    def __init__(self, teams: Iterable[TeamQuota], usage: Mapping[str, int] | None = None) -> None:
+    def __init__(self, teams: Iterable[TeamQuota], usage: Mapping[str, int] | None = None,
+                 model_usage: Mapping[str, Mapping[str, int]] | None = None) -> None:
         self.teams = {t.name: t for t in teams}
         self.usage: dict[str, int] = {n: 0 for n in self.teams}
         for team, milli in (usage or {}).items():
             if team in self.teams:
                 self.usage[team] = milli
+        # team → GPU model → milli in use, for the teams with per-model quotas
+        self.model_usage: dict[str, dict[str, int]] = {
+            n: dict((model_usage or {}).get(n, {})) for n, t in self.teams.items() if t.models}
+        # per cohort: its members and its nominal total minus its usage, kept up to date by
+        # admit / release (a pass asks the room once per pending unit: it must be O(1))
+        self._members: dict[str, list[TeamQuota]] = {}
+        for t in self.teams.values():
+            if t.cohort is not None:
+                self._members.setdefault(t.cohort, []).append(t)
+        self._room = {c: sum(m.nominal_milli - self.usage[m.name] for m in ms)
+                      for c, ms in self._members.items()}
 
     def members(self, cohort: str) -> list[TeamQuota]:
-        return [t for t in self.teams.values() if t.cohort == cohort]
+        return list(self._members.get(cohort, ()))
 
     def borrowed(self, team: str) -> int:
         t = self.teams.get(team)
@@ -93,8 +125,7 @@ class QuotaBook:
 
     def cohort_room(self, cohort: str) -> int:
         """Cohort nominal total minus cohort usage (what is still unused, by anyone)."""
-        ms = self.members(cohort)
-        return sum(t.nominal_milli for t in ms) - sum(self.usage[t.name] for t in ms)
+        return self._room.get(cohort, 0)
 
     def verdict(self, team: str, milli: int) -> Verdict:
         t = self.teams.get(team)
@@ -119,13 +150,53 @@ class QuotaBook:
                            f"quota, {fmt(milli)} needed")
         return Verdict(Admission.BORROWING, over)
 
-    def admit(self, team: str, milli: int) -> None:
+    def model_verdict(self, team: str, model: str, milli: int) -> Verdict:
+        """May ``team`` put ``milli`` more on GPU model ``model`` (module docstring, per GPU
+        model)? WITHIN also for a model the team does not list; the total quota is
+        :meth:`verdict`'s."""
+        t = self.teams.get(team)
+        nominal = None if t is None else t.model_nominal(model)
+        if t is None or nominal is None:
+            return Verdict(Admission.WITHIN if t is not None else Admission.UNMANAGED)
+        after = self.model_usage[team].get(model, 0) + milli
+        if after <= nominal:
+            return Verdict(Admission.WITHIN)
+        over = after - nominal
+        what = f"team {team}: {fmt(after)} {model} GPU would exceed its {model} quota of " \
+            f"{fmt(nominal)}"
+        if t.cohort is None:
+            return Verdict(Admission.BLOCKED, over, f"{what} and it has no cohort")
+        if t.borrowing_limit_milli is not None and over > t.borrowing_limit_milli:
+            return Verdict(Admission.BLOCKED, over,
+                           f"{what}, over its borrowing limit of {fmt(t.borrowing_limit_milli)}")
+        room = 0
+        for m in self.members(t.cohort):
+            mn = m.model_nominal(model)
+            if mn is not None:
+                room += mn - self.model_usage[m.name].get(model, 0)
+        if milli > room:
+            return Verdict(Admission.BLOCKED, over,
+                           f"{what} and cohort {t.cohort} has {fmt(max(room, 0))} {model} GPU "
+                           "of idle quota")
+        return Verdict(Admission.BORROWING, over)
+
+    def admit(self, team: str, milli: int, model: str | None = None) -> None:
+        """``team`` starts ``milli`` more (on GPU ``model`` when known: per-model use)."""
         if team in self.teams:
-            self.usage[team] += milli
+            self._use(team, milli)
+            if model is not None and team in self.model_usage:
+                mu = self.model_usage[team]
+                mu[model] = mu.get(model, 0) + milli
 
     def release(self, team: str, milli: int) -> None:
         if team in self.teams:
-            self.usage[team] = max(0, self.usage[team] - milli)
+            self._use(team, -min(milli, self.usage[team]))
+
+    def _use(self, team: str, delta: int) -> None:
+        self.usage[team] += delta
+        cohort = self.teams[team].cohort
+        if cohort is not None:
+            self._room[cohort] -= delta
 
 
 def reclaim_victims(book: QuotaBook, team: str, milli: int,

@@ -3,12 +3,15 @@
 ```yaml
 teams:
   half_life_s: 604800            # fair-share usage half-life (Slurm's default, 7 days)
+  enforce_quotas: true           # false: quotas are measured and reported, not acted on
   queues:
     - name: vision               # the trace's tenant / the namespace label's value
-      gpus: 16                   # nominal quota in GPU-equivalents (fractions, MIG by share)
+      gpus: 16                   # nominal quota in GPU-equivalents (fractions, MIG by share);
+                                 # omit for a budget-only queue (no quota: admitted as before)
       cohort: research           # borrow idle quota from / lend to the cohort's other queues
       borrowing_limit: 8         # at most this many GPU-equivalents above nominal (omit: any)
       weight: 1                  # fair-share weight above quota
+      models: {H100-80GB: 4}     # per-GPU-model nominal within the total (unlisted: total only)
       budget: {usd: 5000, period: month, action: spot-only}   # or hold / notify
 ```
 
@@ -19,9 +22,9 @@ dollars in the file, integer micro-dollars inside.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gpufleet.queueing.teams.budget import MICRO, Budget
 from gpufleet.queueing.teams.fairshare import DEFAULT_HALF_LIFE_S
@@ -44,21 +47,45 @@ class QueueSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     name: str = Field(min_length=1, max_length=63)
-    gpus: float = Field(ge=0, le=1e6)
+    gpus: float | None = Field(default=None, ge=0, le=1e6)
     cohort: str | None = Field(default=None, min_length=1, max_length=63)
     borrowing_limit: float | None = Field(default=None, ge=0, le=1e6)
     weight: float = Field(default=1.0, gt=0, le=1e6)
+    # written as a mapping {model: GPUs}; kept as sorted pairs so the settings stay hashable
+    models: tuple[tuple[str, float], ...] = Field(default=(), max_length=64)
     budget: BudgetSettings | None = None
 
-    def quota(self) -> TeamQuota:
+    @field_validator("models", mode="before")
+    @classmethod
+    def _pairs(cls, v: Any) -> Any:
+        return tuple(sorted(v.items())) if isinstance(v, dict) else v
+
+    @model_validator(mode="after")
+    def _models(self) -> QueueSettings:
+        for m, g in self.models:
+            if not 0 <= g <= 1e6:
+                raise ValueError(f"queue {self.name}: models.{m} must be between 0 and 1e6 GPUs")
+            if self.gpus is None:
+                raise ValueError(f"queue {self.name}: per-model quotas need a total (gpus)")
+        return self
+
+    def quota(self) -> TeamQuota | None:
+        """The queue's quota; None for a budget-only queue (``gpus`` omitted)."""
+        if self.gpus is None:
+            return None
         limit = None if self.borrowing_limit is None else round(self.borrowing_limit * 1000)
-        return TeamQuota(self.name, round(self.gpus * 1000), self.cohort, limit, self.weight)
+        models = tuple((m, round(g * 1000)) for m, g in self.models)
+        return TeamQuota(self.name, round(self.gpus * 1000), self.cohort, limit, self.weight,
+                         models)
 
 
 class TeamsSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     half_life_s: float = Field(default=DEFAULT_HALF_LIFE_S, gt=0, le=10 * 365 * 86400)
+    # False: a dry run — usage against the quotas is measured and reported (per-team figures)
+    # but nothing is refused, ordered or reclaimed for them; budgets still act
+    enforce_quotas: bool = True
     queues: tuple[QueueSettings, ...] = ()
 
     @model_validator(mode="after")
@@ -71,7 +98,12 @@ class TeamsSettings(BaseModel):
         return self
 
     def quotas(self) -> list[TeamQuota]:
-        return [q.quota() for q in self.queues]
+        """The quotas that act (none when ``enforce_quotas`` is off)."""
+        return self.nominal() if self.enforce_quotas else []
+
+    def nominal(self) -> list[TeamQuota]:
+        """Every queue's quota, acting or not (what the per-team figures measure against)."""
+        return [t for t in (q.quota() for q in self.queues) if t is not None]
 
     def budgets(self) -> dict[str, Budget]:
         return {q.name: q.budget.build() for q in self.queues if q.budget is not None}

@@ -1,0 +1,239 @@
+"""Teams on Philly: quotas with borrowing vs no quotas vs strict quotas, and budgets at 70 %.
+
+Philly's virtual clusters (the trace's ``cluster`` column, the simulator's tenant) are the
+teams. The full trace takes 10+ minutes per scenario here, so the run takes a window: the jobs
+submitted in ``[start_day, start_day + days)`` of the trace, their submit times shifted to start
+at 0 (so the window lies in the first calendar month of the simulated clock and a monthly
+budget covers it whole). Every job of the window runs to completion.
+
+Part 1, quotas (a fixed on-demand fleet, sized at ``--fleet-quantile`` of the window's
+concurrent GPU demand, so that teams compete; gpufleet's levers otherwise on). Each team's
+nominal quota is its **median demand**: the time-weighted median, over the window, of the GPUs
+its jobs would hold if each ran from its submit time for its duration. Three runs of one
+workload:
+
+* ``no quotas``: FIFO/priority only (``enforce_quotas: false`` — quotas measured, not acted on);
+* ``borrowing``: every team in one cohort, no borrowing limit (idle quota lent, reclaimed);
+* ``strict``: the same quotas, no cohort — a team never exceeds its quota.
+
+Figures (``sim.summary``): utilisation (allocated / provisioned GPU-time); the worst team's
+``entitled_delivered`` (∫ min(used, quota) / ∫ min(demand, quota): the share of its entitlement
+delivered while it had demand); Jain's index over those ratios; mean JCT slowdown (JCT /
+duration); mean queueing delay; jobs that never finished.
+
+Part 2, budgets (the default autoscaled gpufleet fleet, spot on). A run with budget-only
+queues and no budget gives each team's spend S; then every team gets a monthly budget of
+70 % × S with action ``hold`` (and again with ``spot-only``). Figures per run: the largest
+overspend over any team in hours of that team's spend rate when its budget's action first
+applied, total spend, and the JCT cost: mean JCT of the budgeted teams' jobs against the
+no-budget run.
+
+Usage:
+
+    GPUFLEET_DATA=/work/shared/data .venv/bin/python benchmarks/bench_teams.py \\
+        [--start-day 35] [--days 7] [--fleet-quantile 0.8] [--skip-budgets] [--json PATH]
+
+Without the Philly trace it prints why and exits 0 (``make bench`` runs every script).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import defaultdict
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from gpufleet.config import Scenario, default_scenario
+from gpufleet.datapaths import data_dir
+from gpufleet.queueing.teams.settings import TeamsSettings
+from gpufleet.sim.runner import Simulation
+from gpufleet.traces.jobs import JobSpec, load_jobs
+
+DAY = 86400.0
+
+
+def window(jobs: list[JobSpec], start_day: float, days: float) -> list[JobSpec]:
+    """Jobs submitted in the window, shifted so that the window starts at t = 0."""
+    lo, hi = start_day * DAY, (start_day + days) * DAY
+    return [replace(j, submit_s=j.submit_s - lo) for j in jobs if lo <= j.submit_s < hi]
+
+
+def median_demand(jobs: list[JobSpec], horizon_s: float) -> dict[str, float]:
+    """Per team, the time-weighted median over [0, horizon) of the GPUs its jobs would hold if
+    each ran alone from submit for its duration (module docstring)."""
+    events: dict[str, list[tuple[float, int]]] = defaultdict(list)
+    for j in jobs:
+        g = j.request.num_gpu * j.replicas
+        events[j.tenant] += [(j.submit_s, g), (j.submit_s + j.duration_s, -g)]
+    out = {}
+    for team, ev in events.items():
+        ev.sort()
+        level, t, spans = 0, 0.0, defaultdict(float)
+        for at, d in ev:
+            at = min(at, horizon_s)
+            spans[level] += at - t
+            t, level = at, level + d
+        spans[level] += max(0.0, horizon_s - t)
+        half, acc = horizon_s / 2, 0.0
+        for lv in sorted(spans):
+            acc += spans[lv]
+            if acc >= half:
+                out[team] = float(lv)
+                break
+    return out
+
+
+def run(sc: Scenario, jobs: list[JobSpec], label: str, console: Console) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    s = Simulation(sc, 0, jobs).run()
+    console.print(f"  {label}: {time.perf_counter() - t0:.0f} s wall, "
+                  f"{s['jobs_finished']:,}/{s['jobs_total']:,} jobs finished", highlight=False)
+    return s
+
+
+def quota_part(jobs: list[JobSpec], quotas: dict[str, float], quantile: float,
+               console: Console) -> dict[str, dict[str, Any]]:
+    base = default_scenario().model_copy(update={
+        "name": "teams-fixed", "autoscaling": False, "spot": False, "gpu_mtbf_hours": None,
+        "fixed_size_quantile": quantile, "deadline_policy": None})
+    teams = sorted(quotas)
+    variants = {
+        "no quotas": {"enforce_quotas": False, "queues": [
+            {"name": t, "gpus": quotas[t]} for t in teams]},
+        "borrowing": {"queues": [{"name": t, "gpus": quotas[t], "cohort": "philly"}
+                                 for t in teams]},
+        "strict": {"queues": [{"name": t, "gpus": quotas[t]} for t in teams]},
+    }
+    out = {}
+    for label, spec in variants.items():
+        sc = base.model_copy(update={"teams": TeamsSettings.model_validate(spec)})
+        out[label] = run(sc, jobs, label, console)
+    return out
+
+
+def budget_part(jobs: list[JobSpec], console: Console) -> dict[str, dict[str, Any]]:
+    base = default_scenario().model_copy(update={"name": "teams-budget",
+                                                 "gpu_mtbf_hours": None})
+    teams = sorted({j.tenant for j in jobs})
+    free = run(base.model_copy(update={"teams": TeamsSettings.model_validate(
+        {"queues": [{"name": t} for t in teams]})}), jobs, "no budget", console)
+    spend = {t: free["teams"]["per_team"][t]["spend_usd"] for t in teams}
+    out = {"no budget": free}
+    for action in ("hold", "spot-only"):
+        spec = {"queues": [
+            {"name": t, **({"budget": {"usd": 0.7 * spend[t], "period": "month",
+                                       "action": action}} if spend[t] > 0 else {})}
+            for t in teams]}
+        sc = base.model_copy(update={"teams": TeamsSettings.model_validate(spec)})
+        out[f"budget 70 % {action}"] = run(sc, jobs, f"budget {action}", console)
+    return out
+
+
+def quota_table(res: dict[str, dict[str, Any]], title: str) -> Table:
+    t = Table(title=title)
+    for col in ("run", "utilisation", "worst team delivered/entitled", "Jain (delivered)",
+                "JCT slowdown mean", "JCT mean h", "queueing mean h", "jobs unfinished"):
+        t.add_column(col, justify="left" if col == "run" else "right")
+    for label, s in res.items():
+        tm = s["teams"]
+        label = f"{label} ({s['provisioned_gpu_hours'] / max(s['makespan_s'] / 3600, 1e-9):.0f}"\
+            " GPUs)"
+        worst = tm["worst_entitled_delivered"]
+        t.add_row(label, f"{s['utilization']:.1%}",
+                  "-" if worst is None else f"{worst:.3f}", f"{tm['jain_index_delivered']:.3f}",
+                  f"{tm['slowdown_mean']:.2f}", f"{s['jct_mean_s'] / 3600:.2f}",
+                  f"{s['queue_mean_s'] / 3600:.2f}", f"{s['jobs_lost']:,}")
+    return t
+
+
+def budget_table(res: dict[str, dict[str, Any]], title: str) -> Table:
+    t = Table(title=title)
+    for col in ("run", "spend USD", "max overspend (h of rate)", "teams over budget",
+                "budgeted teams' JCT mean h", "JCT cost", "jobs unfinished"):
+        t.add_column(col, justify="left" if col == "run" else "right")
+    free = res["no budget"]
+    budgeted = [n for n, r in free["teams"]["per_team"].items() if r["spend_usd"] > 0]
+
+    def jct(s: dict[str, Any]) -> float:
+        per = s["teams"]["per_team"]
+        n = sum(per[x]["jobs_finished"] for x in budgeted)
+        return sum(per[x]["jct_mean_s"] * per[x]["jobs_finished"] for x in budgeted) / max(n, 1)
+
+    base_jct = jct(free)
+    for label, s in res.items():
+        per = s["teams"]["per_team"]
+        over = [r for r in per.values() if r.get("overspend_usd", 0) > 0]
+        hours = [r["overspend_hours"] for r in over if r["overspend_hours"] is not None]
+        worst = "-" if not over else (f"{max(hours):.2f}" if len(hours) == len(over)
+                                      else "no trigger")
+        j = jct(s)
+        t.add_row(label, f"{s['cost_usd']:,.0f}", worst if "budget 70" in label else "-",
+                  f"{len(over)}" if "budget 70" in label else "-", f"{j / 3600:.2f}",
+                  f"{j / base_jct - 1:+.1%}" if base_jct else "-", f"{s['jobs_lost']:,}")
+    return t
+
+
+def team_table(res: dict[str, Any], quotas: dict[str, float]) -> Table:
+    t = Table(title="per team (borrowing vs no quotas): entitled share delivered while asked")
+    for col in ("team", "quota GPUs", "no quotas", "borrowing", "strict", "JCT slowdown "
+                "no quotas → borrowing"):
+        t.add_column(col, justify="left" if col == "team" else "right")
+    for team in sorted(quotas, key=lambda x: -quotas[x]):
+        cells = []
+        for label in ("no quotas", "borrowing", "strict"):
+            v = res[label]["teams"]["per_team"][team]["entitled_delivered"]
+            cells.append("-" if v is None else f"{v:.3f}")
+        a = res["no quotas"]["teams"]["per_team"][team]["slowdown_mean"]
+        b = res["borrowing"]["teams"]["per_team"][team]["slowdown_mean"]
+        t.add_row(team, f"{quotas[team]:g}", *cells, f"{a:.2f} → {b:.2f}")
+    return t
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--start-day", type=float, default=35.0)
+    ap.add_argument("--days", type=float, default=7.0)
+    ap.add_argument("--fleet-quantile", type=float, default=0.8)
+    ap.add_argument("--skip-budgets", action="store_true")
+    ap.add_argument("--json", type=Path, default=None, help="write every summary here")
+    a = ap.parse_args()
+    console = Console(width=150)
+    path = data_dir() / "philly" / "philly_jobs.csv"
+    if not path.exists():
+        console.print(f"skipped: the Philly trace is not at {path} (set GPUFLEET_DATA; see "
+                      "data/README.md)")
+        return 0
+    jobs = window(load_jobs(path), a.start_day, a.days)
+    if not jobs:
+        console.print("skipped: no Philly job in the window")
+        return 0
+    quotas = median_demand(jobs, a.days * DAY)
+    console.print(f"Philly window: days [{a.start_day:g}, {a.start_day + a.days:g}) of the "
+                  f"trace, {len(jobs):,} jobs, {len(quotas)} teams (virtual clusters); quotas "
+                  f"= median demand: {sum(quotas.values()):g} GPUs in all; fixed fleet at the "
+                  f"{a.fleet_quantile:g} quantile of concurrent demand", highlight=False)
+    console.print("quotas: " + ", ".join(f"{t} {q:g}" for t, q in sorted(
+        quotas.items(), key=lambda x: -x[1])), highlight=False)
+    res = quota_part(jobs, quotas, a.fleet_quantile, console)
+    console.print(quota_table(res, "quotas (fixed on-demand fleet)"))
+    console.print(team_table(res, quotas))
+    out: dict[str, Any] = {"window": [a.start_day, a.days], "quotas": quotas, "quota_runs": res}
+    if not a.skip_budgets:
+        bres = budget_part(jobs, console)
+        console.print(budget_table(bres, "budgets at 70 % of each team's no-budget spend "
+                                         "(monthly, autoscaled gpufleet fleet)"))
+        out["budget_runs"] = bres
+    if a.json is not None:
+        a.json.write_text(json.dumps(out, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,116 @@
+"""The per-team part of the simulator's output: a table per scenario with a ``teams:`` section
+(CLI and report.html) and, in the report, each team's share of the fleet over time.
+
+Reads only the summary's ``teams`` block (``sim.summary.team_figures`` defines every figure)
+and the series' ``team_gpus`` samples; scenarios without teams add nothing.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from rich.table import Table
+
+from gpufleet.sim.books import Series
+
+# (key in the per-team row, column label, format); None values print as "—"
+TEAM_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("gpu_hours_used", "GPU-h used", "{:,.1f}"),
+    ("gpu_hours_entitled", "GPU-h entitled", "{:,.1f}"),
+    ("entitled_delivered", "entitled delivered", "{:.3f}"),
+    ("slowdown_mean", "JCT slowdown", "{:.2f}"),
+    ("queue_mean_s", "queueing mean s", "{:,.0f}"),
+    ("jobs_finished", "jobs done", "{:,}"),
+    ("spend_usd", "spend $", "{:,.2f}"),
+    ("budget_usd", "budget $", "{:,.2f}"),
+    ("budget_action", "action", "{}"),
+    ("budget_peak_spend_usd", "peak period $", "{:,.2f}"),
+    ("overspend_hours", "overspend h", "{:.2f}"),
+)
+
+
+def fmt_cell(fmt: str, v: Any) -> str:
+    """A table cell: ``v`` by ``fmt``, "—" for a missing value, ``str`` when it will not
+    format (the report's tables use it too)."""
+    if v is None:
+        return "—"
+    try:
+        return fmt.format(v)
+    except (ValueError, TypeError):
+        return str(v)
+
+
+def team_rows(teams: Mapping[str, Any]) -> list[list[str]]:
+    """One row of cells per team (``TEAM_COLUMNS``), the team's name first."""
+    return [[name, *(fmt_cell(fmt, row.get(key)) for key, _, fmt in TEAM_COLUMNS)]
+            for name, row in teams["per_team"].items()]
+
+
+def _footer(teams: Mapping[str, Any]) -> str:
+    worst = teams.get("worst_entitled_delivered")
+    return (f"Jain's index (used / entitled) {teams['jain_index']:.3f}; over entitled "
+            f"delivered {teams.get('jain_index_delivered', 1.0):.3f}; worst team delivered "
+            f"{'—' if worst is None else f'{worst:.3f}'}; unattributed spend "
+            f"${teams.get('unattributed_usd') or 0.0:,.2f}")
+
+
+def team_tables(summaries: Mapping[str, Mapping[str, Any]]) -> list[Table]:
+    """A rich table per scenario that has teams."""
+    out = []
+    for name, s in summaries.items():
+        teams = s.get("teams")
+        if not teams:
+            continue
+        t = Table(title=f"{name}: per team", caption=_footer(teams))
+        t.add_column("team")
+        for _, label, _ in TEAM_COLUMNS:
+            t.add_column(label, justify="right")
+        for row in team_rows(teams):
+            t.add_row(*row)
+        out.append(t)
+    return out
+
+
+def share_plot(name: str, s: Series, png: Callable[[Any], str]) -> str:
+    """Base64 PNG (``png`` encodes the figure, as the report does): the teams'
+    GPU-equivalents in use over time, stacked (each band is a team's share of what the fleet
+    runs)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    days = [t / 86400.0 for t in s.t]
+    teams = sorted(s.team_gpus)
+    fig, ax = plt.subplots(figsize=(9, 3.2))
+    ax.stackplot(days, *(s.team_gpus[t][: len(days)] for t in teams), labels=teams)
+    ax.set_title(f"{name}: GPU-equivalents in use per team (stacked)")
+    ax.set_xlabel("day")
+    ax.set_ylabel("GPUs")
+    ax.legend(fontsize=7, ncol=6)
+    out = png(fig)
+    plt.close(fig)
+    return out
+
+
+def team_html(summaries: Mapping[str, Mapping[str, Any]], series: Mapping[str, Series],
+              png: Callable[[Any], str]) -> str:
+    """The report's per-team section: the table and the share plot per scenario with teams."""
+    parts = []
+    head = "".join(f"<th>{html.escape(label)}</th>" for _, label, _ in TEAM_COLUMNS)
+    for name, s in summaries.items():
+        teams = s.get("teams")
+        if not teams:
+            continue
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
+                       for row in team_rows(teams))
+        parts.append(f"<h3>{html.escape(name)}</h3><table><tr><th>team</th>{head}</tr>{body}"
+                     f"</table><p>{html.escape(_footer(teams))}</p>")
+        ser = series.get(name)
+        if ser is not None and ser.team_gpus:
+            title = f"{name}: share over time per team"
+            parts.append(f'<img alt="{html.escape(title)}" '
+                         f'src="data:image/png;base64,{share_plot(name, ser, png)}">')
+    return "<h2>Teams</h2>" + "".join(parts) if parts else ""

@@ -1,0 +1,43 @@
+"""The per-team table and report section (``sim.team_report``): cells from the summary's
+``teams`` block, nothing for scenarios without teams."""
+
+from __future__ import annotations
+
+from gpufleet.sim.books import Series
+from gpufleet.sim.team_report import TEAM_COLUMNS, team_html, team_rows, team_tables
+
+TEAMS = {
+    "per_team": {
+        "a": {"gpu_hours_used": 1234.56, "gpu_hours_entitled": 2000.0,
+              "entitled_delivered": 0.98765, "slowdown_mean": 1.5, "queue_mean_s": 61.4,
+              "jobs_finished": 1200, "spend_usd": 99.999, "budget_usd": 80.0,
+              "budget_action": "hold", "budget_peak_spend_usd": 90.0,
+              "overspend_hours": 0.4567},
+        "b": {"gpu_hours_used": 1.0, "gpu_hours_entitled": None, "entitled_delivered": None,
+              "slowdown_mean": 1.0, "queue_mean_s": 0.0, "jobs_finished": 3,
+              "spend_usd": 0.5},
+    },
+    "jain_index": 0.9, "jain_index_delivered": 0.95, "worst_entitled_delivered": 0.9,
+    "unattributed_usd": 12.0,
+}
+
+
+def test_team_rows_format_and_dash_for_missing() -> None:
+    rows = team_rows(TEAMS)
+    assert rows[0] == ["a", "1,234.6", "2,000.0", "0.988", "1.50", "61", "1,200", "100.00",
+                       "80.00", "hold", "90.00", "0.46"]
+    # a budget-only queue without a budget: dashes for what it has not
+    assert rows[1] == ["b", "1.0", "—", "—", "1.00", "0", "3", "0.50", "—", "—", "—", "—"]
+    assert len(rows[0]) == len(TEAM_COLUMNS) + 1
+
+
+def test_only_scenarios_with_teams_get_a_table_and_a_plot() -> None:
+    summaries = {"static": {"utilization": 0.5}, "teams": {"teams": TEAMS}}
+    tables = team_tables(summaries)
+    assert [t.title for t in tables] == ["teams: per team"]
+    assert "worst team delivered 0.900" in str(tables[0].caption)
+    s = Series(t=[0.0, 600.0], team_gpus={"a": [1.0, 2.0], "b": [0.0, 1.0]})
+    out = team_html(summaries, {"teams": s}, lambda fig: "PNG")
+    assert out.startswith("<h2>Teams</h2><h3>teams</h3>")
+    assert 'src="data:image/png;base64,PNG"' in out
+    assert team_html({"static": {}}, {}, lambda fig: "PNG") == ""
