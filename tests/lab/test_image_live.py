@@ -31,6 +31,7 @@ from pathlib import Path
 import pytest
 import yaml
 from kubernetes import client
+from live_skip import skip_or_fail
 from live_wait import wait_for
 
 from gpufleet.lab.cluster import LabOptions, down, up
@@ -41,12 +42,6 @@ pytestmark = pytest.mark.live
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = ROOT / "deploy" / "image" / "build.sh"
 TOOLS = ("podman", "runc", "mmdebstrap", "umoci")
-
-
-def _skip_or_fail(reason: str) -> None:
-    if os.environ.get("CI"):
-        pytest.fail(f"CI runs the live suite with no skips: {reason}")
-    pytest.skip(reason)
 
 
 def podman_base() -> list[str]:
@@ -64,11 +59,11 @@ def image_ref() -> str:
     """The image built from this checkout, loaded into podman; its reference."""
     missing = [t for t in TOOLS if shutil.which(t) is None]
     if missing:
-        _skip_or_fail(f"needs {', '.join(missing)} (make image-deps)")
+        skip_or_fail(f"needs {', '.join(missing)} (make image-deps)")
     if os.geteuid() != 0:
-        _skip_or_fail("building and running the image needs root (mmdebstrap, rootful podman)")
+        skip_or_fail("building and running the image needs root (mmdebstrap, rootful podman)")
     if sys.version_info[:2] != (3, 11):
-        _skip_or_fail("the image is built from this Python's wheels: needs Python 3.11")
+        skip_or_fail("the image is built from this Python's wheels: needs Python 3.11")
     built = subprocess.run(["bash", str(BUILD)], capture_output=True, text=True, timeout=1500,
                            env={**os.environ, "PYTHON": sys.executable}, check=False)
     assert built.returncode == 0, built.stderr[-4000:]

@@ -277,6 +277,11 @@ def up(opts: LabOptions, log: Callable[[str], None] = lambda _m: None) -> LabInf
                 "--allow-privileged=true",
                 "--profiling=false",
                 f"--feature-gates={dra.FEATURE_GATES}",
+                # the real node's kubelet (--real-node), for logs and exec: by the address it
+                # reports (its hostname resolves nowhere), with a client pair of the lab's CA
+                "--kubelet-preferred-address-types=InternalIP,Hostname",
+                f"--kubelet-client-certificate={pki.admin.cert}",
+                f"--kubelet-client-key={pki.admin.key}",
             ],
         )
         admin_ctx = _admin_context(pki)
@@ -340,7 +345,8 @@ def up(opts: LabOptions, log: Callable[[str], None] = lambda _m: None) -> LabInf
             timeout_s=opts.ready_timeout_s,
         )
 
-        if opts.kube_scheduler:
+        # the real node's pods (the chart's) use the default scheduler
+        if opts.kube_scheduler or opts.real_node:
             sched_kc = write_kubeconfig(
                 d / "kubeconfigs" / "scheduler.kubeconfig",
                 server,
@@ -426,7 +432,7 @@ def up(opts: LabOptions, log: Callable[[str], None] = lambda _m: None) -> LabInf
         controller_state = "disabled"
         node = None
         if image is not None:
-            node = real_node.start_node(d, kubeconfig, api, start,
+            node = real_node.start_node(d, kubeconfig, pki.ca.cert, api, start,
                                         timeout_s=max(opts.ready_timeout_s, 120.0))
             log(f"real node {node} Ready at {time.monotonic() - t0:.1f} s; importing {image}")
             ref = real_node.import_image(d, image)

@@ -140,10 +140,11 @@ def cni_config(work: Path) -> dict[str, Any]:
     }
 
 
-def kubelet_config(work: Path, port: int, healthz_port: int) -> dict[str, Any]:
+def kubelet_config(work: Path, ca: Path, port: int, healthz_port: int) -> dict[str, Any]:
     """The KubeletConfiguration. failCgroupV1: false — v1.36 refuses cgroup v1 (a hybrid
     hierarchy counts as v1) by default; protectKernelDefaults: false — the sysctls it would check
-    are the host's, not ours to set."""
+    are the host's, not ours to set. Its API (logs, exec) takes client certificates of the lab's
+    CA only: the API server presents the admin pair (``--kubelet-client-certificate``)."""
     return {
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
         "kind": "KubeletConfiguration",
@@ -152,7 +153,8 @@ def kubelet_config(work: Path, port: int, healthz_port: int) -> dict[str, Any]:
         "failSwapOn": False,
         "protectKernelDefaults": False,
         "containerRuntimeEndpoint": f"unix://{work}/containerd.sock",
-        "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": False}},
+        "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": False},
+                           "x509": {"clientCAFile": str(ca)}},
         "authorization": {"mode": "AlwaysAllow"},
         "readOnlyPort": 0,
         "port": port,
@@ -201,6 +203,7 @@ def _node_ready(api: Any, name: str) -> bool:
 def start_node(
     directory: Path,
     kubeconfig: Path,
+    ca: Path,
     api: Any,
     start: Callable[..., processes.Running],
     *,
@@ -224,7 +227,8 @@ def start_node(
               str(pause)), "importing the pause image")
     port, healthz = processes.free_port(), processes.free_port()
     kubelet_yaml = work / "kubelet.yaml"
-    kubelet_yaml.write_text(yaml.safe_dump(kubelet_config(work, port, healthz), sort_keys=False))
+    kubelet_yaml.write_text(yaml.safe_dump(kubelet_config(work, ca, port, healthz),
+                                           sort_keys=False))
     kubelet = start("kubelet", [
         str(binary("kubelet")), f"--config={kubelet_yaml}", f"--kubeconfig={kubeconfig}",
         f"--root-dir={work / 'kubelet'}", f"--hostname-override={NODE_NAME}",
@@ -244,15 +248,25 @@ def _mounts_under(path: Path) -> list[str]:
     return sorted((p for p in points if p.startswith(prefix)), reverse=True)
 
 
+def _ids(work: Path, kind: str) -> list[str]:
+    out = subprocess.run(_ctr(work, kind, "ls", "-q"), capture_output=True, text=True,
+                         timeout=30, check=False)
+    return out.stdout.split() if out.returncode == 0 else []
+
+
+def running_tasks(directory: Path) -> list[str]:
+    """The ids of the tasks (containers' processes) the node's containerd runs for the kubelet."""
+    work = work_dir(directory)
+    return _ids(work, "tasks") if (work / "containerd.sock").is_socket() else []
+
+
 def _stop_pods(work: Path) -> None:
     """Kill and delete every task and container containerd runs for the kubelet."""
     if not (work / "containerd.sock").is_socket():
         return
 
     def ids(kind: str) -> list[str]:
-        out = subprocess.run(_ctr(work, kind, "ls", "-q"), capture_output=True, text=True,
-                             timeout=30, check=False)
-        return out.stdout.split() if out.returncode == 0 else []
+        return _ids(work, kind)
 
     def each(ids_: list[str], *args: str) -> None:
         for i in ids_:
