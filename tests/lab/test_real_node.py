@@ -90,6 +90,7 @@ def test_the_kubelet_settings_this_machine_needs() -> None:
         {"key": "gpufleet.io/system-only", "value": "true", "effect": "NoSchedule"}]
     assert cfg["authentication"]["anonymous"] == {"enabled": False}
     assert cfg["authentication"]["x509"] == {"clientCAFile": "/ca.crt"}
+    assert cfg["podLogsDir"] == "/w/pod-logs"  # not /var/log/pods
     toml = real_node.containerd_config(Path("/w"))
     assert "restrict_oom_score_adj = true" in toml and "SystemdCgroup = false" in toml
     bridge = real_node.cni_config(Path("/w"))["plugins"][0]

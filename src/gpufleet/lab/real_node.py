@@ -74,14 +74,7 @@ def missing_prerequisite() -> str | None:
 
 
 def _run(argv: list[str], what: str, timeout_s: float = 300.0) -> str:
-    try:
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise LabError(f"real node: {what} failed: {exc}") from None
-    if out.returncode != 0:
-        tail = (out.stderr or out.stdout).strip().splitlines()[-1:] or ["(no output)"]
-        raise LabError(f"real node: {what} failed (exit {out.returncode}): {tail[0]}")
-    return out.stdout
+    return processes.run_tool(argv, f"real node: {what}", timeout_s=timeout_s)
 
 
 def build_pause(work: Path) -> Path:
@@ -161,6 +154,8 @@ def kubelet_config(work: Path, ca: Path, port: int, healthz_port: int) -> dict[s
         "healthzPort": healthz_port,
         "healthzBindAddress": "127.0.0.1",
         "registerWithTaints": [{"key": TAINT_KEY, "value": "true", "effect": "NoSchedule"}],
+        # containers' logs under the node's directory too (default /var/log/pods)
+        "podLogsDir": str(work / "pod-logs"),
     }
 
 
@@ -213,7 +208,7 @@ def start_node(
     until the Node is Ready; its name."""
     work = work_dir(directory)
     stop_node(directory)  # leftovers of a run that was not taken down
-    for sub in ("cni", "containerd", "kubelet"):
+    for sub in ("cni", "containerd", "kubelet", "pod-logs"):
         (work / sub).mkdir(parents=True, exist_ok=True)
     pause = build_pause(work)
     (work / "cni" / "10-bridge.conflist").write_text(json.dumps(cni_config(work), indent=2))
@@ -231,7 +226,8 @@ def start_node(
                                            sort_keys=False))
     kubelet = start("kubelet", [
         str(binary("kubelet")), f"--config={kubelet_yaml}", f"--kubeconfig={kubeconfig}",
-        f"--root-dir={work / 'kubelet'}", f"--hostname-override={NODE_NAME}",
+        f"--root-dir={work / 'kubelet'}", f"--cert-dir={work / 'kubelet' / 'pki'}",
+        f"--hostname-override={NODE_NAME}",
     ])
     processes.wait_until(kubelet, lambda: _node_ready(api, NODE_NAME),
                          what=f"registered and Ready (Node {NODE_NAME})", timeout_s=timeout_s)
@@ -288,6 +284,8 @@ def stop_node(directory: Path, log: Callable[[str], None] = lambda _m: None) -> 
     the bridge; then the directory itself when nothing is mounted there any more."""
     work = work_dir(directory)
     run_dir, log_dir = directory / "run", directory / "logs"
+    if not work.exists() and not any((run_dir / f"{c}.pid").exists() for c in COMPONENTS):
+        return []  # never a real-node lab: in particular, another lab's bridge is not ours
     stopped = []
     kubelet = processes.read_pidfile(run_dir / "kubelet.pid", log_dir)
     if kubelet is not None:

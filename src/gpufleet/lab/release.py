@@ -16,7 +16,6 @@ With two replicas on one node and the host network, the second controller replic
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import tempfile
@@ -30,7 +29,7 @@ import yaml
 
 from gpufleet.lab.binaries import binary
 from gpufleet.lab.errors import LabError
-from gpufleet.lab.processes import free_port
+from gpufleet.lab.processes import free_port, run_tool
 from gpufleet.lab.real_node import TAINT_KEY
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -55,16 +54,11 @@ def image_archive(log: Callable[[str], None] = lambda _m: None) -> Path:
     if not script.is_file():
         raise LabError(f"{script} not found: pass --image ARCHIVE or run from a source checkout")
     log(f"building the image if needed (bash {IMAGE_BUILD}; minutes the first time)")
-    try:
-        out = subprocess.run(["bash", str(script)], capture_output=True, text=True,
-                             timeout=1800, check=False,
-                             env={**os.environ, "PYTHON": sys.executable})
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise LabError(f"{IMAGE_BUILD} failed: {exc}") from None
-    lines = out.stdout.strip().splitlines()
-    if out.returncode != 0 or not lines:
-        last = (out.stderr or out.stdout).strip().splitlines()[-1:] or ["(no output)"]
-        raise LabError(f"{IMAGE_BUILD} failed (exit {out.returncode}): {last[0]}")
+    out = run_tool(["bash", str(script)], IMAGE_BUILD, timeout_s=1800,
+                   env={"PYTHON": sys.executable})
+    lines = out.strip().splitlines()
+    if not lines:
+        raise LabError(f"{IMAGE_BUILD} printed no archive path")
     return Path(lines[-1])
 
 
@@ -87,15 +81,8 @@ def lab_values(server: str, node: str, image: str) -> dict[str, Any]:
 
 
 def helm(kubeconfig: Path, *args: str, timeout_s: float = 300.0) -> str:
-    argv = [str(binary("helm")), f"--kubeconfig={kubeconfig}", *args]
-    try:
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise LabError(f"helm {args[0]} failed: {exc}") from None
-    if out.returncode != 0:
-        last = (out.stderr or out.stdout).strip().splitlines()[-1:] or ["(no output)"]
-        raise LabError(f"helm {args[0]} failed (exit {out.returncode}): {last[0]}")
-    return out.stdout
+    return run_tool([str(binary("helm")), f"--kubeconfig={kubeconfig}", *args],
+                    f"helm {args[0]}", timeout_s=timeout_s)
 
 
 def install(kubeconfig: Path, values: dict[str, Any], *, release: str = RELEASE,
