@@ -203,6 +203,10 @@ def up(opts: LabOptions, log: Callable[[str], None] = lambda _m: None) -> LabInf
             f"a lab is already running in {d} ({', '.join(r.name for r in live)}); "
             f"run `gpufleet lab down --dir {d}` first"
         )
+    if opts.real_node:  # root first: without it nothing else matters
+        why = real_node.missing_prerequisite()
+        if why is not None:
+            raise LabError(why)
     missing = missing_binaries()
     if missing:
         raise LabError(
@@ -211,9 +215,6 @@ def up(opts: LabOptions, log: Callable[[str], None] = lambda _m: None) -> LabInf
         )
     image: Path | None = None
     if opts.real_node:
-        why = real_node.missing_prerequisite()
-        if why is not None:
-            raise LabError(why)
         release.chart_dir()
         if opts.image is not None and not opts.image.is_file():
             raise LabError(f"--image {opts.image}: file not found")
