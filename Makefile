@@ -22,13 +22,17 @@ system-deps:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null) \
 	  || echo "note: could not install prometheus; the tests that need it will skip"; }
 
-# The tools `make image` and the image's live test use (Debian packages; best effort like
-# system-deps: without them those tests skip, or fail under CI).
+# The tools `make image`, the image's live test and the lab's real node (`gpufleet lab up
+# --real-node`: containerd, runc, the CNI plugins, gcc + libc6-dev for the static pause) use
+# (Debian packages; best effort like system-deps: without them those tests skip, or fail under CI).
+IMAGE_DEBS := mmdebstrap umoci podman runc containerd containernetworking-plugins gcc libc6-dev iproute2
 image-deps:
-	@{ command -v mmdebstrap && command -v umoci && command -v podman && command -v runc; } >/dev/null 2>&1 || { \
+	@{ command -v mmdebstrap && command -v umoci && command -v podman && command -v runc \
+	   && command -v containerd && command -v gcc && command -v ip && [ -x /usr/lib/cni/bridge ] \
+	   && [ -f /usr/lib/x86_64-linux-gnu/libc.a -o -f /usr/lib/aarch64-linux-gnu/libc.a ]; } >/dev/null 2>&1 || { \
 	  command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends mmdebstrap umoci podman runc >/dev/null) \
-	  || echo "note: could not install mmdebstrap/umoci/podman/runc; the image tests will skip"; }
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(IMAGE_DEBS) >/dev/null) \
+	  || echo "note: could not install $(IMAGE_DEBS); the image and real-node tests will skip"; }
 
 # gpufleet's container image, without Docker (deploy/image/build.sh): an OCI archive under
 # ~/.cache/gpufleet/image, cached by content; its path is the last line printed.

@@ -6,16 +6,20 @@
 # module to the matching v0.X.Y; kwok and kine by `go install pkg@version`) and are cached outside
 # the repository, keyed by version, in ${GPUFLEET_K8S_BIN}. Idempotent: when every binary is there
 # and the version stamp matches, it does nothing; otherwise it builds only the binaries that are
-# missing (a cache from before helm was added gets helm alone, in a minute or two).
+# missing (a cache from before helm was added gets helm alone, in a minute or two; one from before
+# the kubelet was added gets the kubelet alone).
 set -euo pipefail
 
 K8S_VERSION=v1.36.3
 KWOK_VERSION=v0.7.0
 KINE_VERSION=v0.17.5
 HELM_VERSION=v3.22.0
+# The stamp names versions (the kubelet is the Kubernetes version); which binaries are there is
+# checked file by file, so a cache from before the kubelet keeps its stamp and gets the kubelet.
 STAMP_TEXT="kubernetes=${K8S_VERSION} kwok=${KWOK_VERSION} kine=${KINE_VERSION} helm=${HELM_VERSION}"
 BIN="${GPUFLEET_K8S_BIN:-$HOME/.cache/gpufleet/k8s-${K8S_VERSION}/bin}"
-BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubectl kwok kine helm)
+KUBE_COMMANDS=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet)
+BINARIES=("${KUBE_COMMANDS[@]}" kwok kine helm)
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
 complete() {
@@ -45,10 +49,15 @@ rm -f "$BIN/.version"
 
 missing() { [ ! -x "$BIN/$1" ]; }
 
-if missing kube-apiserver || missing kube-controller-manager || missing kube-scheduler \
-  || missing kubectl; then
-  # The `tool (...)` block of the wrapper module names the four commands.
-  (cd "$HERE" && GOBIN="$BIN" CGO_ENABLED=0 go install -ldflags="-s -w" tool)
+# The `tool (...)` block of the wrapper module names the five commands; install only the missing
+# ones (one `go install`, so that the packages they share compile once).
+packages=()
+for b in "${KUBE_COMMANDS[@]}"; do
+  missing "$b" && packages+=("k8s.io/kubernetes/cmd/$b")
+done
+if [ ${#packages[@]} -gt 0 ]; then
+  # The kubelet too builds without cgo (cAdvisor's and the kubelet's cgo parts are optional).
+  (cd "$HERE" && GOBIN="$BIN" CGO_ENABLED=0 go install -ldflags="-s -w" "${packages[@]}")
 fi
 if missing kwok; then
   GOBIN="$BIN" CGO_ENABLED=0 go install -ldflags="-s -w" "sigs.k8s.io/kwok/cmd/kwok@${KWOK_VERSION}"

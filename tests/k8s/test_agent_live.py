@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -91,6 +95,12 @@ def spot_node(lab: Any) -> Iterator[str]:
     (name,) = lab.add_instance_nodes("g4dn.12xlarge", 1, prefix="agent", capacity_type="spot")
     yield name
     lab.core.delete_node(name)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def agent_cmd(lab: Any, *args: str) -> list[str]:
@@ -172,10 +182,52 @@ def test_agent_bad_input_is_one_line_and_exit_2(lab: Any, spot_node: str) -> Non
     out = subprocess.run(agent_cmd(lab, "--provider", "aws"), capture_output=True, text=True,
                          env=env, timeout=60)
     assert out.returncode == 2 and "--node-name" in out.stderr and "Traceback" not in out.stderr
-    # a KWOK node has no cloud providerID: the agent cannot guess which metadata service to poll
-    out = subprocess.run(agent_cmd(lab, "--node-name", spot_node), capture_output=True,
-                         text=True, env=env, timeout=60)
-    assert out.returncode == 2 and "providerID" in out.stderr and "Traceback" not in out.stderr
     out = subprocess.run(agent_cmd(lab, "--node-name", spot_node, "--provider", "azure"),
                          capture_output=True, text=True, env=env, timeout=60)
     assert out.returncode == 2 and "aws, aliyun, gcp" in out.stderr
+
+
+def _probe(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+    except OSError:  # not listening yet
+        return 0, ""
+
+
+def test_agent_waits_unready_for_its_cloud_then_watches(lab: Any, imds: Imds) -> None:
+    """A Node without a providerID (on a cloud, one the cloud controller manager has not
+    initialised yet): the agent keeps running, /readyz 503 and the metric 0, and it says so once;
+    when the providerID appears it watches that cloud's metadata service and turns ready."""
+    node = f"agentwait-{uuid.uuid4().hex[:6]}"  # a bare Node: no providerID (KWOK's have kwok://)
+    lab.core.create_node({"metadata": {"name": node}})
+    port = free_port()
+    proc = subprocess.Popen(
+        agent_cmd(lab, "--node-name", node, "--metadata-url", imds.url, "--poll", "0.05",
+                  "--bind-address", "127.0.0.1", "--port", str(port)),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "NO_COLOR": "1"})
+    try:
+        wait_for("the agent's /readyz to answer 503",
+                 lambda: _probe(port, "/readyz")[0] == 503 or None)
+        assert _probe(port, "/healthz")[0] == 200
+        assert "gpufleet_agent_metadata_reachable 0.0" in _probe(port, "/metrics")[1]
+        time.sleep(4)  # retries at 1, 2, 4 s: still waiting, still running, still one log line
+        assert proc.poll() is None
+        lab.core.patch_node(node, {"spec": {"providerID": "aws:///us-east-1a/i-0agentwait"}})
+        wait_for("the agent to read IMDS and turn ready",
+                 lambda: _probe(port, "/readyz")[0] == 200 or None, 90)
+        assert imds.gets > 0
+        assert "gpufleet_agent_metadata_reachable 1.0" in _probe(port, "/metrics")[1]
+        imds.close()  # the metadata service stops answering: not ready again
+        wait_for("the agent to turn unready", lambda: _probe(port, "/readyz")[0] == 503 or None)
+        assert proc.poll() is None
+    finally:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=20)
+        lab.core.delete_node(node)
+    assert proc.returncode == 0, out
+    assert out.count("has no providerID") == 1, out
+    assert "Traceback" not in out, out

@@ -8,7 +8,7 @@ import pytest
 
 from gpufleet.checkpoint.notices import Notice
 from gpufleet.cloud.provider import Interruption, InterruptionKind
-from gpufleet.k8s.disruption.agent import provider_of
+from gpufleet.k8s.disruption.agent import StateLog, backoff_s, provider_of
 from gpufleet.k8s.disruption.interruption import (
     InterruptionMark,
     kind_of_notice,
@@ -79,6 +79,25 @@ def test_provider_from_the_nodes_provider_id() -> None:
     assert provider_of("gce://proj/us-central1-a/vm") == "gcp"
     assert provider_of("kwok://node-1") is None
     assert provider_of(None) is None
+
+
+@pytest.mark.parametrize(("attempt", "cap", "seconds"), [
+    (0, 60.0, 1.0), (1, 60.0, 2.0), (2, 60.0, 4.0), (5, 60.0, 32.0),
+    (6, 60.0, 60.0),  # 64 > the cap
+    (1000, 60.0, 60.0),  # no overflow however long it waits
+    (3, 5.0, 5.0),
+])
+def test_the_agents_retry_backoff_doubles_up_to_its_cap(attempt: int, cap: float,
+                                                        seconds: float) -> None:
+    assert backoff_s(attempt, cap) == seconds
+
+
+def test_the_agent_logs_a_state_once_until_it_changes(caplog: pytest.LogCaptureFixture) -> None:
+    say = StateLog()
+    for state in ["no providerID", "no providerID", "API 503", "API 503", "no providerID"]:
+        say(state)
+    assert [r.getMessage() for r in caplog.records] == ["no providerID", "API 503",
+                                                        "no providerID"]
 
 
 def test_the_controller_finds_the_node_of_an_interrupted_instance_by_provider_id() -> None:

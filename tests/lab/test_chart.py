@@ -125,7 +125,28 @@ def test_defaults(helm: Path, tmp_path: Path) -> None:
     assert ds["spec"]["template"]["spec"]["nodeSelector"] == {"karpenter.sh/capacity-type": "spot"}
     (agent,) = ds["spec"]["template"]["spec"]["containers"]
     assert agent["command"] == ["gpufleet", "agent"]
+    # the agent's probes: alive while it waits for its cloud, ready only while it reads notices
+    (aport,) = agent["ports"]
+    assert aport["containerPort"] == int(arg(agent, "port") or 0) == 10261
+    assert agent["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": aport["name"]}
+    assert agent["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": aport["name"]}
+    assert "hostNetwork" not in ds["spec"]["template"]["spec"]
     assert "annotations" not in _controller_sa(docs)["metadata"]
+
+
+def test_the_lab_real_node_values(helm: Path, tmp_path: Path) -> None:
+    """What `lab up --real-node` installs (gpufleet.lab.release.lab_values): both workloads on
+    the host network, on the real node, reaching the API server on loopback."""
+    docs = render(helm, "lab-real-node", NS, tmp_path)
+    values = CASES["lab-real-node"][1]
+    for kind, key in (("Deployment", "controller"), ("DaemonSet", "agent")):
+        spec = one(docs, kind)["spec"]["template"]["spec"]
+        assert spec["hostNetwork"] is True and spec["dnsPolicy"] == "ClusterFirstWithHostNet"
+        assert spec["nodeSelector"] == {"kubernetes.io/hostname": "real-node"}
+        (c,) = spec["containers"]
+        assert c["image"] == "localhost/gpufleet:0.1.0" and c["imagePullPolicy"] == "Never"
+        assert {"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"} in c["env"]
+        assert c["ports"][0]["containerPort"] == values[key]["port"] == int(arg(c, "port") or 0)
 
 
 def _controller_sa(docs: list[dict[str, Any]]) -> dict[str, Any]:

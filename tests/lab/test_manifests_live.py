@@ -138,8 +138,8 @@ def test_preemptible_example_ignores_exit_75_and_disruption(lab: LabSession) -> 
         job = lab.batch.read_namespaced_job("preemptible-finetune", ns)
         assert job.spec.pod_failure_policy is not None  # stored, not dropped by the server
     finally:
-        # Its pod stays pending for gpufleet: a controller started by a later test would see it
-        # (with it pending, a fresh controller bound no other pod in 2 min: reported as a bug).
+        # Its pod stays pending for gpufleet: a controller started by a later test would place
+        # it, possibly on a node that test meant for its own pod (test_image_live.py's own_lab).
         lab.kubectl("delete", "namespace", ns, "--wait=true", "--timeout=60s", check=False,
                     timeout_s=90)
 

@@ -12,6 +12,8 @@ from typing import Any
 
 import yaml
 
+from gpufleet.lab.release import lab_values
+
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "gpufleet"
 
@@ -52,6 +54,9 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     # helm merges maps: replacing the default selector means nulling its key
     "other-release": ("prod", {"agent": {"nodeSelector": {
         "karpenter.sh/capacity-type": None, "node.kubernetes.io/lifecycle": "spot"}}}),
+    # what `gpufleet lab up --real-node` installs
+    "lab-real-node": ("gpufleet", lab_values("https://127.0.0.1:6443", "real-node",
+                                             "localhost/gpufleet:0.1.0")),
 }
 
 

@@ -19,6 +19,7 @@ import pytest
 from gpufleet.k8s.translate.overcommit import Overcommit, find_overcommits
 from gpufleet.k8s.watch.informer import list_all
 from gpufleet.lab.kubelet_check import list_cluster
+from gpufleet.lab.session import LabSession
 
 
 def listed(call: Any) -> list[dict]:
@@ -38,8 +39,8 @@ def assert_no_overcommit(core: Any) -> None:
 
 
 def check_after_live_test(item: pytest.Item) -> None:
-    """The check for one test that used the shared lab (no-op for any other test)."""
-    lab = getattr(item, "funcargs", {}).get("lab")
-    if lab is None:
-        return
-    assert_no_overcommit(lab.core)
+    """The check for one test that used a lab: the shared one, or a lab of its own (any
+    :class:`~gpufleet.lab.session.LabSession` among its fixtures); no-op for any other test."""
+    for value in getattr(item, "funcargs", {}).values():
+        if isinstance(value, LabSession):
+            assert_no_overcommit(value.core)

@@ -312,6 +312,9 @@ class NoticePoller:
         self.on_problem = on_problem
         self.interval_s = interval_s
         self.problem: str | None = None  # the latest unreported-or-reported trouble, if any
+        # True after a poll that read the metadata service, False after one that could not: a
+        # node agent's readiness (k8s/disruption/agent.py)
+        self.reading = False
         self._stop = threading.Event()
         self._seen: set[str] = set()
         self._thread = threading.Thread(target=self._run, name="gpufleet-notice", daemon=True)
@@ -351,8 +354,10 @@ class NoticePoller:
                         self._seen.add(notice.kind)
                         self.on_notice(notice)
                     err = getattr(self.watcher, "last_error", None)
+                    self.reading = err is None
                     self._report(None if err is None else f"cannot read notices ({err}); retrying")
                 except Exception as exc:
+                    self.reading = False
                     self._report(f"poll failed ({type(exc).__name__}: {exc}); retrying")
                 self._stop.wait(self.interval_s)
         finally:

@@ -73,10 +73,30 @@ def lab_up(
             "(default: also NVIDIA's DeviceClasses and a ResourceSlice pool per GPU node).",
         ),
     ] = False,
+    real_node: Annotated[
+        bool,
+        typer.Option(
+            "--real-node",
+            help="Also a real node (containerd + runc + a kubelet; needs root) running the "
+            "chart's controller and agent as pods, instead of the controller process.",
+        ),
+    ] = False,
+    image: Annotated[
+        Path | None,
+        typer.Option("--image", help="With --real-node: the OCI archive to run "
+                     "(default: `make image`'s, built if needed)."),
+    ] = None,
 ) -> None:
     """Start the lab; the kubeconfig path is the last line printed."""
     if config is not None and not config.is_file():
         raise InputError("file not found", path=config, field="--config")
+    if image is not None and not real_node:
+        raise InputError("--image needs --real-node", field="--image")
+    if image is not None and not image.is_file():
+        raise InputError("file not found", path=image, field="--image")
+    if real_node and config is not None:
+        raise InputError("--config is the process controller's; with --real-node the chart's "
+                         "`config:` value configures the controller", field="--config")
     specs = parse_nodes_option(nodes)
     try:
         info = up(
@@ -87,6 +107,8 @@ def lab_up(
                 controller_config=config,
                 kube_scheduler=kube_scheduler,
                 dra=not classic,
+                real_node=real_node,
+                image=image,
             ),
             log=lambda m: _err.print(f"[dim]lab:[/] {m}"),
         )
@@ -96,6 +118,8 @@ def lab_up(
     typer.echo(f"nodes: {len(info.nodes)}; components: {', '.join(info.components)}")
     typer.echo(f"gpufleet controller: {info.controller}")
     typer.echo(f"DRA inventory: {'ResourceSlices published' if info.dra else 'off (--classic)'}")
+    if info.real_node:
+        typer.echo(f"real node: {info.real_node} (containerd + kubelet; chart's pods on it)")
     typer.echo(f"logs: {info.directory / 'logs'}")
     typer.echo(str(info.kubeconfig))
 

@@ -3,7 +3,10 @@
 Order matters and each step waits for the previous one to be ready: kine (storage) → kube-apiserver
 (``/readyz``) → kube-controller-manager (``/healthz``) → kube-scheduler (optional) → KWOK
 (``/healthz``) → the ``default`` ServiceAccount (the controller-manager is really working) → nodes
-(Ready through KWOK) → the gpufleet controller (when its command exists). A failure stops what was
+(Ready through KWOK) → the gpufleet controller (when its command exists). With ``real_node``
+(``--real-node``), instead of that controller process: a real node (containerd + kubelet,
+:mod:`gpufleet.lab.real_node`), the image imported into it, and the chart installed with the
+controller and agent as pods there (:mod:`gpufleet.lab.release`). A failure stops what was
 started and names the component and its log. All state is under one directory: ``pki/``, the
 kubeconfigs, ``kine/state.db``, ``logs/<component>.log``, ``run/<component>.pid``, ``lab.json``.
 """
@@ -25,7 +28,7 @@ from typing import Any
 import yaml
 
 from gpufleet.k8s.translate.node_objects import KWOK_SELECTOR, GpuNodeSpec
-from gpufleet.lab import dra, processes
+from gpufleet.lab import dra, processes, real_node, release
 from gpufleet.lab.binaries import BUILD_SCRIPT, bin_dir, binary, missing_binaries
 from gpufleet.lab.errors import LabError
 from gpufleet.lab.fleet import create_nodes, default_fleet, wait_nodes_ready
@@ -40,6 +43,7 @@ COMPONENTS = (
     "kube-controller-manager",
     "kube-scheduler",
     "kwok",
+    *real_node.COMPONENTS,
     "gpufleet-controller",
 )
 SERVICE_CIDR = "10.96.0.0/16"
@@ -65,6 +69,10 @@ class LabOptions:
     # DRA inventory: NVIDIA's DeviceClasses and every GPU node's ResourceSlices (lab/dra.py);
     # False is ``--classic``, GPUs only as Node labels and extended resources.
     dra: bool = True
+    # A real node with the chart's controller and agent as pods on it (instead of the controller
+    # process); ``image`` the OCI archive to run, else the one ``make image`` builds.
+    real_node: bool = False
+    image: Path | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +86,7 @@ class LabInfo:
     components: tuple[str, ...]
     controller: str  # "started" | "disabled" | "unavailable: <why>"
     dra: bool = True  # nodes get ResourceSlices (not ``--classic``)
+    real_node: str | None = None  # the real node's name, when ``--real-node``
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -88,6 +97,7 @@ class LabInfo:
             "components": list(self.components),
             "controller": self.controller,
             "dra": self.dra,
+            "real_node": self.real_node,
         }
 
 
@@ -153,7 +163,7 @@ def running_components(directory: Path) -> list[processes.Running]:
 def down(directory: Path, log: Callable[[str], None] = lambda _m: None) -> list[str]:
     """Stop every component ``up`` started in ``directory`` (reverse order). Idempotent."""
     directory = directory.resolve()
-    stopped = []
+    stopped = real_node.stop_node(directory, log)  # before the API server: pods, mounts, bridge
     run_dir = directory / "run"
     for name in reversed(COMPONENTS):
         r = processes.read_pidfile(run_dir / f"{name}.pid", directory / "logs")
@@ -178,6 +188,7 @@ def load_info(directory: Path) -> LabInfo | None:
             tuple(data["components"]),
             data["controller"],
             bool(data.get("dra", False)),
+            data.get("real_node"),
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -192,12 +203,22 @@ def up(opts: LabOptions, log: Callable[[str], None] = lambda _m: None) -> LabInf
             f"a lab is already running in {d} ({', '.join(r.name for r in live)}); "
             f"run `gpufleet lab down --dir {d}` first"
         )
+    if opts.real_node:  # root first: without it nothing else matters
+        why = real_node.missing_prerequisite()
+        if why is not None:
+            raise LabError(why)
     missing = missing_binaries()
     if missing:
         raise LabError(
             f"missing Kubernetes test binaries in {bin_dir()}: {', '.join(missing)}; "
             f"build them with `bash {BUILD_SCRIPT}` (or set GPUFLEET_K8S_BIN)"
         )
+    image: Path | None = None
+    if opts.real_node:
+        release.chart_dir()
+        if opts.image is not None and not opts.image.is_file():
+            raise LabError(f"--image {opts.image}: file not found")
+        image = opts.image or release.image_archive(log)
     d.mkdir(parents=True, exist_ok=True)
     run_dir, log_dir = d / "run", d / "logs"
     started: list[processes.Running] = []
@@ -257,6 +278,11 @@ def up(opts: LabOptions, log: Callable[[str], None] = lambda _m: None) -> LabInf
                 "--allow-privileged=true",
                 "--profiling=false",
                 f"--feature-gates={dra.FEATURE_GATES}",
+                # the real node's kubelet (--real-node), for logs and exec: by the address it
+                # reports (its hostname resolves nowhere), with a client pair of the lab's CA
+                "--kubelet-preferred-address-types=InternalIP,Hostname",
+                f"--kubelet-client-certificate={pki.admin.cert}",
+                f"--kubelet-client-key={pki.admin.key}",
             ],
         )
         admin_ctx = _admin_context(pki)
@@ -320,7 +346,8 @@ def up(opts: LabOptions, log: Callable[[str], None] = lambda _m: None) -> LabInf
             timeout_s=opts.ready_timeout_s,
         )
 
-        if opts.kube_scheduler:
+        # the real node's pods (the chart's) use the default scheduler
+        if opts.kube_scheduler or opts.real_node:
             sched_kc = write_kubeconfig(
                 d / "kubeconfigs" / "scheduler.kubeconfig",
                 server,
@@ -404,7 +431,19 @@ def up(opts: LabOptions, log: Callable[[str], None] = lambda _m: None) -> LabInf
         wait_nodes_ready(api, names, timeout_s=max(opts.ready_timeout_s, len(names) * 0.1))
 
         controller_state = "disabled"
-        if opts.controller:
+        node = None
+        if image is not None:
+            node = real_node.start_node(d, kubeconfig, pki.ca.cert, api, start,
+                                        timeout_s=max(opts.ready_timeout_s, 120.0))
+            log(f"real node {node} Ready at {time.monotonic() - t0:.1f} s; importing {image}")
+            ref = real_node.import_image(d, image)
+            release.install(kubeconfig, release.lab_values(server, node, ref))
+            leader = release.wait_leader(api, kubeconfig, timeout_s=max(opts.ready_timeout_s,
+                                                                        120.0))
+            controller_state = (f"in-cluster: chart {release.RELEASE} in {release.NAMESPACE}, "
+                                f"leader {leader} on {node}")
+            log(f"chart installed; {leader} leads at {time.monotonic() - t0:.1f} s")
+        elif opts.controller:
             why = controller_command_available()
             if why is not None:
                 controller_state = f"unavailable: {why}"
@@ -437,6 +476,8 @@ def up(opts: LabOptions, log: Callable[[str], None] = lambda _m: None) -> LabInf
                 )
                 controller_state = f"started (http://127.0.0.1:{port}/metrics)"
     except BaseException:
+        if image is not None:
+            real_node.stop_node(d)
         for r in reversed(started):
             processes.stop(r)
         raise
@@ -449,6 +490,7 @@ def up(opts: LabOptions, log: Callable[[str], None] = lambda _m: None) -> LabInf
         components=tuple(r.name for r in started),
         controller=controller_state,
         dra=opts.dra,
+        real_node=node,
     )
     (d / STATE_FILE).write_text(json.dumps(info.to_json(), indent=2))
     log(f"lab up in {time.monotonic() - t0:.1f} s: {server}, {len(names)} node(s)")

@@ -179,3 +179,18 @@ def port_open(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.settimeout(0.5)
         return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def run_tool(argv: Sequence[str], what: str, *, timeout_s: float = 300.0,
+             env: dict[str, str] | None = None) -> str:
+    """Run a short-lived tool to completion; its stdout, or a LabError of one line naming
+    ``what`` and the tool's last line of output."""
+    try:
+        out = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout_s,
+                             check=False, env=None if env is None else {**os.environ, **env})
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise LabError(f"{what} failed: {exc}") from None
+    if out.returncode != 0:
+        last = (out.stderr or out.stdout).strip().splitlines()[-1:] or ["(no output)"]
+        raise LabError(f"{what} failed (exit {out.returncode}): {last[0]}")
+    return out.stdout

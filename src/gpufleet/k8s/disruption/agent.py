@@ -11,6 +11,13 @@ A rebalance recommendation is advice, not a reclaim: by default the agent only l
 (``--mark-rebalance`` marks on it too, draining early). If the API server cannot be reached when
 a notice arrives the agent keeps retrying until it has written the mark or the pod is stopped —
 the notice is the one thing it must not lose.
+
+It never exits for want of its cloud: a Node without a providerID yet (the cloud controller
+manager sets it after the kubelet registers), an API server it cannot reach, or a metadata service
+that does not answer (off-cloud, or a hop limit too low) are states it waits out, retrying with a
+bounded backoff and logging each change of state once. Meanwhile ``/readyz`` answers 503 and
+``gpufleet_agent_metadata_reachable`` is 0, so a DaemonSet pod that cannot watch shows as not
+ready instead of crash-looping.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from typing import Annotated, Any
 import typer
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from prometheus_client import CollectorRegistry, Gauge
 from rich.console import Console
 
 from gpufleet.checkpoint.notices import (
@@ -35,6 +43,7 @@ from gpufleet.checkpoint.notices import (
     Notice,
     NoticePoller,
     Watcher,
+    check_metadata_url,
     check_poll_interval,
     make_watcher,
 )
@@ -42,12 +51,15 @@ from gpufleet.cli_app import app, friendly_errors
 from gpufleet.errors import InputError
 from gpufleet.k8s.disruption.interruption import mark_from_notice, mark_node, read_node
 from gpufleet.k8s.schedule.apply import ApiErrors
+from gpufleet.k8s.schedule.telemetry import serve
 
 log = logging.getLogger(__name__)
 console = Console(stderr=True)
 
 # spec.providerID prefix → the metadata service that node's cloud runs
 PROVIDER_ID_PREFIXES = {"aws://": "aws", "alicloud://": "aliyun", "gce://": "gcp"}
+# Waiting for the Node's providerID (or for the API server): 1, 2, 4 … seconds, at most this.
+MAX_BACKOFF_S = 60.0
 
 
 def provider_of(provider_id: str | None) -> str | None:
@@ -56,6 +68,68 @@ def provider_of(provider_id: str | None) -> str | None:
         if (provider_id or "").startswith(prefix):
             return name
     return None
+
+
+def backoff_s(attempt: int, cap_s: float = MAX_BACKOFF_S) -> float:
+    """Seconds before retry ``attempt`` (0-based): doubling from 1 s, never above ``cap_s``."""
+    return float(min(cap_s, 2.0 ** min(attempt, 16)))
+
+
+class StateLog:
+    """Logs a state only when it differs from the previous one: a node that waits an hour for
+    its providerID logs one line, not one a minute."""
+
+    def __init__(self) -> None:
+        self.state: str | None = None
+
+    def __call__(self, state: str) -> None:
+        if state != self.state:
+            self.state = state
+            log.warning("%s", state)
+
+
+def wait_for_provider(core: Any, node_name: str, stop: threading.Event,
+                      cap_s: float = MAX_BACKOFF_S) -> str | None:
+    """The notice provider named by the Node's ``spec.providerID``, read again with a bounded
+    backoff while the Node cannot be read or has no cloud providerID yet; None once stopped."""
+    say = StateLog()
+    attempt = 0
+    while not stop.is_set():
+        try:
+            node = read_node(core, node_name)
+        except ApiErrors as exc:
+            status = exc.status if isinstance(exc, ApiException) else type(exc).__name__
+            say(f"cannot read Node {node_name!r} to find its cloud ({status}); retrying")
+        else:
+            provider = provider_of((node.get("spec") or {}).get("providerID"))
+            if provider is not None:
+                if say.state is not None:
+                    log.warning("Node %s: provider %s", node_name, provider)
+                return provider
+            say(f"Node {node_name!r} has no providerID of a cloud with notices "
+                f"({', '.join(PROVIDER_ID_PREFIXES)}) yet; waiting (--provider skips this)")
+        stop.wait(backoff_s(attempt, cap_s))
+        attempt += 1
+    return None
+
+
+class AgentProbes:
+    """The agent's ``/healthz`` (the process serves), ``/readyz`` (notices are being read) and
+    ``/metrics`` (``gpufleet_agent_metadata_reachable``)."""
+
+    def __init__(self) -> None:
+        self.poller: NoticePoller | None = None  # set once the provider is known
+        self.registry = CollectorRegistry()
+        Gauge("gpufleet_agent_metadata_reachable",
+              "1 while the last poll read the cloud's metadata service (0 while the provider "
+              "is unknown or the service does not answer)",
+              registry=self.registry).set_function(lambda: 1.0 if self.ready() else 0.0)
+
+    def healthy(self) -> bool:
+        return self.poller is None or self.poller.alive
+
+    def ready(self) -> bool:
+        return self.poller is not None and self.poller.reading
 
 
 class NodeAgent:
@@ -73,9 +147,11 @@ class NodeAgent:
         self.marked: bool | None = None  # True: we marked it; False: someone else had
         self._notices: queue.Queue[Notice] = queue.Queue()
 
-    def run(self, stop: threading.Event) -> None:
+    def run(self, stop: threading.Event, probes: AgentProbes | None = None) -> None:
         poller = NoticePoller(self.watcher, self._notices.put, self.interval_s,
                               on_problem=lambda m: log.warning("%s", m)).start()
+        if probes is not None:
+            probes.poller = poller
         try:
             while not stop.is_set():
                 try:
@@ -121,6 +197,11 @@ def agent(
     kubeconfig: Annotated[Path | None, typer.Option(
         help="Kubeconfig file (default: in-cluster service account, else $KUBECONFIG).")] = None,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING.")] = "INFO",
+    bind_address: Annotated[str, typer.Option(help="Address of /healthz, /readyz, /metrics.")]
+    = "0.0.0.0",
+    port: Annotated[int, typer.Option(
+        help="Port of /healthz, /readyz (503 until notices are read) and /metrics; 0: none.")]
+    = 0,
 ) -> None:
     """Watch this node's cloud metadata for spot/preemption notices; mark the Node on one."""
     from gpufleet.k8s.cli import api_client
@@ -131,20 +212,13 @@ def agent(
         raise InputError("no node name: pass --node-name or set NODE_NAME (the DaemonSet sets "
                          "it from spec.nodeName)", field="node-name")
     check_poll_interval(poll, field="poll")
+    if provider is not None:
+        make_watcher(provider, metadata_url)  # an unknown provider is bad input: say so now
+    if metadata_url is not None:
+        check_metadata_url(metadata_url)
+    if not 0 <= port <= 65535:
+        raise InputError(f"port {port} out of range 0-65535", field="port")
     core = client.CoreV1Api(api_client(kubeconfig))
-    if provider is None:
-        try:
-            node = read_node(core, node_name)
-        except ApiErrors as exc:
-            status = exc.status if isinstance(exc, ApiException) else exc
-            raise InputError(f"cannot read Node {node_name!r} to find its cloud ({status}); "
-                             "pass --provider", field="provider") from None
-        provider = provider_of((node.get("spec") or {}).get("providerID"))
-        if provider is None:
-            raise InputError(f"Node {node_name!r} has no providerID of a cloud with notices "
-                             f"({', '.join(PROVIDER_ID_PREFIXES)}); pass --provider",
-                             field="provider")
-    watcher = make_watcher(provider, metadata_url)
     stop = threading.Event()
 
     def handler(signum: int, frame: FrameType | None) -> None:
@@ -152,6 +226,18 @@ def agent(
 
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
-    console.print(f"gpufleet agent on {node_name} (pid {os.getpid()}): watching "
-                  f"{watcher.provider} notices every {poll:g} s", highlight=False, soft_wrap=True)
-    NodeAgent(core, node_name, watcher, interval_s=poll, mark_rebalance=mark_rebalance).run(stop)
+    probes = AgentProbes()
+    if port:
+        serve(probes.registry, bind_address, port, probes.healthy, probes.ready)
+    console.print(f"gpufleet agent on {node_name} (pid {os.getpid()})"
+                  + (f", probes on {bind_address}:{port}" if port else ""),
+                  highlight=False, soft_wrap=True)
+    if provider is None:
+        provider = wait_for_provider(core, node_name, stop)
+        if provider is None:
+            return
+    watcher = make_watcher(provider, metadata_url)
+    console.print(f"gpufleet agent on {node_name}: watching {watcher.provider} notices every "
+                  f"{poll:g} s", highlight=False, soft_wrap=True)
+    NodeAgent(core, node_name, watcher, interval_s=poll,
+              mark_rebalance=mark_rebalance).run(stop, probes)

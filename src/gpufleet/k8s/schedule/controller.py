@@ -162,7 +162,7 @@ class Controller:
         return self.pods.synced.is_set() and self.nodes.synced.is_set() and self.queues.ready()
 
     def serve_http(self, host: str, port: int) -> int:
-        self._server = serve(self.metrics, host, port, self.healthy, self.ready)
+        self._server = serve(self.metrics.registry, host, port, self.healthy, self.ready)
         return self._server.server_address[1]
 
     def start(self) -> None:

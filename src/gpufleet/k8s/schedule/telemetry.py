@@ -84,12 +84,14 @@ def pending_reason(message: str) -> str:
     return "other"
 
 
-def serve(metrics: ControllerMetrics, host: str, port: int, healthy: Callable[[], bool],
+def serve(registry: CollectorRegistry, host: str, port: int, healthy: Callable[[], bool],
           ready: Callable[[], bool]) -> ThreadingHTTPServer:
+    """``/metrics`` of ``registry``, ``/healthz`` and ``/readyz`` on a daemon thread (the
+    controller's and the node agent's)."""
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             if self.path.startswith("/metrics"):
-                body, ctype, code = generate_latest(metrics.registry), CONTENT_TYPE_LATEST, 200
+                body, ctype, code = generate_latest(registry), CONTENT_TYPE_LATEST, 200
             elif self.path.startswith(("/healthz", "/readyz")):
                 ok = healthy() if self.path.startswith("/healthz") else ready()
                 body, ctype, code = (b"ok\n" if ok else b"not ready\n"), "text/plain", (

@@ -1,0 +1,108 @@
+"""``lab up --real-node`` without a cluster: its prerequisites as one line each, the image
+reference read from an OCI archive, and the chart values the lab's real node needs."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from gpufleet.lab import real_node, release
+from gpufleet.lab.errors import LabError
+
+
+def _archive(path: Path, index: dict | None, name: str = "./index.json") -> Path:
+    with tarfile.open(path, "w") as tar:
+        if index is not None:
+            data = json.dumps(index).encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def _index(ref: str) -> dict:
+    return {"schemaVersion": 2, "manifests": [
+        {"digest": "sha256:00", "annotations": {"org.opencontainers.image.ref.name": ref}}]}
+
+
+@pytest.mark.parametrize(("name", "ref"), [
+    ("./index.json", "localhost/gpufleet:0.1.0"),  # what make image writes (tar -C dir .)
+    ("index.json", "registry.example.com:5000/team/gpufleet:1.2"),  # a port is not the tag
+])
+def test_the_image_reference_comes_from_the_archives_index(tmp_path: Path, name: str,
+                                                           ref: str) -> None:
+    assert real_node.image_reference(_archive(tmp_path / "a.tar", _index(ref), name)) == ref
+
+
+@pytest.mark.parametrize("index", [None, {"manifests": []}, _index("gpufleet")])
+def test_an_archive_without_a_full_reference_is_one_line(tmp_path: Path,
+                                                         index: dict | None) -> None:
+    with pytest.raises(LabError) as err:
+        real_node.image_reference(_archive(tmp_path / "a.tar", index))
+    assert "a.tar" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_not_root_is_the_first_thing_said(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert real_node.missing_prerequisite() == (
+        "--real-node needs root (containerd, runc and the kubelet mount and make cgroups)")
+
+
+def test_missing_tools_are_named_with_the_packages(monkeypatch: pytest.MonkeyPatch,
+                                                   tmp_path: Path) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setenv("PATH", str(tmp_path))  # nothing on it
+    why = real_node.missing_prerequisite()
+    assert why is not None and "\n" not in why
+    assert why.startswith("--real-node needs containerd, ctr, runc, gcc, umoci, ip")
+    assert "apt-get install containerd runc containernetworking-plugins" in why
+
+
+def test_lab_values_reach_the_api_server_on_loopback_and_pin_the_pods_to_the_node() -> None:
+    v = release.lab_values("https://127.0.0.1:38603", "real-node", "localhost/gpufleet:0.1.0")
+    env = [{"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"},
+           {"name": "KUBERNETES_SERVICE_PORT", "value": "38603"}]
+    assert v["image"] == {"repository": "localhost/gpufleet", "tag": "0.1.0",
+                          "pullPolicy": "Never"}
+    c, a = v["controller"], v["agent"]
+    assert c["hostNetwork"] and a["hostNetwork"] and c["env"] == env and a["env"] == env
+    assert c["nodeSelector"] == {"kubernetes.io/hostname": "real-node"}
+    assert c["tolerations"] == [{"key": real_node.TAINT_KEY, "operator": "Exists"}]
+    # the chart's default spot selector is dropped (null), the real node selected
+    assert a["nodeSelector"] == {"karpenter.sh/capacity-type": None,
+                                 "kubernetes.io/hostname": "real-node"}
+    assert c["port"] != a["port"] and min(c["port"], a["port"]) > 0
+
+
+def test_the_kubelet_settings_this_machine_needs() -> None:
+    cfg = real_node.kubelet_config(Path("/w"), Path("/ca.crt"), 10350, 10348)
+    assert (cfg["cgroupDriver"], cfg["failCgroupV1"], cfg["protectKernelDefaults"]) == (
+        "cgroupfs", False, False)
+    assert cfg["containerRuntimeEndpoint"] == "unix:///w/containerd.sock"
+    assert cfg["registerWithTaints"] == [
+        {"key": "gpufleet.io/system-only", "value": "true", "effect": "NoSchedule"}]
+    assert cfg["authentication"]["anonymous"] == {"enabled": False}
+    assert cfg["authentication"]["x509"] == {"clientCAFile": "/ca.crt"}
+    assert cfg["podLogsDir"] == "/w/pod-logs"  # not /var/log/pods
+    toml = real_node.containerd_config(Path("/w"))
+    assert "restrict_oom_score_adj = true" in toml and "SystemdCgroup = false" in toml
+    bridge = real_node.cni_config(Path("/w"))["plugins"][0]
+    assert bridge["ipMasq"] is False and bridge["ipam"]["dataDir"] == "/w/ipam"
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--image", "x.tar"], "--image needs --real-node"),
+    (["--real-node", "--image", "/no/such.tar"], "file not found"),
+])
+def test_lab_up_real_node_bad_options_are_one_line(args: list[str], says: str) -> None:
+    out = subprocess.run([sys.executable, "-m", "gpufleet", "lab", "up", "--dir", "/nonexistent",
+                          *args], capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode != 0 and says in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr
