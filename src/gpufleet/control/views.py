@@ -28,14 +28,14 @@ def pending_pods(
     ask = request_now(req, on_demand_only)
     hurry = urgent(spec, work_s, interrupted, now, cfg)
     ok = tolerates_spot(ask)
-    risk = spot_risk(spec, work_s, interrupted, now, cfg) if ok else None
+    risk = spot_risk(spec, work_s, interrupted, now, cfg.checkpointing) if ok else None
     # distinct objects: scale-up tells replicas apart by identity
     return [PendingPod(spec.job_id, ask, ok, waited_s, hurry, spec.replicas, risk)
             for _ in range(spec.replicas)]
 
 
 def spot_risk(
-    spec: JobSpec, work_s: float, interrupted: bool, now: float, cfg: GuardConfig
+    spec: JobSpec, work_s: float, interrupted: bool, now: float, checkpointing: bool
 ) -> SpotRisk:
     """The job's side of the spot cost rule (``market.spot_cost``): work left, whether it can
     checkpoint on this fleet, its checkpoint and restart costs and its deadline slack (deadline
@@ -45,7 +45,7 @@ def spot_risk(
     if spec.deadline_s is not None:
         slack = spec.deadline_s - now - left - (spec.restart_overhead_s if interrupted else 0.0)
     return SpotRisk(left, spec.checkpoint_cost_s, spec.restart_overhead_s,
-                    spec.checkpointable and cfg.checkpointing, slack)
+                    spec.checkpointable and checkpointing, slack)
 
 
 def pod_view(
