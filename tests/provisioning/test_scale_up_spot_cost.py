@@ -5,20 +5,14 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+from p3_offers import OFFERS
+
 from gpufleet.decisions import CapacityType, Launch
 from gpufleet.market.bidding import ZoneMarket, get_spot_strategy
 from gpufleet.market.spot_cost import SpotRisk
-from gpufleet.provisioning import NodeShape, Offer, PendingPod, ScaleUpPolicy
+from gpufleet.provisioning import PendingPod, ScaleUpPolicy
 from gpufleet.state import ResourceRequest
 
-P3_2X = NodeShape("V100-16GB", 1, 8000, 61 * 1024, 16384, 12040)
-P3_16X = NodeShape("V100-16GB", 8, 64000, 488 * 1024, 16384, 12040)
-OFFERS = [
-    Offer("p3.2xlarge", CapacityType.ON_DEMAND, P3_2X, 3.06, "us-east-1a"),
-    Offer("p3.16xlarge", CapacityType.ON_DEMAND, P3_16X, 24.48, "us-east-1a"),
-    Offer("p3.2xlarge", CapacityType.SPOT, P3_2X, 0.918),
-    Offer("p3.16xlarge", CapacityType.SPOT, P3_16X, 8.0),
-]
 SPOT = {"p3.2xlarge": ("0.918", "3.06"), "p3.16xlarge": ("8.0", "24.48")}
 
 
