@@ -55,3 +55,13 @@ def test_a_pin_to_on_demand_drops_the_toleration_only_while_it_holds() -> None:
     pinned = request_now(req, on_demand_only=True)
     assert pinned.tolerations == frozenset({"other"})
     assert request_now(ResourceRequest(num_gpu=1), on_demand_only=True).tolerations == frozenset()
+
+
+def test_a_job_that_cannot_checkpoint_stays_off_spot() -> None:
+    # a reclaim would cost it all its work: no toleration, so it neither asks scale-up for spot
+    # nor fills a spot node launched for others; on a fleet without checkpointing, no job does
+    req = ResourceRequest(num_gpu=1)
+    no_ckpt = JobSpec("j", 0.0, 60.0, req, checkpointable=False)
+    assert not tolerates_spot(effective_request(no_ckpt, sharing=True, spot=True))
+    assert not tolerates_spot(effective_request(_spec(req), True, True, checkpointing=False))
+    assert tolerates_spot(effective_request(_spec(req), True, True, checkpointing=True))

@@ -120,21 +120,18 @@ def _spot_run(jobs: list[JobSpec]) -> Simulation:
     return sim
 
 
-def test_job_without_checkpoints_stays_off_spot_when_a_rerun_would_not_fit() -> None:
-    """2 GPUs (at the scale-up trigger), 3,600 s, no checkpoints. Deadline 5,000 s < 2·3,600 +
-    120 + 180 = 7,500: a reclaim could not be recovered, so it is pinned to on-demand at arrival;
-    the node launched at 0 s is on-demand, ready at 180, the job ends at 3,780 s. Deadline
-    8,000 s leaves room for a rerun: it runs on (cheaper) spot, same times."""
-    tight = JobSpec("t", 0.0, 3600.0, req(2), checkpointable=False, deadline_s=5000.0)
-    sim = _spot_run([tight])
-    nodes = list(sim.sim.cloud.nodes.values())
-    assert [(n.spot, n.launched_s, n.ready_s) for n in nodes] == [(False, 0.0, 180.0)]
-    assert sim.sim.jobs[0].finish_s == 3780.0 and sim.summary()["deadline_switches"] == 1
-    loose = JobSpec("l", 0.0, 3600.0, req(2), checkpointable=False, deadline_s=8000.0)
-    sim = _spot_run([loose])
-    nodes = list(sim.sim.cloud.nodes.values())
-    assert [(n.spot, n.launched_s, n.ready_s) for n in nodes] == [(True, 0.0, 180.0)]
-    assert sim.sim.jobs[0].finish_s == 3780.0 and sim.summary()["deadline_switches"] == 0
+def test_job_without_checkpoints_stays_off_spot_even_when_a_rerun_would_fit() -> None:
+    """2 GPUs (at the scale-up trigger), 3,600 s, no checkpoints. A reclaim would cost all its
+    work, so it never tolerates spot (``control.admission``; ``market.spot_cost``): with a
+    deadline of 5,000 s (< 2·3,600 + 120 + 180 = 7,500, no rerun would fit) and of 8,000 s
+    (a rerun would fit) alike, the node launched at 0 s is on-demand, ready at 180, the job ends
+    at 3,780 s, and the deadline guards never had to pin it (0 switches)."""
+    for deadline in (5000.0, 8000.0):
+        job = JobSpec("t", 0.0, 3600.0, req(2), checkpointable=False, deadline_s=deadline)
+        sim = _spot_run([job])
+        nodes = list(sim.sim.cloud.nodes.values())
+        assert [(n.spot, n.launched_s, n.ready_s) for n in nodes] == [(False, 0.0, 180.0)]
+        assert sim.sim.jobs[0].finish_s == 3780.0 and sim.summary()["deadline_switches"] == 0
 
 
 def test_tight_deadline_job_gets_on_demand_at_once() -> None:

@@ -2,19 +2,13 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+from p3_offers import OFFERS, P3_2X, P3_16X
+
 from gpufleet.decisions import CapacityType, Launch
 from gpufleet.market.bidding import ZoneMarket, get_spot_strategy
-from gpufleet.provisioning import InFlight, NodeShape, Offer, PendingPod, ScaleUpPolicy, score
+from gpufleet.provisioning import InFlight, PendingPod, ScaleUpPolicy, score
 from gpufleet.state import ResourceRequest
 
-P3_2X = NodeShape("V100-16GB", 1, 8000, 61 * 1024, 16384, 12040)
-P3_16X = NodeShape("V100-16GB", 8, 64000, 488 * 1024, 16384, 12040)
-OFFERS = [
-    Offer("p3.2xlarge", CapacityType.ON_DEMAND, P3_2X, 3.06, "us-east-1a"),
-    Offer("p3.16xlarge", CapacityType.ON_DEMAND, P3_16X, 24.48, "us-east-1a"),
-    Offer("p3.2xlarge", CapacityType.SPOT, P3_2X, 0.918),
-    Offer("p3.16xlarge", CapacityType.SPOT, P3_16X, 8.0),
-]
 V100 = frozenset({"V100-16GB"})
 
 

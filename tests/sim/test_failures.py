@@ -177,10 +177,12 @@ def test_fixed_fleet_replaces_a_failed_node_seen_in_the_snapshot() -> None:
 
 
 def test_fixed_spot_fleet_replaces_a_reclaimed_node_seen_in_the_snapshot() -> None:
-    """The spot lever's fixed fleet (flat price path: spot always available): a node's notice
-    at 18,000 s; it is gone after the 120-s notice and a spot node of the same type boots in
-    its place, ready 180 s later with the job back on it."""
-    sc = scenario("spot", gpu_mtbf_hours=None, spot_market="price", price_volatility=0.0)
+    """The spot lever's fixed fleet, with checkpointing (a job that cannot checkpoint stays off
+    spot; flat price path: spot always available): a node's notice at 18,000 s; it is gone
+    after the 120-s notice and a spot node of the same type boots in its place, ready 180 s
+    later with the job back on it."""
+    sc = scenario("spot", gpu_mtbf_hours=None, spot_market="price", price_volatility=0.0,
+                  checkpointing=True, recovery="checkpoint-requeue")
     sim = Simulation(sc, 0, one_job())
     sim.run_until(18000.0)
     ((old, row),) = node_rows(sim).items()

@@ -5,9 +5,12 @@ Three rules, the same for every driver:
 * a MIG request is narrowed to the GPU models that offer its profile (with GPU sharing off, the
   exclusive baseline, it becomes one whole GPU of such a model);
 * with sharing off a fractional request is rounded up to a whole GPU;
-* an interruptible job on a fleet that uses spot tolerates the spot taint, so it may land on
-  spot nodes; a job later pinned to on-demand (deadline guards, recovery) drops that toleration
-  for as long as the pin holds (``request_now``).
+* an interruptible job that can checkpoint, on a fleet that uses spot and lets jobs checkpoint,
+  tolerates the spot taint, so it may land on spot nodes; a job later pinned to on-demand
+  (deadline guards, recovery) drops that toleration for as long as the pin holds
+  (``request_now``). A job that cannot checkpoint never does: a reclaim would cost it all its
+  work, more than any spot discount saves (``market.spot_cost``), and without the toleration it
+  does not even fill a spot node launched for others.
 
 Example: ``1g.10gb`` on a sharing fleet → ``num_gpu=1, gpu_models={A100-80GB, H100-80GB}``;
 the same job on the exclusive baseline → one whole A100-80GB or H100-80GB GPU.
@@ -44,9 +47,11 @@ def mig_models(req: ResourceRequest) -> frozenset[str]:
     return frozenset(m for m in names if m in cat and cat.mig_profile(m, req.mig_profile or ""))
 
 
-def effective_request(spec: JobSpec, sharing: bool, spot: bool) -> ResourceRequest:
-    """The request the scheduler places for ``spec`` on a fleet with (or without) GPU sharing
-    and spot capacity. An unknown MIG profile is bad input (exit 2), not a bug."""
+def effective_request(
+    spec: JobSpec, sharing: bool, spot: bool, checkpointing: bool = True
+) -> ResourceRequest:
+    """The request the scheduler places for ``spec`` on a fleet with (or without) GPU sharing,
+    spot capacity and checkpointing. An unknown MIG profile is bad input (exit 2), not a bug."""
     r = spec.request
     if r.mig_profile is not None:
         models = mig_models(r)
@@ -60,7 +65,7 @@ def effective_request(spec: JobSpec, sharing: bool, spot: bool) -> ResourceReque
         else:  # the exclusive baseline: one whole GPU of a model that offers the profile
             r = replace(r, mig_profile=None, num_gpu=1, gpu_milli=GPU_MILLI, gpu_models=models)
     r = round_up_unshared(r, sharing)
-    if spot and spec.interruptible:
+    if spot and spec.interruptible and spec.checkpointable and checkpointing:
         r = replace(r, tolerations=r.tolerations | {SPOT_TAINT})
     return r
 

@@ -8,8 +8,9 @@ workload of one kind (Philly, the default) is one group.
 Each group is of the cheapest per-GPU instance type that fits its biggest job (and offers its
 MIG profiles), preferring one on which every job's replica fits, with ``fixed_nodes`` nodes or
 enough for a quantile of the group's concurrent demand (``sizing.demand_quantile_milli``). On a
-spot fleet the first nodes, enough for the peak demand of jobs that cannot be interrupted, are
-on-demand; the rest want spot.
+spot fleet the first nodes, enough for the peak demand of jobs that may not go on spot (their
+admitted request does not tolerate it: not interruptible, or unable to checkpoint —
+``control.admission``), are on-demand; the rest want spot.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 
 from gpufleet.catalog.gpus import default_gpu_catalog
 from gpufleet.catalog.instances import InstanceType
+from gpufleet.control.admission import tolerates_spot
 from gpufleet.control.sizing import demand_quantile_milli, peak_demand_milli
 from gpufleet.errors import InputError
 from gpufleet.provisioning.binpack import NodeShape, fits_shape
@@ -61,14 +63,16 @@ def fixed_fleet(
     for mig, models in sorted(pools, key=lambda k: (k[0], sorted(k[1]))):
         specs = [jobs[i][0] for i in pools[(mig, models)]]
         reqs = {jobs[i][1] for i in pools[(mig, models)]}
-        out.append(_group(mig, models, specs, reqs, types, sharing, spot, fixed_nodes, quantile))
+        strict = [jobs[i][0] for i in pools[(mig, models)] if not tolerates_spot(jobs[i][1])]
+        out.append(_group(mig, models, specs, reqs, types, sharing, spot, fixed_nodes, quantile,
+                          strict))
     return out
 
 
 def _group(
     mig: bool, models: frozenset[str], jobs: list[JobSpec], reqs: set[ResourceRequest],
     types: list[InstanceType], sharing: bool, spot: bool, fixed_nodes: int | None,
-    quantile: float,
+    quantile: float, strict: list[JobSpec],
 ) -> NodeGroup:
     cat = default_gpu_catalog()
     biggest = max((j.request.whole_gpus for j in jobs), default=1)
@@ -87,7 +91,7 @@ def _group(
     n = fixed_nodes or max(1, math.ceil(
         demand_quantile_milli(jobs, sharing, quantile) / (GPU_MILLI * it.gpus)))
     n_od = 0
-    if spot:
-        strict = [j for j in jobs if not j.interruptible]
-        n_od = math.ceil(peak_demand_milli(strict, sharing) / (GPU_MILLI * it.gpus))
+    if spot:  # at least one on-demand node where some job may not go on spot (CPU-only too)
+        n_od = max(1 if strict else 0,
+                   math.ceil(peak_demand_milli(strict, sharing) / (GPU_MILLI * it.gpus)))
     return NodeGroup(it, mig, n, n_od)

@@ -46,7 +46,8 @@ def backfill_pass(sc: Scenario) -> BackfillPass:
 
 
 def scale_up_policy(sc: Scenario) -> ScaleUpPolicy:
-    return ScaleUpPolicy(sc.pending_gpu_threshold, sc.max_pending_wait_s)
+    return ScaleUpPolicy(sc.pending_gpu_threshold, sc.max_pending_wait_s,
+                         provisioning_delay_s=sc.provisioning_delay_s)
 
 
 def disruption_policy(sc: Scenario, *, consolidation: bool | None = None) -> DisruptionPolicy:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from gpufleet.control.admission import request_now, request_on_spot, tolerates_spot
 from gpufleet.control.deadline import GuardConfig, movable, urgent
+from gpufleet.market.spot_cost import SpotRisk
 from gpufleet.provisioning import NodeShape, NodeView, PendingPod, PodView
 from gpufleet.state import FleetState, ResourceRequest
 from gpufleet.traces.jobs import JobSpec
@@ -22,15 +23,32 @@ def pending_pods(
     spec: JobSpec, req: ResourceRequest, on_demand_only: bool, waited_s: float, work_s: float,
     interrupted: bool, now: float, cfg: GuardConfig, spot_only: bool = False,
 ) -> list[PendingPod]:
-    """One ``PendingPod`` per replica of a queued job (``work_s``: work already done).
+    """One ``PendingPod`` per replica of a queued job (``work_s``: work already done), with
+    what a reclaim would cost it (``spot_risk``) where it may go to spot.
     ``spot_only``: its team's budget says so (``control.teams.Gate.SPOT``): it asks for spot
     and only spot is launched for it, whatever pin it had."""
     ask = request_on_spot(req) if spot_only else request_now(req, on_demand_only)
     hurry = urgent(spec, work_s, interrupted, now, cfg)
     ok = tolerates_spot(ask)
+    risk = spot_risk(spec, work_s, interrupted, now, cfg.checkpointing) if ok else None
     # distinct objects: scale-up tells replicas apart by identity
-    return [PendingPod(spec.job_id, ask, ok, waited_s, hurry, spec.replicas, spot_only)
+    return [PendingPod(spec.job_id, ask, ok, waited_s, hurry, spec.replicas,
+                       spot_only=spot_only, risk=risk)
             for _ in range(spec.replicas)]
+
+
+def spot_risk(
+    spec: JobSpec, work_s: float, interrupted: bool, now: float, checkpointing: bool
+) -> SpotRisk:
+    """The job's side of the spot cost rule (``market.spot_cost``): work left, whether it can
+    checkpoint on this fleet, its checkpoint and restart costs and its deadline slack (deadline
+    − now − work left − the restart overhead it already owes after an interruption)."""
+    left = max(0.0, spec.duration_s - work_s)
+    slack = None
+    if spec.deadline_s is not None:
+        slack = spec.deadline_s - now - left - (spec.restart_overhead_s if interrupted else 0.0)
+    return SpotRisk(left, spec.checkpoint_cost_s, spec.restart_overhead_s,
+                    spec.checkpointable and checkpointing, slack)
 
 
 def pod_view(

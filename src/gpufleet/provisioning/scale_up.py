@@ -31,12 +31,14 @@ Example: 3 pending 1-GPU spot-tolerant pods; offers p3.2xlarge spot 0.918 $/h, p
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from dataclasses import replace as dc_replace
 
 from gpufleet.decisions import CapacityType, Launch
 from gpufleet.market.bidding import SpotStrategy, ZoneMarket
+from gpufleet.market.spot_cost import SpotRisk, spot_cost_per_work_hour
 from gpufleet.provisioning.binpack import (
     MIG_CONFIG,
     Bin,
@@ -49,6 +51,8 @@ from gpufleet.state import GPU_MILLI, ResourceRequest
 
 # (models, min CUDA, GPU memory, spot ok, min(GPUs, 2), MIG, gang id or ""): pods one launch serves
 _GroupKey = tuple[object, ...]  # the group key: shape fields, then "spot-only" if so
+# reclaims per spot node-hour of (instance type, zone), as the fleet has seen them so far
+Hazard = Callable[[str, str], float]
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +79,9 @@ class PendingPod:
     gang_size: int = 1  # replicas of its job (> 1: a gang, launched in one zone)
     # spot capacity only (its team's budget says ``spot-only``: ``control.teams``)
     spot_only: bool = False
+    # what a reclaim would cost it (``market.spot_cost``); None: not known, spot is judged on
+    # price alone
+    risk: SpotRisk | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +116,7 @@ class ScaleUpPolicy:
     gpu_threshold: float = 2.0
     max_wait_s: float = 60.0
     max_pods: int = 512  # pods considered per scan (queue order); later ones wait a scan
+    provisioning_delay_s: float = 0.0  # part of what a reclaim costs (``market.spot_cost``)
 
     def decide(
         self,
@@ -117,9 +125,11 @@ class ScaleUpPolicy:
         inflight: Sequence[InFlight] = (),
         markets: Mapping[str, Sequence[ZoneMarket]] | None = None,
         spot_strategy: SpotStrategy | None = None,
+        hazard: Hazard | None = None,
     ) -> list[Launch]:
         """The launches for ``pending`` (``plan`` without the pods left over)."""
-        return list(self.plan(pending, offers, inflight, markets, spot_strategy).launches)
+        return list(self.plan(pending, offers, inflight, markets, spot_strategy,
+                              hazard).launches)
 
     def plan(
         self,
@@ -128,9 +138,11 @@ class ScaleUpPolicy:
         inflight: Sequence[InFlight] = (),
         markets: Mapping[str, Sequence[ZoneMarket]] | None = None,
         spot_strategy: SpotStrategy | None = None,
+        hazard: Hazard | None = None,
     ) -> ScaleUpReply:
         """Launches for the pending pods the booting nodes do not absorb, once the trigger
-        fires, and the pods no launch is for."""
+        fires, and the pods no launch is for. ``hazard``: the reclaim rate learned so far per
+        (type, zone); with it a spot offer is scored by its expected cost (``spot_score``)."""
         pods = list(pending[: self.max_pods])
         uncovered = _absorb(pods, inflight)
         if not uncovered:
@@ -152,8 +164,24 @@ class ScaleUpPolicy:
             groups.setdefault(key, []).append(p)
         out: list[Launch] = []
         left: list[Unprovisioned] = []
+        # spot-tolerant groups first: one that ends up on on-demand anyway (spot declined, or
+        # dearer by expected cost) joins the on-demand group of its shape, so the two are
+        # packed onto the same nodes instead of each rounding up its own
+        for key in sorted((k for k in groups if k[3]), key=group_order):
+            members = groups.pop(key)
+            plan, why = self._launch_group(members, offers, markets or {}, spot_strategy,
+                                           hazard)
+            if plan and all(x.capacity_type == CapacityType.ON_DEMAND for x in plan):
+                od_key: _GroupKey = (key[0], key[1], key[2], False, key[4], key[5], key[6])
+                groups.setdefault(od_key, []).extend(members)
+                continue
+            out.extend(plan)
+            if why:
+                ids = dict.fromkeys(p.job_id for p in members)
+                left.extend(Unprovisioned(i, why) for i in ids)
         for key in sorted(groups, key=group_order):
-            plan, why = self._launch_group(groups[key], offers, markets or {}, spot_strategy)
+            plan, why = self._launch_group(groups[key], offers, markets or {}, spot_strategy,
+                                           hazard)
             out.extend(plan)
             if why:
                 ids = dict.fromkeys(p.job_id for p in groups[key])
@@ -166,6 +194,7 @@ class ScaleUpPolicy:
         offers: Sequence[Offer],
         markets: Mapping[str, Sequence[ZoneMarket]],
         spot_strategy: SpotStrategy | None,
+        hazard: Hazard | None = None,
     ) -> tuple[list[Launch], str]:
         """The group's launches, or [] and why none."""
         reqs = [p.request for p in pods]
@@ -179,11 +208,23 @@ class ScaleUpPolicy:
             and all(fits_shape(r, o.shape) for r in reqs)
         ]
         scored = [(score(reqs, o), o) for o in usable]
-        ranked = sorted(
-            ((s, o) for s, o in scored if s[1] > 0),
-            key=lambda so: (so[0][0], so[0][1], so[1].usd_per_hour, so[1].instance_type),
-        )
-        for (_, nodes), offer in ranked:
+        od_best = min((s for (s, n), o in scored
+                       if n > 0 and o.capacity_type == CapacityType.ON_DEMAND), default=math.inf)
+        ranked: list[tuple[float, int, Offer, Sequence[ZoneMarket]]] = []
+        for (s, nodes), o in scored:
+            if nodes <= 0:
+                continue
+            zones: Sequence[ZoneMarket] = ()
+            if o.capacity_type == CapacityType.SPOT:
+                zones = markets.get(o.instance_type, ())
+                if hazard is not None:
+                    s, zones = spot_score(s, o, zones, pods, nodes, od_best, hazard,
+                                          self.provisioning_delay_s)
+                    if not zones:
+                        continue  # the expected loss eats the discount in every zone
+            ranked.append((s, nodes, o, zones))
+        ranked.sort(key=lambda r: (r[0], r[1], r[2].usd_per_hour, r[2].instance_type))
+        for _, nodes, offer, zones in ranked:
             if offer.capacity_type == CapacityType.ON_DEMAND:
                 plan = [
                     Launch(offer.instance_type, offer.zone, CapacityType.ON_DEMAND, nodes,
@@ -192,7 +233,6 @@ class ScaleUpPolicy:
             elif spot_strategy is None:
                 continue
             else:
-                zones = markets.get(offer.instance_type, ())
                 plan = spot_strategy.plan(offer.instance_type, zones, nodes)
                 if pods[0].gang_size > 1:
                     plan = one_zone(plan)
@@ -200,9 +240,42 @@ class ScaleUpPolicy:
                 if offer.shape.mig:
                     return [dc_replace(x, mig_config=MIG_CONFIG) for x in plan], ""
                 return plan, ""
-        if not ranked:
+        if not scored or all(n <= 0 for (_, n), _ in scored):
             return [], "no offer fits"
         return [], "the spot strategy found no zone and no on-demand offer fits"
+
+
+def spot_score(
+    price_score: float, offer: Offer, zones: Sequence[ZoneMarket], pods: Sequence[PendingPod],
+    nodes: int, od_score: float, hazard: Hazard, provisioning_delay_s: float,
+) -> tuple[float, list[ZoneMarket]]:
+    """A spot offer's expected cost per useful GPU-hour (``market.spot_cost``) and the zones
+    where it beats ``od_score``, the group's best on-demand launch (best first).
+
+    Per zone the price score is re-priced at that zone's spot price and the hazard is that
+    zone's rate times the nodes one job spans (a gang loses its run when any of its nodes is
+    reclaimed); the riskiest pod of the group decides (they share the nodes). With no on-demand
+    launch to fall back to, or no pod's risk known, the zones stay as they are (spot is then
+    the only way, or nothing is known to weigh). Example: one pod, 10 h left, checkpoints of
+    30 s, zones at λ 0.5 and 20 reclaims per node-hour, spot score 0.918, on-demand 3.06 →
+    the 0.5 zone stays at 1.227, the 20 one (7.17) is dropped.
+    """
+    risks = [p.risk for p in pods if p.risk is not None]
+    if not risks or math.isinf(od_score):
+        return price_score, list(zones)
+    span = nodes if pods[0].gang_size > 1 else 1
+    kept: list[tuple[float, str, ZoneMarket]] = []
+    for z in zones:
+        s = price_score
+        if offer.usd_per_hour > 0:
+            s = price_score * float(z.price) / offer.usd_per_hour
+        lam = hazard(offer.instance_type, z.zone) * span
+        eff = max(spot_cost_per_work_hour(s, od_score, lam, r, provisioning_delay_s)
+                  for r in risks)
+        if eff < od_score:
+            kept.append((eff, z.zone, z))
+    kept.sort(key=lambda k: (k[0], k[1]))
+    return (kept[0][0] if kept else math.inf), [z for _, _, z in kept]
 
 
 def group_order(key: tuple[object, ...]) -> str:

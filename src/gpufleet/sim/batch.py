@@ -68,8 +68,9 @@ def twin_of(sc: Scenario, earlier: list[Scenario], jobs: list[JobSpec]) -> Scena
             continue
         if other.sharing == sc.sharing:
             return other  # the same settings under another name
-        if any(effective_request(j, sc.sharing, sc.spot)
-               != effective_request(j, other.sharing, other.spot) for j in jobs):
+        if any(effective_request(j, sc.sharing, sc.spot, sc.checkpointing)
+               != effective_request(j, other.sharing, other.spot, other.checkpointing)
+               for j in jobs):
             continue
         if not sc.autoscaling:
             a, b = demand_steps(jobs, sc.sharing), demand_steps(jobs, other.sharing)

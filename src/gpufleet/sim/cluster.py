@@ -68,6 +68,7 @@ from gpufleet.decisions import (
     Requeue,
     Terminate,
 )
+from gpufleet.market.spot_cost import ReclaimHazard
 from gpufleet.market.spot_model import SpotMarket
 from gpufleet.provisioning import InFlight, NodeView, Unprovisioned
 from gpufleet.recovery import SpotExposure
@@ -124,8 +125,9 @@ class ClusterSim:
                                 mig=any(j.req.mig_profile is not None for j in self.jobs))
         self.fleet = FixedFleet(self.offers, self.market, self.ctl.spot_strategy)
         self.exposure = SpotExposure()
+        self.hazard = ReclaimHazard()  # reclaims per node-hour per (type, zone), seen so far
         self.nodes = SimFleet(self.market, self.offers, scenario.pricing,
-                              scenario.utilization_threshold, self.exposure)
+                              scenario.utilization_threshold, self.exposure, self.hazard)
         self.unprovisioned: tuple[Unprovisioned, ...] = ()  # the last scale-up's leftovers
         self.arrived = 0
         self.finished = False
@@ -172,7 +174,7 @@ class ClusterSim:
 
     # -- setup --------------------------------------------------------------------------------
     def _job(self, i: int, spec: JobSpec) -> JobRun:
-        req = effective_request(spec, self.sc.sharing, self.sc.spot)
+        req = effective_request(spec, self.sc.sharing, self.sc.spot, self.sc.checkpointing)
         key = (req, spec.replicas)
         shape = self._shapes.setdefault(key, len(self._shapes))
         return JobRun(i, spec, req, shape)
@@ -403,8 +405,9 @@ class ClusterSim:
                                  spot_only=gate is Gate.SPOT)
         inflight = [InFlight(self.offers.shape(n.itype, n.mig), n.spot, n.zone)
                     for n in self.nodes.booting.values()]
-        reply = self.ctl.scale_up.plan(pods, self.offers.offers(now), inflight,
-                                   self.offers.markets(now), self.ctl.spot_strategy)
+        reply = self.ctl.scale_up.plan(
+            pods, self.offers.offers(now), inflight, self.offers.markets(now),
+            self.ctl.spot_strategy, lambda it, zone: self.hazard.rate_per_h(it, zone, now))
         self.unprovisioned = reply.unprovisioned  # the last scan's, for reports and tests
         return self._apply(list(reply.launches))
 

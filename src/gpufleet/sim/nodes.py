@@ -25,6 +25,7 @@ from gpufleet.control.admission import SPOT_TAINT, SPOT_TAINT_KEY
 from gpufleet.control.node_clocks import Idle, idle_state
 from gpufleet.control.offers import OfferBook
 from gpufleet.decisions import Bind, CapacityType
+from gpufleet.market.spot_cost import ReclaimHazard
 from gpufleet.market.spot_model import SpotMarket
 from gpufleet.provisioning import MIG_CONFIG, MIG_CONFIG_LABEL
 from gpufleet.recovery import SpotExposure
@@ -45,7 +46,8 @@ class SimFleet:
     """The simulated nodes (``cloud``) and their rows in ``state``."""
 
     def __init__(self, market: SpotMarket | None, offers: OfferBook, pricing: str,
-                 utilization_threshold: float, exposure: SpotExposure) -> None:
+                 utilization_threshold: float, exposure: SpotExposure,
+                 hazard: ReclaimHazard | None = None) -> None:
         self.cloud = SimCloud()
         self.state = FleetState()
         self.market = market
@@ -53,6 +55,7 @@ class SimFleet:
         self.pricing = pricing
         self.threshold = utilization_threshold
         self.exposure = exposure
+        self.hazard = hazard  # the reclaim rate per (type, zone) scale-up learns from
         self.catalog = default_gpu_catalog()
         self.empty: dict[str, SimNode] = {}
         self.under: dict[str, SimNode] = {}
@@ -115,6 +118,8 @@ class SimFleet:
         self.empty[name] = node
         if node.spot:
             self.exposure.node_ready(node.ready_s)
+            if self.hazard is not None:
+                self.hazard.node_ready(it.name, node.zone, node.ready_s)
         return node
 
     def changed(self, node: SimNode, now: float) -> Became | None:
@@ -160,6 +165,9 @@ class SimFleet:
                 self.compact(allocations)
             if node.spot:
                 self.exposure.close(now - node.ready_s)
+                if self.hazard is not None:
+                    self.hazard.node_gone(node.itype.name, node.zone, node.ready_s, now,
+                                          node.reclaimed)
         booting = self.booting.pop(node.name, None) is not None
         node.state = "draining"
         return booting

@@ -27,7 +27,7 @@ from gpufleet.cloud.provider import Instance, Offering
 from gpufleet.control.deadline import GuardConfig, urgent
 from gpufleet.control.node_clocks import Idle, SinceClock, idle_state
 from gpufleet.control.offers import offer_list
-from gpufleet.control.views import node_view
+from gpufleet.control.views import node_view, spot_risk
 from gpufleet.decisions import CapacityType
 from gpufleet.k8s.translate.deadlines import deadline_view, pinned_on_demand
 from gpufleet.k8s.translate.pods import finished, spot_ok, stays_on_drain
@@ -35,10 +35,12 @@ from gpufleet.k8s.translate.snapshot import Snapshot
 from gpufleet.market.bidding import ZoneMarket
 from gpufleet.provisioning import InFlight, NodeShape, NodeView, Offer, PendingPod, PodView
 from gpufleet.state import GPU_MILLI, FleetState
+from gpufleet.traces.jobs import JobSpec
 
 
 def pending_pods(snap: Snapshot, refused: Iterable[str], now: float,
-                 guards: GuardConfig | None = None) -> list[PendingPod]:
+                 guards: GuardConfig | None = None, checkpointing: bool = True
+                 ) -> list[PendingPod]:
     """The refused pods with a readable request (``guards``: the deadline guards' settings, None
     when they are off): those that cannot go on spot first, then the rest, each in the
     snapshot's order. ``ScaleUpPolicy`` lets booting on-demand nodes absorb
@@ -61,8 +63,13 @@ def pending_pods(snap: Snapshot, refused: Iterable[str], now: float,
         if guards is not None:
             view = deadline_view(p, ok)
             hurry = view is not None and urgent(view.spec, 0.0, False, now, guards)
+        risk = None
+        if ok and p.work_s is not None:  # what a reclaim would cost it (market.spot_cost); a
+            # pod states its work, not its checkpoint costs: JobSpec's defaults stand for them
+            risk = spot_risk(JobSpec(p.key, p.created_s, p.work_s, req, deadline_s=p.deadline_s),
+                             0.0, False, now, checkpointing)
         out.append(PendingPod(p.group or p.key, req, ok and not pinned,
-                              max(0.0, now - p.created_s), hurry, gang_size=gang))
+                              max(0.0, now - p.created_s), hurry, gang_size=gang, risk=risk))
     return sorted(out, key=lambda p: p.spot_ok)
 
 

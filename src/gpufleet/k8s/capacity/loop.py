@@ -29,7 +29,7 @@ from kubernetes import client
 from prometheus_client import CollectorRegistry
 
 from gpufleet.catalog.instances import InstanceType
-from gpufleet.cloud.provider import CloudProvider, Instance
+from gpufleet.cloud.provider import CloudProvider, Instance, InterruptionKind
 from gpufleet.config import Scenario
 from gpufleet.decisions import Launch, Terminate
 from gpufleet.k8s.capacity.launch_records import LaunchRecords
@@ -119,6 +119,8 @@ class CapacityController:
         marking again is a no-op. The drain acts on the mark."""
         source = MARK_SOURCE.get(self.provider.name, self.provider.name)
         for ev in self.provider.interruptions():
+            if ev.kind == InterruptionKind.SPOT_INTERRUPTION:
+                self.scale_up.reclaim_notice(ev.instance_id)
             name = node_for_instance(nodes, ev.instance_id)
             if name is not None and mark_node(self.core, name, mark_from_event(
                     ev, source, self.clock())):

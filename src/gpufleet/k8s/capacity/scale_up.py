@@ -3,6 +3,12 @@
 with the scenario's spot strategy — minus the capacity still booting, up to the node cap
 (``control.limits.launch_room``). A pod goes on spot only if it tolerates the spot taint and the
 deadline guard has not pinned it to on-demand (``k8s.capacity.inputs.pending_pods``).
+
+Spot is weighed by expected cost as in the simulator (``market.spot_cost``): the reclaim hazard
+per (type, zone) is learned from this controller's own spot instances — exposure from their
+launch until they leave the provider's list, a reclaim when a spot-interruption event named
+the instance (``reclaim_notice``) — and a pod's risk comes from its ``gpufleet.io/duration``
+(``inputs.pending_pods``).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from gpufleet.decisions import CapacityType, Launch
 from gpufleet.k8s.capacity import inputs
 from gpufleet.k8s.settings import live_guards
 from gpufleet.k8s.translate.snapshot import Snapshot
+from gpufleet.market.spot_cost import ReclaimHazard
 
 
 class ScaleUp:
@@ -30,13 +37,37 @@ class ScaleUp:
         self.policy = scale_up_policy(scenario)
         self.spot_strategy = spot_strategy(scenario)
         self.guards = live_guards(scenario)
+        self.hazard = ReclaimHazard()
+        self._spot: dict[str, tuple[str, str, float]] = {}  # id → (type, zone, launched at)
+        self._reclaimed: set[str] = set()  # spot instances a reclaim notice named
+
+    def reclaim_notice(self, instance_id: str) -> None:
+        """The provider announced a spot reclaim of ``instance_id``."""
+        self._reclaimed.add(instance_id)
+
+    def observe(self, live: Sequence[Instance], now: float) -> None:
+        """Feed the hazard: spot instances that appeared start their exposure, those gone from
+        the list end it (a reclaim if a notice named them)."""
+        up = set()
+        for i in live:
+            if i.capacity_type != CapacityType.SPOT:
+                continue
+            up.add(i.instance_id)
+            if i.instance_id not in self._spot:
+                self._spot[i.instance_id] = (i.instance_type, i.zone, i.launched_at)
+                self.hazard.node_ready(i.instance_type, i.zone, i.launched_at)
+        for iid in [k for k in self._spot if k not in up]:
+            it, zone, since = self._spot.pop(iid)
+            self.hazard.node_gone(it, zone, since, now, iid in self._reclaimed)
+            self._reclaimed.discard(iid)
 
     def run(self, snap: Snapshot, refused: Sequence[str], live: list[Instance],
             booting: list[Instance], nodes: Sequence[Mapping[str, Any]], now: float,
             launch: Callable[[Launch], str | None]) -> None:
         """Launch what the policy asks for, one node at a time through ``launch`` (the
         provisioner's record-first path; None: the cloud had no capacity for that launch)."""
-        pending = inputs.pending_pods(snap, refused, now, self.guards)
+        self.observe(live, now)
+        pending = inputs.pending_pods(snap, refused, now, self.guards, self.sc.checkpointing)
         if not pending:
             return
         offerings = self.provider.offerings()
@@ -56,7 +87,8 @@ class ScaleUp:
                   for i in [*(i for i in live if i.provider_id not in joined
                               and i not in booting), *booting]]
         launches = self.policy.decide(pending, offers, inputs.inflight(coming, self.types),
-                                      markets, self.spot_strategy)
+                                      markets, self.spot_strategy,
+                                      lambda it, zone: self.hazard.rate_per_h(it, zone, now))
         room = launch_room(len(live), self.sc.max_nodes)
         for want in launches:
             for _ in range(want.count):
