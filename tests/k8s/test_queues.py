@@ -21,7 +21,7 @@ from gpufleet.k8s.queues.metrics import queue_families
 from gpufleet.k8s.queues.spec import QueueParses, namespace_queues, parse_queue
 from gpufleet.k8s.queues.status import QueueView, needs_write, render, view_of
 from gpufleet.k8s.queues.tracker import LiveQuota
-from gpufleet.k8s.queues.usage import node_split, queue_rates, tag_units, usage_by_queue
+from gpufleet.k8s.queues.usage import queue_rates, tag_units, usage_by_queue
 from gpufleet.k8s.schedule.cycle import pending_units, plan_cycle
 from gpufleet.k8s.translate.snapshot import build_snapshot
 from gpufleet.placement import get_policy
@@ -235,15 +235,6 @@ def test_sizes_by_share_on_the_nodes_model() -> None:
     per_s = 1e6 / 3600
     assert got == pytest.approx({"a": 7.2 * per_s + 3.6 * per_s * 500 / 3500,  # alone on a100
                                  "b": 3.6 * per_s * 2000 / 3500})
-
-
-@pytest.mark.parametrize(("price", "held", "rates"), [
-    (3.6, {"a": 2000, "b": 6000}, {"a": 250.0, "b": 750.0}),  # 3.6 $/h = 1000 micro-$/s
-    (3.6, {"a": 500}, {"a": 1000.0}),  # alone: the whole node, idle included
-    (3.6, {"a": 0}, {}), (0.0, {"a": 1000}, {}),
-])
-def test_a_nodes_price_split(price: float, held: dict, rates: dict) -> None:
-    assert node_split(price, held) == pytest.approx(rates)
 
 
 def live_quota(snap: object, specs: dict[str, dict]) -> LiveQuota:
