@@ -86,6 +86,21 @@ def usage_by_queue(snap: Snapshot, teams: Mapping[str, str], catalog: GpuCatalog
     return out
 
 
+def model_usage_by_queue(snap: Snapshot, teams: Mapping[str, str], catalog: GpuCatalog
+                         ) -> dict[str, dict[str, int]]:
+    """Milli-GPU-equivalents held per queue and GPU model (its node's), what per-model quotas
+    (``TeamQuota.models``) count; the pods :func:`usage_by_queue` counts, on a node whose model
+    is known."""
+    out: dict[str, dict[str, int]] = {}
+    for key, a in snap.allocations.items():
+        team = teams.get(namespace_of(key))
+        model = node_model(snap, a.bind.node)
+        if team is not None and model is not None:
+            per = out.setdefault(team, {})
+            per[model] = per.get(model, 0) + allocation_milli(snap, a, catalog)
+    return out
+
+
 def pending_by_queue(snap: Snapshot, teams: Mapping[str, str]) -> dict[str, int]:
     out: dict[str, int] = {}
     for p in snap.pending:

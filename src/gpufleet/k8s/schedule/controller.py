@@ -28,6 +28,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gpufleet.config import Scenario
+from gpufleet.control.admission import SPOT_TAINT
 from gpufleet.control.policies import backfill_pass, placement_policy
 from gpufleet.decisions import Bind, Refuse
 from gpufleet.k8s.capacity.cost import LiveFleet, LiveFleetCollector, PriceBook
@@ -233,7 +234,8 @@ class Controller:
                               quota=queues)
             if not self.is_leader:  # lost the lease while planning: act on nothing
                 return None
-            out = self._apply(plan.decisions, plan.of(Bind), by_key)
+            spot = {n.name for n in snap.state.nodes if SPOT_TAINT in n.taints}
+            out = self._apply(plan.decisions, plan.of(Bind), by_key, spot)
             if out.conflicts or out.errors:
                 self.changed.set()  # re-read and retry soon
             reasons: dict[str, int] = {}
@@ -251,14 +253,14 @@ class Controller:
         return out
 
     def _apply(self, decisions: list, binds: list[Bind],
-               by_key: Mapping[str, Mapping[str, Any]]) -> Outcome:
+               by_key: Mapping[str, Mapping[str, Any]], spot_nodes: set[str]) -> Outcome:
         """Apply the plan with its binds assumed while they are written (kube-scheduler's
         AssumePod → bind → FinishBinding, or ForgetPod when the bind failed or 409'd)."""
         for b in binds:
             self.assumed.assume(b, _uid(by_key.get(b.job_id)))
         accepted: set[str] = set()
         try:
-            out = self.applier.apply(decisions, by_key)
+            out = self.applier.apply(decisions, by_key, spot_nodes)
             accepted = {b.job_id for b in out.bound}
         finally:
             for b in binds:

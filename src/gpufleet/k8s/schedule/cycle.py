@@ -101,9 +101,13 @@ def pending_units(snap: Snapshot) -> list[PendingUnit]:
 
 
 def victims_of(snap: Snapshot) -> list[Victim]:
-    """Running pods preemption may evict: those outside pod groups."""
-    return [Victim(a.pod.key, a.pod.priority, a.pod.created_s, a.request, a.bind, a.masks)
-            for a in snap.allocations.values() if a.pod.group is None]
+    """Running pods preemption may evict. A pod group's pods carry the group as their
+    ``workload``: priority preemption leaves them alone (a gang is never torn apart) and team
+    reclaim takes a borrowed gang whole (``control.cycle`` step 5), as the simulator's
+    ``gang_victims``."""
+    return [Victim(a.pod.key, a.pod.priority, a.pod.created_s, a.request, a.bind, a.masks,
+                   workload=a.pod.group)
+            for a in snap.allocations.values()]
 
 
 def evicting(snap: Snapshot) -> bool:
