@@ -9,11 +9,14 @@ guard: placement keeps it off the spot node although three of its GPUs are free,
 capacity loop launches on-demand for it. A pod whose deadline does not parse is refused with
 the annotation and the expected format named in its PodScheduled condition, and the controller
 carries on.
+Team budgets gate the same scale-up: a ``spot-only`` queue's pod gets a spot launch, a
+``hold`` queue's none.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -28,12 +31,14 @@ from gpufleet.cloud.kwok import KwokProvider
 from gpufleet.cloud.provider import TAG_MANAGED
 from gpufleet.config import Scenario
 from gpufleet.control.admission import SPOT_TAINT_EFFECT, SPOT_TAINT_KEY, SPOT_TAINT_VALUE
+from gpufleet.k8s.queues.spec import GROUP, PLURAL, QUEUE_LABEL, VERSION
 from gpufleet.k8s.schedule.controller import Controller
 from gpufleet.k8s.translate.names import ANN_DEADLINE, ANN_DURATION, CAPACITY_TYPE
 
 pytestmark = pytest.mark.live
 
 P3 = default_instance_catalog()["p3.8xlarge"]
+CRD = Path(__file__).resolve().parents[2] / "charts/gpufleet/crds/gpuqueues.gpufleet.io.yaml"
 ZONE = "us-east-1b"
 SPOT_TOLERATION = {"key": SPOT_TAINT_KEY, "operator": "Equal", "value": SPOT_TAINT_VALUE,
                    "effect": SPOT_TAINT_EFFECT}
@@ -119,3 +124,69 @@ def test_a_pod_whose_slack_ran_out_gets_on_demand_where_its_twin_gets_spot(
         "capacity_type": ct, "instance_type": P3.name}) for ct in ("spot", "on-demand")}
     assert launches == {"spot": 1.0, "on-demand": 1.0}
     assert core.read_namespaced_pod("typo", ns).spec.node_name is None
+
+
+def test_team_budgets_gate_scale_up_spot_only_launches_spot_and_hold_nothing(
+        lab: Any, spot_lab: dict) -> None:
+    """Two queues whose daily $1 budget is spent (``status.ledger`` says $2, as a previous
+    controller would have written): ``spot-only`` and ``hold``. A pod of each, neither
+    tolerating spot, on a fleet with no gpufleet node yet: the capacity loop launches one spot
+    node for the spot-only pod (which gets the toleration and binds there) and nothing for the
+    held pod, which waits with the budget's reason (``control.teams.scale_up_gates``)."""
+    core, ns, sc = lab.core, spot_lab["ns"], spot_lab["sc"]
+    lab.kubectl("apply", "-f", str(CRD))
+    lab.kubectl("wait", "--for=condition=Established", "crd/gpuqueues.gpufleet.io",
+                "--timeout=60s")
+    custom = client.CustomObjectsApi(lab.api)
+    held_ns = lab.namespace("dlh")
+    queues = {f"{ns}-spot": ("spot-only", ns), f"{ns}-hold": ("hold", held_ns)}
+    day = rfc3339(datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0))
+    try:
+        for q, (action, qns) in queues.items():
+            custom.create_cluster_custom_object(GROUP, VERSION, PLURAL, {
+                "apiVersion": f"{GROUP}/{VERSION}", "kind": "GpuQueue", "metadata": {"name": q},
+                "spec": {"budget": {"usd": 1, "period": "day", "action": action}}})
+            custom.patch_cluster_custom_object_status(
+                GROUP, VERSION, PLURAL, q, {"status": {"ledger": {
+                    "periodStart": day, "asOf": rfc3339(datetime.now(UTC)),
+                    "spentMicro": 2_000_000, "rateMicroPerS": 0.0}}},
+                _content_type="application/merge-patch+json")
+            core.patch_namespace(qns, {"metadata": {"labels": {QUEUE_LABEL: q}}})
+        ctl = Controller(lab.api, sc, leader_elect=False, resync_s=0.5, capacity_namespace=ns)
+        spot_lab["controllers"].append(ctl)
+        ctl.start()
+        wait_for("informers to sync", ctl.ready)
+        wait_for("the controller to see both queues", lambda: all(
+            ctl.queues.queues.get(q) is not None and (
+                (ctl.queues.namespaces.get(qns) or {}).get("metadata", {}).get("labels") or {}
+            ).get(QUEUE_LABEL) == q for q, (_, qns) in queues.items()))
+        for name, pns in (("held", held_ns), ("cheap", ns)):
+            body = pod(name)
+            del body["spec"]["tolerations"]
+            core.create_namespaced_pod(pns, body)
+        assert wait_for("the spot-only pod to run", lambda: capacity_type_of(
+            core, ns, "cheap"), timeout=90) == "spot"
+        tols = core.read_namespaced_pod("cheap", ns).spec.tolerations or []
+        assert any((t.key, t.value, t.effect) == (SPOT_TAINT_KEY, SPOT_TAINT_VALUE,
+                                                  SPOT_TAINT_EFFECT) for t in tols)
+
+        def held_reason() -> str | None:
+            for c in core.read_namespaced_pod("held", held_ns).status.conditions or ():
+                if c.type == "PodScheduled" and c.status == "False":
+                    return c.message
+            return None
+
+        msg = wait_for("the held pod's reason", held_reason, timeout=30)
+        assert msg == (f"team {ns}-hold: budget $2.00 of $1.00 spent; new work waits until the "
+                       "period renews")
+        time.sleep(2.0)  # more cycles and capacity passes: still nothing for the held pod
+        assert not core.read_namespaced_pod("held", held_ns).spec.node_name
+        reg = ctl.metrics.registry
+        launches = {ct: reg.get_sample_value("gpufleet_launches_total", {
+            "capacity_type": ct, "instance_type": P3.name}) for ct in ("spot", "on-demand")}
+        assert launches == {"spot": 1.0, "on-demand": None}
+    finally:
+        for q in queues:
+            custom.delete_cluster_custom_object(GROUP, VERSION, PLURAL, q)
+        core.delete_collection_namespaced_pod(held_ns, grace_period_seconds=0)
+        core.delete_namespace(held_ns)

@@ -15,17 +15,19 @@ import yaml
 
 from gpufleet.catalog.gpus import default_gpu_catalog
 from gpufleet.control.cycle import QuotaInput
+from gpufleet.control.teams import Gate
 from gpufleet.decisions import Bind, Preempt, Refuse
+from gpufleet.k8s.capacity.inputs import pending_pods as cap_pending
 from gpufleet.k8s.queues.ledger import Saved, Spend, SpendLedger, restored
 from gpufleet.k8s.queues.metrics import queue_families
 from gpufleet.k8s.queues.spec import QueueParses, namespace_queues, parse_queue
 from gpufleet.k8s.queues.status import QueueView, needs_write, render, view_of
 from gpufleet.k8s.queues.tracker import LiveQuota
-from gpufleet.k8s.queues.usage import node_split, queue_rates, tag_units, usage_by_queue
-from gpufleet.k8s.schedule.cycle import pending_units, plan_cycle
+from gpufleet.k8s.queues.usage import queue_rates, tag_units, usage_by_queue
+from gpufleet.k8s.schedule.cycle import launch_gates, pending_units, plan_cycle, victims_of
 from gpufleet.k8s.translate.snapshot import build_snapshot
 from gpufleet.placement import get_policy
-from gpufleet.queueing.teams.budget import BudgetState
+from gpufleet.queueing.teams.budget import Budget, BudgetState, budget_verdicts, restrictions
 from gpufleet.queueing.teams.quota import QuotaBook
 from gpufleet.queueing.teams.settings import BudgetSettings, QueueSettings
 
@@ -237,15 +239,6 @@ def test_sizes_by_share_on_the_nodes_model() -> None:
                                  "b": 3.6 * per_s * 2000 / 3500})
 
 
-@pytest.mark.parametrize(("price", "held", "rates"), [
-    (3.6, {"a": 2000, "b": 6000}, {"a": 250.0, "b": 750.0}),  # 3.6 $/h = 1000 micro-$/s
-    (3.6, {"a": 500}, {"a": 1000.0}),  # alone: the whole node, idle included
-    (3.6, {"a": 0}, {}), (0.0, {"a": 1000}, {}),
-])
-def test_a_nodes_price_split(price: float, held: dict, rates: dict) -> None:
-    assert node_split(price, held) == pytest.approx(rates)
-
-
 def live_quota(snap: object, specs: dict[str, dict]) -> LiveQuota:
     settings = {n: parse_queue(obj(n, s)).settings for n, s in specs.items()}
     book = QuotaBook([s.quota() for s in settings.values()], usage_by_queue(snap, TEAMS, CAT))
@@ -367,3 +360,128 @@ def test_a_missing_crd_or_rbac_lists_as_empty_but_its_watch_fails(status: int,
             listing(limit=500)
     with pytest.raises(ApiException):
         listing(watch=True)
+
+
+# -- budgets, per-model usage, gangs and scale-up in the live cycle ---------------------------
+def ledger_status(spent_usd: float) -> dict:
+    return {"ledger": {"periodStart": "2026-12-04T00:00:00Z", "asOf": "2026-12-04T00:00:00Z",
+                       "spentMicro": round(spent_usd * 1e6), "rateMicroPerS": 0.0}}
+
+
+@pytest.mark.parametrize(("spent", "running", "action", "held"), [
+    # $1.50 spent + t4's $3.60/h (1,000 µ$/s: a holds the only GPU in use, so the whole node)
+    # over the 1 h look-ahead = $5.10 ≥ $2: low → the action applies to new work
+    (1.5, True, "hold", "hold"),
+    (1.5, True, "spot-only", "spot-only"),
+    (1.5, True, "notify", None),  # notify: metrics and events only, the cycle never sees it
+    (1.5, False, "hold", None),  # nothing running: $1.50 + 0 < $2, ok
+    (2.5, False, "spot-only", "spot-only"),  # spent: exhausted, whatever the rate
+])
+def test_observe_hands_the_cycle_the_budget_verdicts(spent: float, running: bool, action: str,
+                                                    held: str | None) -> None:
+    t, _ = tracker()
+    put(t.namespaces, [{"metadata": {"name": "ns-a", "labels": {"gpufleet.io/queue": "a"}}}])
+    pods = [kpod("ns-a", "r", GPU1, node_name="t4")] if running else []
+    snap = build_snapshot([node("t4", 4)], pods)
+    q = obj("a", {"budget": {"usd": 2, "period": "day", "action": action}})
+    q["status"] = ledger_status(spent)
+    put(t.queues, [q])
+    live = t.observe(snap, [node("t4", 4)], lambda *a: 3.6, DAY)
+    assert live.input is not None
+    got = {n: v.action for n, v in live.input.budgets.items()}
+    assert got == ({} if held is None else {"a": held})
+    if held is not None:
+        assert live.input.budgets["a"].reason.startswith(f"team a: budget ${spent:.2f} of $2.00")
+
+
+def test_observe_counts_usage_per_gpu_model() -> None:
+    t, _ = tracker()
+    put(t.namespaces, [{"metadata": {"name": "ns-a", "labels": {"gpufleet.io/queue": "a"}}}])
+    put(t.queues, [obj("a", {"gpus": 8, "models": {"T4": 1}})])
+    snap = build_snapshot([node("t4", 4), node("a100", 2, "NVIDIA-A100-SXM4-40GB")], [
+        kpod("ns-a", "r", GPU1, node_name="t4"),
+        kpod("ns-a", "h", ann={"gpu-fraction": "0.5"}, node_name="t4"),
+        kpod("ns-a", "w", {"nvidia.com/gpu": "2"}, node_name="a100"),
+        kpod("ns-a", "p", GPU1, t=5)])
+    live = t.observe(snap, [], lambda *a: 0.0, DAY)
+    assert live.input is not None
+    assert live.input.book.usage == {"a": 3500}
+    assert live.input.book.model_usage == {"a": {"T4": 1500, "A100-40GB": 2000}}
+
+
+def spot_node(name: str, gpus: int) -> dict:
+    n = node(name, gpus)
+    n["metadata"]["labels"]["karpenter.sh/capacity-type"] = "spot"
+    n["spec"] = {"taints": [{"key": "karpenter.sh/capacity-type", "value": "spot",
+                             "effect": "NoSchedule"}]}
+    return n
+
+
+def with_budget(q: LiveQuota, action: str) -> LiveQuota:
+    """``q`` with team a's budget spent ($2.50 of $2): its ``action`` restricts new work."""
+    assert q.input is not None
+    held = restrictions(budget_verdicts({"a": Budget(2_000_000, "day", action)},
+                                        {"a": 2_500_000}, {}, DAY))
+    return LiveQuota(QuotaInput(q.input.book, None, held), q.teams, q.settings)
+
+
+@pytest.mark.parametrize(("action", "bound_on"), [
+    ("spot-only", "spot"),  # no toleration of its own: the cycle asks spot for it
+    ("hold", None),
+    ("notify", "od"),  # the on-demand node wins as without a budget (no toleration)
+])
+def test_a_budget_action_in_the_live_cycle(action: str, bound_on: str | None) -> None:
+    snap = build_snapshot([node("od", 4), spot_node("spot", 4)],
+                          [kpod("ns-a", "a1", GPU1), kpod("ns-b", "b1", GPU1, t=1)])
+    q = with_budget(live_quota(snap, {"a": {"gpus": 4}, "b": {"gpus": 4}}), action)
+    plan = plan_cycle(snap, POLICY, np.random.default_rng(0), quota=q)
+    binds = {b.job_id: b.node for b in plan.of(Bind)}
+    assert binds.get("ns-b/b1") == "od"  # team b has no budget: as before
+    assert binds.get("ns-a/a1") == bound_on
+    if bound_on is None:
+        (r,) = plan.of(Refuse)
+        assert r.message == ("team a: budget $2.50 of $2.00 spent; new work waits until the "
+                             "period renews")
+
+
+def test_reclaim_takes_a_borrowed_pod_group_whole() -> None:
+    """a (1 GPU) and b (3 GPUs) in one cohort; a's 2-pod gang holds 2 of the 4 GPUs (1
+    borrowed), b runs 2 and its third is within quota: the gang's two pods are evicted."""
+    g = {"scheduling.x-k8s.io/pod-group": "g"}
+    gang = [kpod("ns-a", f"g{i}", GPU1, node_name="t4", t=i) for i in range(2)]
+    for p in gang:
+        p["metadata"]["labels"] = g
+    running = [*gang, *(kpod("ns-b", f"r{i}", GPU1, node_name="t4", t=2 + i) for i in range(2))]
+    snap = build_snapshot([node("t4", 4)], [*running, kpod("ns-b", "b9", GPU1, t=9)])
+    assert {v.job_id: v.workload for v in victims_of(snap)} == {
+        "ns-a/g0": "ns-a/g", "ns-a/g1": "ns-a/g", "ns-b/r0": None, "ns-b/r1": None}
+    q = live_quota(snap, {"a": {"gpus": 1, "cohort": "c"}, "b": {"gpus": 3, "cohort": "c"}})
+    plan = plan_cycle(snap, POLICY, np.random.default_rng(0), quota=q)
+    assert sorted((p.job_id, p.reason) for p in plan.of(Preempt)) == [
+        ("ns-a/g0", "reclaim: team a borrowed"), ("ns-a/g1", "reclaim: team a borrowed")]
+
+
+@pytest.mark.parametrize(("bound", "budget", "gates"), [
+    # quota a = 2 GPUs, no cohort, none in use: a1 a2 fit, a3 would exceed
+    ((), None, {"ns-a/a1": Gate.ANY, "ns-a/a2": Gate.ANY, "ns-a/a3": Gate.SKIP}),
+    # a1 bound this cycle counts as running: a2 fits, a3 does not
+    (("ns-a/a1",), None, {"ns-a/a2": Gate.ANY, "ns-a/a3": Gate.SKIP}),
+    ((), "spot-only", {"ns-a/a1": Gate.SPOT, "ns-a/a2": Gate.SPOT, "ns-a/a3": Gate.SKIP}),
+    ((), "hold", {"ns-a/a1": Gate.SKIP, "ns-a/a2": Gate.SKIP, "ns-a/a3": Gate.SKIP}),
+])
+def test_launch_gates(bound: tuple[str, ...], budget: str | None,
+                      gates: dict[str, Gate]) -> None:
+    pods = [kpod("ns-a", f"a{i}", GPU1, t=i) for i in (1, 2, 3)]
+    pods.append(kpod("ns-c", "c1", GPU1, t=4))  # no queue: as without teams
+    snap = build_snapshot([node("t4", 0)], pods)
+    q = live_quota(snap, {"a": {"gpus": 2}})
+    if budget is not None:
+        q = with_budget(q, budget)
+    refused = [k for k in ("ns-a/a1", "ns-a/a2", "ns-a/a3", "ns-c/c1") if k not in bound]
+    got = launch_gates(snap, q, [Bind(k, "t4", (0,)) for k in bound], refused, CAT)
+    assert got == {**gates, "ns-c/c1": Gate.ANY}
+    assert launch_gates(snap, None, [], refused, CAT) is None
+    asked = {p.job_id: (p.spot_ok, p.spot_only) for p in cap_pending(snap, refused, 0.0,
+                                                                     gates=got)}
+    assert asked == {k: (g is Gate.SPOT, g is Gate.SPOT) for k, g in got.items()
+                     if g is not Gate.SKIP} | {"ns-c/c1": (False, False)}

@@ -27,6 +27,7 @@ from live_objects import gpu_pod
 from live_wait import wait_for
 
 from gpufleet.config import default_scenario
+from gpufleet.control.admission import spot_taint_object
 from gpufleet.k8s.capacity.cost import PriceBook
 from gpufleet.k8s.queues.spec import GROUP, PLURAL, QUEUE_LABEL, VERSION
 from gpufleet.k8s.schedule.controller import Controller
@@ -86,10 +87,14 @@ class Teams:
         return next((c["status"] for c in self.status(name).get("conditions") or ()
                      if c["type"] == "Valid"), None)
 
-    def add(self, instance_type: str, mig_config: str | None = None) -> str:
+    def add(self, instance_type: str, mig_config: str | None = None,
+            capacity_type: str = "on-demand") -> str:
         (node,) = self.lab.add_instance_nodes(instance_type, 1, zone=self.zone,
-                                              mig_config=mig_config, prefix=self.zone)
+                                              mig_config=mig_config, prefix=self.zone,
+                                              capacity_type=capacity_type)
         self.nodes.append(node)
+        if capacity_type == "spot":  # as the kwok cloud launches spot Nodes: with the taint
+            self.core.patch_node(node, {"spec": {"taints": [spot_taint_object()]}})
         return node
 
     def pods(self, ns: str, prefix: str = "") -> list[dict]:
@@ -280,6 +285,66 @@ def test_a_budget_running_out_is_shown_and_notified(
     assert bound(big)
     time.sleep(1.5)  # more cycles, no more events
     assert reasons() == ["BudgetExhausted", "BudgetLow"]
+
+
+def scheduled_false(p: dict) -> str | None:
+    return next((c.get("message") for c in p["status"].get("conditions") or ()
+                 if c.get("type") == "PodScheduled" and c.get("status") == "False"), None)
+
+
+def budget_crossed(teams: Teams, action: str) -> tuple[str, str, str, str]:
+    """A queue with a 2-cent daily budget (``action``), an on-demand and a spot-tainted 4×T4
+    node in the test's zone, and a first pod that binds while nothing is spent (no
+    toleration: on-demand); its node's $3.91/h then makes the budget low at once (an hour at
+    that rate is far over 2 cents). Returns (queue, namespace, on-demand node, spot node)."""
+    q = f"q-{teams.tag}"
+    ns = teams.namespace(q)
+    od = teams.add("g4dn.12xlarge")
+    spot = teams.add("g4dn.12xlarge", capacity_type="spot")
+    teams.queue(q, {"budget": {"usd": 0.02, "period": "day", "action": action}})
+    return q, ns, od, spot
+
+
+def test_a_budget_crossing_flips_new_pods_to_spot_only(
+        teams: Teams, controller: Controller) -> None:
+    q, ns, od, spot = budget_crossed(teams, "spot-only")
+    wait_for("the controller to see the queue", lambda: seen_by(controller, ns, q))
+    teams.core.create_namespaced_pod(ns, gpu_pod("before", 1, {**T4, names.ZONE: teams.zone}))
+    (before,) = wait_for("the first pod to bind", lambda: [
+        p for p in teams.pods(ns, "before") if bound(p)])
+    assert before["spec"]["nodeName"] == od  # no toleration and nothing spent: on-demand
+    wait_for("the budget to run low", lambda: teams.status(q).get("budgetState") in (
+        "low", "exhausted"))
+    teams.core.create_namespaced_pod(ns, gpu_pod("after", 1, {**T4, names.ZONE: teams.zone}))
+    (after,) = wait_for("the new pod to bind", lambda: [
+        p for p in teams.pods(ns, "after") if bound(p)])
+    assert after["spec"]["nodeName"] == spot  # the on-demand node had 3 free GPUs
+    assert spot_taint_object() in [
+        {k: t.get(k) for k in ("key", "value", "effect")} for t in after["spec"]["tolerations"]]
+    (still,) = teams.pods(ns, "before")
+    assert still["spec"]["nodeName"] == od and bound(still)  # running work is left alone
+
+
+def test_a_budget_hold_keeps_new_pods_pending_with_the_reason(
+        teams: Teams, controller: Controller) -> None:
+    q, ns, od, _ = budget_crossed(teams, "hold")
+    wait_for("the controller to see the queue", lambda: seen_by(controller, ns, q))
+    teams.core.create_namespaced_pod(ns, gpu_pod("before", 1, {**T4, names.ZONE: teams.zone}))
+    wait_for("the first pod to bind", lambda: [p for p in teams.pods(ns, "before") if bound(p)])
+    wait_for("the budget to run low", lambda: teams.status(q).get("budgetState") in (
+        "low", "exhausted"))
+    teams.core.create_namespaced_pod(ns, gpu_pod("after", 1, {**T4, names.ZONE: teams.zone}))
+    msg = wait_for("the new pod to wait with the budget reason", lambda: next(
+        (m for p in teams.pods(ns, "after") if (m := scheduled_false(p))), None))
+    assert msg.startswith(f"team {q}: budget $0.0")
+    assert msg.endswith("of $0.02 will run out within the look-ahead at $3.91/h; new work "
+                        "waits until the period renews") or msg.endswith(
+        "of $0.02 spent; new work waits until the period renews")
+    time.sleep(1.5)  # several cycles (resync 0.5 s): still pending, the first still running
+    (after,) = teams.pods(ns, "after")
+    assert not after["spec"].get("nodeName")
+    (before,) = teams.pods(ns, "before")
+    assert bound(before) and before["spec"]["nodeName"] == od
 
 
 def run_controller(lab: Any, log: Path) -> subprocess.Popen:

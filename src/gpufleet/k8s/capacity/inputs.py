@@ -6,7 +6,9 @@ what the live driver sees into their inputs:
 * pending pods the cycle refused → ``PendingPod`` (a gang's members share its job id and size);
   a pod may go on spot only where it tolerates the spot taint (``pods.spot_ok``) and the deadline
   guard has not pinned it to on-demand (``translate.deadlines``); ``urgent`` is the guard's
-  ``control.deadline.urgent`` (its slack cannot absorb scale-up's wait trigger);
+  ``control.deadline.urgent`` (its slack cannot absorb scale-up's wait trigger); with team
+  queues, each job's ``control.teams.Gate`` (``k8s.schedule.cycle.launch_gates``): nothing for
+  work its quota or budget holds, spot only for a ``spot-only`` team's (the simulator's rule);
 * the provider's offerings → prices per type and zone → ``control.offers.offer_list`` (the
   simulator's offer rule) and, for a provider without market history, a ``ZoneMarket`` per
   available spot zone;
@@ -27,6 +29,7 @@ from gpufleet.cloud.provider import Instance, Offering
 from gpufleet.control.deadline import GuardConfig, urgent
 from gpufleet.control.node_clocks import Idle, SinceClock, idle_state
 from gpufleet.control.offers import offer_list
+from gpufleet.control.teams import Gate
 from gpufleet.control.views import node_view, spot_risk
 from gpufleet.decisions import CapacityType
 from gpufleet.k8s.translate.deadlines import deadline_view, pinned_on_demand
@@ -39,13 +42,17 @@ from gpufleet.traces.jobs import JobSpec
 
 
 def pending_pods(snap: Snapshot, refused: Iterable[str], now: float,
-                 guards: GuardConfig | None = None, checkpointing: bool = True
-                 ) -> list[PendingPod]:
+                 guards: GuardConfig | None = None, checkpointing: bool = True,
+                 gates: Mapping[str, Gate] | None = None) -> list[PendingPod]:
     """The refused pods with a readable request (``guards``: the deadline guards' settings, None
-    when they are off): those that cannot go on spot first, then the rest, each in the
-    snapshot's order. ``ScaleUpPolicy`` lets booting on-demand nodes absorb
-    pods greedily in list order, so a spot-tolerant pod listed first would take an on-demand
-    node's room from a pod that has nowhere else to go, and a second node would be launched."""
+    when they are off; ``gates``: job id — pod group or pod key — → its team gate, None without
+    queues, absent: ANY): those that cannot go on spot first, then the rest, each in the
+    snapshot's order. A SKIP job contributes no pod; a SPOT one asks for spot only, whatever
+    its toleration or pin (the budget is the harder limit, as in the cycle).
+
+    ``ScaleUpPolicy`` lets booting on-demand nodes absorb pods greedily in list order, so a
+    spot-tolerant pod listed first would take an on-demand node's room from a pod that has
+    nowhere else to go, and a second node would be launched."""
     want = set(refused)
     sizes: dict[str, int] = {}
     for p in snap.pending:
@@ -55,6 +62,10 @@ def pending_pods(snap: Snapshot, refused: Iterable[str], now: float,
     for p in snap.pending:
         if p.key not in want or p.request is None or p.refusal is not None:
             continue
+        job = p.group or p.key
+        gate = Gate.ANY if gates is None else gates.get(job, Gate.ANY)
+        if gate is Gate.SKIP:
+            continue
         req = replace(p.request, tolerations=frozenset())
         gang = max(p.min_available, sizes.get(p.group, 1)) if p.group is not None else 1
         ok = spot_ok(p)
@@ -63,13 +74,15 @@ def pending_pods(snap: Snapshot, refused: Iterable[str], now: float,
         if guards is not None:
             view = deadline_view(p, ok)
             hurry = view is not None and urgent(view.spec, 0.0, False, now, guards)
+        spot_only = gate is Gate.SPOT
         risk = None
         if ok and p.work_s is not None:  # what a reclaim would cost it (market.spot_cost); a
             # pod states its work, not its checkpoint costs: JobSpec's defaults stand for them
             risk = spot_risk(JobSpec(p.key, p.created_s, p.work_s, req, deadline_s=p.deadline_s),
                              0.0, False, now, checkpointing)
-        out.append(PendingPod(p.group or p.key, req, ok and not pinned,
-                              max(0.0, now - p.created_s), hurry, gang_size=gang, risk=risk))
+        out.append(PendingPod(job, req, spot_only or (ok and not pinned),
+                              max(0.0, now - p.created_s), hurry, gang_size=gang,
+                              spot_only=spot_only, risk=risk))
     return sorted(out, key=lambda p: p.spot_ok)
 
 

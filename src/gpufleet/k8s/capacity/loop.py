@@ -31,6 +31,7 @@ from prometheus_client import CollectorRegistry
 from gpufleet.catalog.instances import InstanceType
 from gpufleet.cloud.provider import CloudProvider, Instance, InterruptionKind
 from gpufleet.config import Scenario
+from gpufleet.control.teams import Gate
 from gpufleet.decisions import Launch, Terminate
 from gpufleet.k8s.capacity.launch_records import LaunchRecords
 from gpufleet.k8s.capacity.metrics import CapacityMetrics, ReconcileReport
@@ -91,7 +92,9 @@ class CapacityController:
 
     # -- the cycle ----------------------------------------------------------------------------
     def reconcile(self, snap: Snapshot, refused: Sequence[str], nodes: Sequence[Mapping[str, Any]],
-                  pods: Sequence[Mapping[str, Any]]) -> ReconcileReport:
+                  pods: Sequence[Mapping[str, Any]],
+                  gates: Mapping[str, Gate] | None = None) -> ReconcileReport:
+        """One pass; ``gates``: the refused jobs' team gates (None without team queues)."""
         out = ReconcileReport()
         now = self.clock()
         instances = self.provider.list()
@@ -107,7 +110,7 @@ class CapacityController:
             return self.provisioner.launch(want, now, out)
 
         if self.sc.autoscaling:
-            self.scale_up.run(snap, refused, live, booting, nodes, now, launch)
+            self.scale_up.run(snap, refused, live, booting, nodes, now, launch, gates)
         self.scale_down.run(snap, live, by_pid, pods, now, self.provisioner.recorded, launch,
                             out)
         return out

@@ -2,7 +2,9 @@
 :class:`gpufleet.provisioning.ScaleUpPolicy` — the simulator's, built by ``control.policies``
 with the scenario's spot strategy — minus the capacity still booting, up to the node cap
 (``control.limits.launch_room``). A pod goes on spot only if it tolerates the spot taint and the
-deadline guard has not pinned it to on-demand (``k8s.capacity.inputs.pending_pods``).
+deadline guard has not pinned it to on-demand (``k8s.capacity.inputs.pending_pods``); with team
+queues no launch for work its quota or budget holds, and spot only for a ``spot-only`` team's
+(``gates``, ``control.teams.scale_up_gates``).
 
 Spot is weighed by expected cost as in the simulator (``market.spot_cost``): the reclaim hazard
 per (type, zone) is learned from this controller's own spot instances — exposure from their
@@ -21,6 +23,7 @@ from gpufleet.cloud.provider import TAG_MIG_CONFIG, CloudProvider, Instance
 from gpufleet.config import Scenario
 from gpufleet.control.limits import launch_room
 from gpufleet.control.policies import scale_up_policy, spot_strategy
+from gpufleet.control.teams import Gate
 from gpufleet.decisions import CapacityType, Launch
 from gpufleet.k8s.capacity import inputs
 from gpufleet.k8s.settings import live_guards
@@ -63,11 +66,13 @@ class ScaleUp:
 
     def run(self, snap: Snapshot, refused: Sequence[str], live: list[Instance],
             booting: list[Instance], nodes: Sequence[Mapping[str, Any]], now: float,
-            launch: Callable[[Launch], str | None]) -> None:
+            launch: Callable[[Launch], str | None],
+            gates: Mapping[str, Gate] | None = None) -> None:
         """Launch what the policy asks for, one node at a time through ``launch`` (the
         provisioner's record-first path; None: the cloud had no capacity for that launch)."""
         self.observe(live, now)
-        pending = inputs.pending_pods(snap, refused, now, self.guards, self.sc.checkpointing)
+        pending = inputs.pending_pods(snap, refused, now, self.guards, self.sc.checkpointing,
+                                      gates)
         if not pending:
             return
         offerings = self.provider.offerings()

@@ -46,10 +46,16 @@ from gpufleet.k8s.queues.spec import (
     QueueParses,
     namespace_queues,
 )
-from gpufleet.k8s.queues.usage import node_prices, pending_by_queue, queue_rates, usage_by_queue
+from gpufleet.k8s.queues.usage import (
+    model_usage_by_queue,
+    node_prices,
+    pending_by_queue,
+    queue_rates,
+    usage_by_queue,
+)
 from gpufleet.k8s.translate.snapshot import Snapshot
 from gpufleet.k8s.watch.informer import Informer
-from gpufleet.queueing.teams.budget import BudgetState
+from gpufleet.queueing.teams.budget import BudgetState, budget_verdicts, restrictions
 from gpufleet.queueing.teams.fairshare import DEFAULT_HALF_LIFE_S, UsageHistory
 from gpufleet.queueing.teams.quota import QuotaBook
 from gpufleet.queueing.teams.settings import QueueSettings
@@ -128,8 +134,10 @@ class QueueTracker:
     # -- the cycle's input ---------------------------------------------------------------------
     def observe(self, snap: Snapshot, nodes: list[dict[str, Any]],
                 price: Callable[[str, str, str], float], now_s: float) -> LiveQuota:
-        """The queues as they stand before this cycle plans: specs, usage, the quota input
-        and each queue's spend (what a budget verdict for the cycle reads)."""
+        """The queues as they stand before this cycle plans: specs, usage (per GPU model too,
+        for per-model quotas), each queue's spend, and the quota input — with the budget
+        verdicts that restrict new work (``budget_verdicts`` on this period's spend and rate,
+        ``restrictions``: ``hold`` and ``spot-only``), the calls the simulator makes."""
         parsed = self.parses.parse_all(self.queues.objects())
         settings = dict(self.config_queues)
         for p in parsed:
@@ -155,8 +163,12 @@ class QueueTracker:
         saved = {str(o["metadata"]["name"]): st.saved_ledger(o) for o in self.queues.objects()}
         spends = self.ledger.observe(now_s, periods, rates, saved)
         book = QuotaBook([q for q in (s.quota() for s in settings.values()) if q is not None],
-                         usage)
-        return LiveQuota(QuotaInput(book, self.history), teams, settings, parsed, spends)
+                         usage, model_usage_by_queue(snap, teams, self.catalog))
+        held = restrictions(budget_verdicts(
+            {n: s.budget.build() for n, s in settings.items() if s.budget is not None},
+            {n: sp.spent_micro for n, sp in spends.items()},
+            {n: sp.rate_micro_per_s for n, sp in spends.items()}, now_s))
+        return LiveQuota(QuotaInput(book, self.history, held), teams, settings, parsed, spends)
 
     # -- status, events, metrics ---------------------------------------------------------------
     def sync(self, live: LiveQuota, snap: Snapshot, now_s: float, leader: bool) -> None:

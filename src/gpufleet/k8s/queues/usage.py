@@ -18,9 +18,8 @@ from gpufleet.control.cycle import PendingUnit, Victim
 from gpufleet.k8s.translate import names
 from gpufleet.k8s.translate.snapshot import Allocation, Snapshot
 from gpufleet.queueing.teams.shares import gpu_equivalent_milli
+from gpufleet.queueing.teams.spend import node_rates
 from gpufleet.state import ResourceRequest
-
-MICRO = 1_000_000
 
 
 def namespace_of(key: str) -> str:
@@ -87,6 +86,21 @@ def usage_by_queue(snap: Snapshot, teams: Mapping[str, str], catalog: GpuCatalog
     return out
 
 
+def model_usage_by_queue(snap: Snapshot, teams: Mapping[str, str], catalog: GpuCatalog
+                         ) -> dict[str, dict[str, int]]:
+    """Milli-GPU-equivalents held per queue and GPU model (its node's), what per-model quotas
+    (``TeamQuota.models``) count; the pods :func:`usage_by_queue` counts, on a node whose model
+    is known."""
+    out: dict[str, dict[str, int]] = {}
+    for key, a in snap.allocations.items():
+        team = teams.get(namespace_of(key))
+        model = node_model(snap, a.bind.node)
+        if team is not None and model is not None:
+            per = out.setdefault(team, {})
+            per[model] = per.get(model, 0) + allocation_milli(snap, a, catalog)
+    return out
+
+
 def pending_by_queue(snap: Snapshot, teams: Mapping[str, str]) -> dict[str, int]:
     out: dict[str, int] = {}
     for p in snap.pending:
@@ -109,23 +123,11 @@ def node_prices(nodes: Iterable[Mapping[str, Any]], price: Any) -> dict[str, flo
     return out
 
 
-def node_split(usd_per_hour: float, milli_by_holder: Mapping[str, int]) -> dict[str, float]:
-    """One node's price split pro rata of the GPU-equivalents held, micro-dollars a second.
-
-    The teams model's attribution rule; on merge with the simulator's budgets (branch
-    ``teams``) this is ``queueing.teams.spend.node_rates`` — same signature, same numbers —
-    and goes."""
-    total = sum(m for m in milli_by_holder.values() if m > 0)
-    if total <= 0 or usd_per_hour <= 0:
-        return {}
-    per_s = usd_per_hour * MICRO / 3600.0
-    return {h: per_s * m / total for h, m in milli_by_holder.items() if m > 0}
-
-
 def queue_rates(snap: Snapshot, teams: Mapping[str, str], prices: Mapping[str, float],
                 catalog: GpuCatalog) -> dict[str, float]:
     """Each queue's spend rate now, micro-dollars a second: every node's whole price split pro
-    rata of the GPU-equivalents its pods hold (``ledger``'s module docstring). A pod no queue
+    rata of the GPU-equivalents its pods hold (``ledger``'s module docstring) — the teams
+    model's rule, ``queueing.teams.spend.node_rates``, as the simulator charges it. A pod no queue
     manages holds its part under its namespace, charged to no queue."""
     held: dict[str, dict[str, int]] = {}  # node → holder → milli
     for key, a in snap.allocations.items():
@@ -136,7 +138,7 @@ def queue_rates(snap: Snapshot, teams: Mapping[str, str], prices: Mapping[str, f
     queues = set(teams.values())
     out: dict[str, float] = {}
     for node, by in held.items():
-        for holder, rate in node_split(prices.get(node, 0.0), by).items():
+        for holder, rate in node_rates(prices.get(node, 0.0), by).items():
             if holder in queues:
                 out[holder] = out.get(holder, 0.0) + rate
     return out

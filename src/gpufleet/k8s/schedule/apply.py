@@ -14,7 +14,12 @@ consolidated nodes' pods come here, as ``Preempt``.
   ``nodeName``) and the pod's UID and ``resourceVersion`` as preconditions — so a replica with a
   stale view gets 409 instead of binding or overwriting another's record. A 409 means someone
   else changed or bound the pod: not an error — the next cycle re-reads the world. A 404 means
-  the pod is gone.
+  the pod is gone. A bind onto a node with the spot taint of a pod that does not tolerate it
+  (the cycle moved a ``spot-only`` team's work to spot, ``control.cycle`` step 6) first adds
+  the toleration to the pod (a merge patch of ``spec.tolerations`` — the one pod-spec field an
+  update may extend — under the pod's ``resourceVersion``; the Binding then carries the new
+  one): the pod says where it may run, as the simulator's job request does, so kube-scheduler,
+  a descheduler or a restarted gpufleet reading it sees a pod that belongs on spot.
 * ``Preempt``: the Eviction API with the pod's own ``terminationGracePeriodSeconds``; the API
   server adds the ``DisruptionTarget`` condition that a Job's ``podFailurePolicy`` can ignore.
   A 429 (a PodDisruptionBudget says not now) is retried by a later cycle.
@@ -28,10 +33,11 @@ Kubernetes' client deserialises the ``Binding`` create's response into a model t
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -40,9 +46,10 @@ from typing import Any
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
+from gpufleet.control.admission import SPOT_TAINT, spot_taint_object
 from gpufleet.decisions import Bind, Preempt, Refuse
 from gpufleet.k8s.schedule.telemetry import ControllerMetrics
-from gpufleet.k8s.translate.pods import binding_annotations, parse_time
+from gpufleet.k8s.translate.pods import binding_annotations, parse_time, tolerates
 from gpufleet.k8s.watch.ratelimit import TokenBucket
 
 log = logging.getLogger(__name__)
@@ -78,9 +85,12 @@ class Applier:
         self.instance = instance or uuid.uuid4().hex[:8]
         self._written: dict[str, str] = {}  # pod key → refusal message we last wrote
 
-    def apply(self, decisions: list, pods: Mapping[str, Mapping[str, Any]]) -> Outcome:
+    def apply(self, decisions: list, pods: Mapping[str, Mapping[str, Any]],
+              spot_nodes: Collection[str] = ()) -> Outcome:
         """Apply every decision; different pods' calls run in parallel (``workers`` threads),
         as kube-scheduler binds asynchronously — one pod's own calls stay in order.
+        ``spot_nodes``: the nodes carrying the spot taint (a pod bound there gets the
+        toleration first, module docstring).
 
         kube-scheduler binds each pod in its own goroutine, bounded only by its client rate
         limit; with eight threads the 1,213-node benchmark found the scheduling loop always
@@ -91,7 +101,7 @@ class Applier:
         def one(d: object) -> None:
             match d:
                 case Bind():
-                    self._bind(d, pods.get(d.job_id), out)
+                    self._bind(d, pods.get(d.job_id), out, d.node in spot_nodes)
                 case Preempt():
                     self._evict(d, pods.get(d.job_id), out)
                 case Refuse():
@@ -110,14 +120,21 @@ class Applier:
         self._pool.shutdown(wait=True)
 
     # -- Bind ---------------------------------------------------------------------------------
-    def _bind(self, d: Bind, pod: Mapping[str, Any] | None, out: Outcome) -> None:
+    def _bind(self, d: Bind, pod: Mapping[str, Any] | None, out: Outcome,
+              spot: bool = False) -> None:
         if pod is None:
             return
         meta = pod["metadata"]
         ns, name = meta["namespace"], meta["name"]
+        version = meta.get("resourceVersion")
+        tols = list((pod.get("spec") or {}).get("tolerations") or ())
+        if spot and not any(tolerates(t, SPOT_TAINT) for t in tols):
+            version = self._tolerate_spot(d, pod, tols, out)
+            if version is None:
+                return
         body = {"apiVersion": "v1", "kind": "Binding",
                 "metadata": {"name": name, "namespace": ns, "uid": meta.get("uid"),
-                             "resourceVersion": meta.get("resourceVersion"),
+                             "resourceVersion": version,
                              "annotations": binding_annotations(
                                  d, meta.get("annotations") or {})},
                 "target": {"apiVersion": "v1", "kind": "Node", "name": d.node}}
@@ -146,6 +163,31 @@ class Applier:
         created = parse_time(meta.get("creationTimestamp"))
         if created:
             self.metrics.latency.observe(max(0.0, time.time() - created))
+
+    def _tolerate_spot(self, d: Bind, pod: Mapping[str, Any], tols: list[Any],
+                       out: Outcome) -> str | None:
+        """Add the spot toleration to the pod before binding it to a spot node; the pod's new
+        ``resourceVersion``, or None when the patch failed (409/404 as for the bind)."""
+        meta = pod["metadata"]
+        body = {"metadata": {"resourceVersion": meta.get("resourceVersion")},
+                "spec": {"tolerations": [*tols, spot_taint_object()]}}
+        try:
+            self.limiter.take()
+            resp = self.core.patch_namespaced_pod(
+                meta["name"], meta["namespace"], body,
+                _content_type="application/merge-patch+json", _preload_content=False)
+        except ApiException as exc:
+            if exc.status == 409:
+                out.conflicts.append(d.job_id)
+                self.metrics.conflicts.inc()
+                log.info("spot toleration for %s: 409 (changed); re-reading", d.job_id)
+            elif exc.status != 404:
+                self._error(out, f"spot toleration for {d.job_id}: {exc.status} {exc.reason}")
+            return None
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            self._error(out, f"spot toleration for {d.job_id}: {exc}")
+            return None
+        return str(json.loads(resp.data)["metadata"]["resourceVersion"])
 
     # -- Preempt ------------------------------------------------------------------------------
     def _evict(self, d: Preempt, pod: Mapping[str, Any] | None, out: Outcome) -> None:

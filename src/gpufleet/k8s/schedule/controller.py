@@ -19,7 +19,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from http.server import ThreadingHTTPServer
 from typing import Any
 
@@ -28,6 +28,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gpufleet.config import Scenario
+from gpufleet.control.admission import SPOT_TAINT
 from gpufleet.control.policies import backfill_pass, placement_policy
 from gpufleet.decisions import Bind, Refuse
 from gpufleet.k8s.capacity.cost import LiveFleet, LiveFleetCollector, PriceBook
@@ -35,9 +36,9 @@ from gpufleet.k8s.capacity.loop import CapacityController
 from gpufleet.k8s.capacity.setup import build_capacity
 from gpufleet.k8s.disruption.drain import PROVIDER_FAULTS, Drainer
 from gpufleet.k8s.queues.metrics import QueueCollector
-from gpufleet.k8s.queues.tracker import QueueTracker
+from gpufleet.k8s.queues.tracker import LiveQuota, QueueTracker
 from gpufleet.k8s.schedule.apply import ApiErrors, Applier, Outcome
-from gpufleet.k8s.schedule.cycle import plan_cycle
+from gpufleet.k8s.schedule.cycle import launch_gates, plan_cycle
 from gpufleet.k8s.schedule.telemetry import ControllerMetrics, pending_reason, serve
 from gpufleet.k8s.settings import apply_levers
 from gpufleet.k8s.translate.assume import AssumeCache
@@ -227,13 +228,16 @@ class Controller:
         queues = self.queues.observe(snap, nodes, self.fleet.prices.price, now)
         out: Outcome | None = None
         refused: list[str] = []
+        binds: list[Bind] = []
         if snap.pending:
             apply_levers(snap, self.scenario)
             plan = plan_cycle(snap, self.policy, self.rng, self.backfill, now, self.preemption,
                               quota=queues)
             if not self.is_leader:  # lost the lease while planning: act on nothing
                 return None
-            out = self._apply(plan.decisions, plan.of(Bind), by_key)
+            spot = {n.name for n in snap.state.nodes if SPOT_TAINT in n.taints}
+            binds = plan.of(Bind)
+            out = self._apply(plan.decisions, binds, by_key, spot)
             if out.conflicts or out.errors:
                 self.changed.set()  # re-read and retry soon
             reasons: dict[str, int] = {}
@@ -247,18 +251,18 @@ class Controller:
         else:
             self.metrics.set_pending({})
         self.queues.sync(queues, snap, now, leader=self.is_leader)
-        self._capacity_cycle(snap, refused, nodes, pods, t0)
+        self._capacity_cycle(snap, refused, nodes, pods, t0, queues, binds)
         return out
 
     def _apply(self, decisions: list, binds: list[Bind],
-               by_key: Mapping[str, Mapping[str, Any]]) -> Outcome:
+               by_key: Mapping[str, Mapping[str, Any]], spot_nodes: set[str]) -> Outcome:
         """Apply the plan with its binds assumed while they are written (kube-scheduler's
         AssumePod → bind → FinishBinding, or ForgetPod when the bind failed or 409'd)."""
         for b in binds:
             self.assumed.assume(b, _uid(by_key.get(b.job_id)))
         accepted: set[str] = set()
         try:
-            out = self.applier.apply(decisions, by_key)
+            out = self.applier.apply(decisions, by_key, spot_nodes)
             accepted = {b.job_id for b in out.bound}
         finally:
             for b in binds:
@@ -281,7 +285,8 @@ class Controller:
             self.metrics.assumed_cycles.inc()
 
     def _capacity_cycle(self, snap: Snapshot, refused: list[str], nodes: list[dict[str, Any]],
-                        pods: list[dict[str, Any]], t0: float) -> None:
+                        pods: list[dict[str, Any]], t0: float, queues: LiveQuota | None = None,
+                        binds: Sequence[Bind] = ()) -> None:
         """The capacity loop after placement, at most once per ``capacity_interval_s`` (each
         run lists records and instances); an API error is logged and retried next cycle."""
         if self.capacity is None or not self.is_leader:
@@ -290,7 +295,8 @@ class Controller:
             return
         self._capacity_at = t0
         try:
-            self.capacity.reconcile(snap, refused, nodes, pods)
+            gates = launch_gates(snap, queues, binds, refused, self.policy.catalog)
+            self.capacity.reconcile(snap, refused, nodes, pods, gates)
         except ApiException as exc:
             log.warning("capacity loop: API error %s %s; retrying next cycle", exc.status,
                         exc.reason)

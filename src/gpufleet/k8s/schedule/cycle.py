@@ -24,12 +24,16 @@ gang is waiting for).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
 
 import numpy as np
 
+from gpufleet.catalog.gpus import GpuCatalog
 from gpufleet.control.cycle import CyclePlan, PendingUnit, Victim
 from gpufleet.control.cycle import plan_cycle as plan_units
+from gpufleet.control.teams import Gate, scale_up_gates
+from gpufleet.decisions import Bind
 from gpufleet.k8s.queues.tracker import LiveQuota
 from gpufleet.k8s.queues.usage import tag_units, tag_victims
 from gpufleet.k8s.translate.node_selector import Selector, matches
@@ -38,6 +42,7 @@ from gpufleet.k8s.translate.snapshot import Snapshot
 from gpufleet.placement.mig import bind_masks
 from gpufleet.placement.policy import Policy
 from gpufleet.queueing import BackfillPass
+from gpufleet.queueing.teams.quota import QuotaBook
 from gpufleet.state import FleetState
 
 
@@ -101,9 +106,13 @@ def pending_units(snap: Snapshot) -> list[PendingUnit]:
 
 
 def victims_of(snap: Snapshot) -> list[Victim]:
-    """Running pods preemption may evict: those outside pod groups."""
-    return [Victim(a.pod.key, a.pod.priority, a.pod.created_s, a.request, a.bind, a.masks)
-            for a in snap.allocations.values() if a.pod.group is None]
+    """Running pods preemption may evict. A pod group's pods carry the group as their
+    ``workload``: priority preemption leaves them alone (a gang is never torn apart) and team
+    reclaim takes a borrowed gang whole (``control.cycle`` step 5), as the simulator's
+    ``gang_victims``."""
+    return [Victim(a.pod.key, a.pod.priority, a.pod.created_s, a.request, a.bind, a.masks,
+                   workload=a.pod.group)
+            for a in snap.allocations.values()]
 
 
 def evicting(snap: Snapshot) -> bool:
@@ -138,3 +147,29 @@ def plan_cycle(
         assert req is not None, b
         snap.state.allocate(req, b, bind_masks(snap.state, b, policy.catalog))
     return plan
+
+
+def launch_gates(snap: Snapshot, quota: LiveQuota | None, binds: Iterable[Bind],
+                 refused: Iterable[str], catalog: GpuCatalog) -> dict[str, Gate] | None:
+    """What scale-up may launch for each refused job — pod group or pod key —
+    (``control.teams.scale_up_gates``, the simulator's rule), None without team queues.
+
+    The walk goes in queue order over the refused units on a copy of the cycle's quota book
+    with this cycle's binds counted as running (the simulator's book after its pass), so ten
+    refused 1-GPU pods of a queue with one GPU of quota left launch for one."""
+    q = quota.input if quota is not None else None
+    if quota is None or q is None:
+        return None
+    bound = {b.job_id for b in binds}
+    want = set(refused)
+    units = sorted(tag_units(pending_units(snap), quota.teams, catalog), key=lambda u: u.key)
+    book = QuotaBook(q.book.teams.values(), q.book.usage, q.book.model_usage)
+    todo = []
+    for u in units:
+        ids = u.placed_ids
+        if u.team is not None and all(i in bound for i in ids):
+            book.admit(u.team, u.milli)
+        elif any(i in want for i in ids):
+            todo.append(u)
+    gates = scale_up_gates([(u.team, u.milli) for u in todo], book, q.budgets)
+    return {u.id: g for u, g in zip(todo, gates, strict=True)}
