@@ -48,10 +48,15 @@ class Policy:
     tie_seed: int | None = None
     catalog: GpuCatalog = field(default_factory=default_gpu_catalog, repr=False)
 
-    def feasible(self, view: PodView) -> tuple[np.ndarray, list[np.ndarray]]:
+    def feasible(self, view: PodView) -> tuple[np.ndarray, list[np.ndarray | None]]:
+        """The rows every filter passes, and each filter's mask (None: the filter does not
+        apply to this request — ``Filter.applies`` — and so passed every row)."""
         mask = view.active.copy()
-        masks = []
+        masks: list[np.ndarray | None] = []
         for f in self.filters:
+            if not f.applies(view.req):
+                masks.append(None)
+                continue
             m = f(view)
             masks.append(m)
             mask &= m
@@ -102,7 +107,7 @@ class Policy:
         milli = 0 if req.num_gpu == 0 else (req.gpu_milli if req.is_shared else GPU_MILLI)
         return PlacementResult(row=row, gpus=gpus, milli_per_gpu=milli)
 
-    def _refuse(self, view: PodView, masks: Sequence[np.ndarray]) -> Unschedulable:
+    def _refuse(self, view: PodView, masks: Sequence[np.ndarray | None]) -> Unschedulable:
         """Why no node fits (written only when read: ``Unschedulable.reason``) and whether
         one could even if the fleet were empty (``never``: the status decides what the
         caller does, so it is computed now)."""
@@ -112,6 +117,8 @@ class Policy:
             alive = view.active.copy()
             parts = []
             for f, m in zip(self.filters, masks, strict=True):
+                if m is None:  # did not apply: rejected nothing
+                    continue
                 k = int((alive & ~m).sum())
                 if k:
                     parts.append(f"{k} {f.reason}")
@@ -144,6 +151,8 @@ class Policy:
         empty = capacity_view(view)
         ever = empty.active.copy()
         for f in self.filters:
+            if not f.applies(view.req):
+                continue
             ever &= f(empty)
             if not ever.any():
                 break
