@@ -149,7 +149,6 @@ def _solve(job: DeadlineJob, mean_up: float, mean_down: float, shape: float, k: 
     hz = hz.astype(DTYPE)
     hz_up = hz[1:]
     adv = np.where(np.isinf(width), 0.0, 1.0 / width)[None, :, None].astype(DTYPE)
-    nxt_b = np.minimum(np.arange(nb) + 1, nb - 1)
     # val[held, a (0 down, 1 up), age bucket, pad + σ]; τ = 0: done wherever σ ≥ 0. Both
     # buffers start so: a step writes only σ < m, and the rest must read as done (0).
     val = np.full((3, 2, nb, pad + s), BIG, dtype=DTYPE)
@@ -165,10 +164,14 @@ def _solve(job: DeadlineJob, mean_up: float, mean_down: float, shape: float, k: 
         """E[V next | a, bucket]: cont[..., a, b] if the period goes on, flip[..., a] if it
         ends — the reference's ``stay = cont + adv·(cont[next b] − cont)`` and ``stay +
         hz·(flip − stay)``, the same roundings in place (two buffers, not six temporaries)."""
-        stay = cont[..., nxt_b, :]
-        stay -= cont
-        stay *= adv
-        stay += cont
+        # bucket b moves on to b + 1 with probability adv[b]; the last bucket is open (adv 0:
+        # cont + 0·(cont − cont) is cont itself), so only the others are computed, from
+        # shifted views instead of a gathered copy
+        stay = cont.copy()
+        head = stay[..., :-1, :]
+        np.subtract(cont[..., 1:, :], cont[..., :-1, :], out=head)
+        head *= adv[:, :-1]
+        head += cont[..., :-1, :]
         out = np.subtract(flip[..., None, :], stay)
         out *= hz
         out += stay
