@@ -2,45 +2,31 @@
 
 This is ``gpufleet.market.deadline.mdp._solve`` as it was before it learned to skip the done
 states (σ ≥ τ·q) and to expect idle and on-demand in one batch: every τ computes every σ step
-and every action, then overwrites the done ones. Kept verbatim so that the fast solver can be
-compared with it bit for bit (``tests/market/test_deadline_mdp_fast.py``); change both together.
+and every action, then overwrites the done ones. Kept verbatim (only the model's inputs,
+``mdp.dp_inputs``, are shared) so that the fast solver can be compared with it bit for bit
+(``tests/market/test_deadline_mdp_fast.py``); change both together.
 """
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 
 from gpufleet.market.deadline.controller import Choice, DeadlineJob
 from gpufleet.market.deadline.mdp import (
-    AGE_BUCKETS,
     BIG,
     DTYPE,
     READ_BACK,
     READ_WAIT,
-    SLACK_STEPS_PER_TICK,
     TAU_STRIDE,
-    _buckets,
     _rows,
-    hazard,
-    price_ratio,
+    dp_inputs,
 )
 
 
 def solve_reference(job: DeadlineJob, mean_up: float, mean_down: float, shape: float, k: int,
-           s: int) -> np.ndarray:
+                    s: int) -> np.ndarray:
     """Backward induction from τ = 0 to k over σ steps 0..s − 1 (costs in on-demand ticks)."""
-    q = SLACK_STEPS_PER_TICK
-    ds = round(job.overhead_s / (job.gap_s / q))
-    pad = q + ds + 1
-    cs, co = DTYPE(price_ratio(job)), DTYPE(1.0)
-    nb = AGE_BUCKETS if not math.isinf(shape) else 1
-    lo, width = _buckets(nb)
-    mid = lo + np.where(np.isinf(width), 0.0, (width - 1) / 2)
-    hz = np.stack([hazard(mean_down, shape, mid), hazard(mean_up, shape, mid)])[:, :, None]
-    hz = hz.astype(DTYPE)
-    adv = np.where(np.isinf(width), 0.0, 1.0 / width)[None, :, None].astype(DTYPE)
+    q, ds, pad, cs, co, nb, hz, adv = dp_inputs(job, mean_up, mean_down, shape)
     nxt_b = np.minimum(np.arange(nb) + 1, nb - 1)
     # val[held, a (0 down, 1 up), age bucket, pad + σ]; τ = 0: done wherever σ ≥ 0
     val = np.full((3, 2, nb, pad + s), BIG, dtype=DTYPE)

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
+from typing import NamedTuple
 
 import numpy as np
 
@@ -126,6 +127,31 @@ def slack_steps(job: DeadlineJob) -> int:
     return max(math.floor((job.deadline_ticks * job.gap_s - job.task_s) / v) + 1, 1)
 
 
+class DpInputs(NamedTuple):
+    """What the induction is built from (``_solve`` and its reference oracle share it)."""
+
+    q: int  # σ steps per tick
+    ds: int  # the overhead d in σ steps
+    pad: int  # σ columns below 0 (infeasible), enough for the farthest read
+    cs: np.float32  # spot's cost per tick, in on-demand ticks
+    co: np.float32  # on-demand's: 1
+    nb: int  # age buckets (1 under the geometric model)
+    hz: np.ndarray  # [a (0 down, 1 up), bucket, 1]: P(the period ends this tick)
+    adv: np.ndarray  # [1, bucket, 1]: P(the age moves on to the next bucket)
+
+
+def dp_inputs(job: DeadlineJob, mean_up: float, mean_down: float, shape: float) -> DpInputs:
+    q = SLACK_STEPS_PER_TICK
+    ds = round(job.overhead_s / (job.gap_s / q))
+    nb = AGE_BUCKETS if not math.isinf(shape) else 1
+    lo, width = _buckets(nb)
+    mid = lo + np.where(np.isinf(width), 0.0, (width - 1) / 2)
+    hz = np.stack([hazard(mean_down, shape, mid), hazard(mean_up, shape, mid)])[:, :, None]
+    adv = np.where(np.isinf(width), 0.0, 1.0 / width)[None, :, None].astype(DTYPE)
+    return DpInputs(q, ds, q + ds + 1, DTYPE(price_ratio(job)), DTYPE(1.0), nb,
+                    hz.astype(DTYPE), adv)
+
+
 def _solve(job: DeadlineJob, mean_up: float, mean_down: float, shape: float, k: int,
            s: int) -> np.ndarray:
     """Backward induction from τ = 0 to k over σ steps 0..s − 1 (costs in on-demand ticks).
@@ -138,17 +164,8 @@ def _solve(job: DeadlineJob, mean_up: float, mean_down: float, shape: float, k: 
     the plain full-width induction (``tests/support/mdp_reference.py``, compared in
     ``tests/market/test_deadline_mdp_fast.py``) bit for bit.
     """
-    q = SLACK_STEPS_PER_TICK
-    ds = round(job.overhead_s / (job.gap_s / q))
-    pad = q + ds + 1
-    cs, co = DTYPE(price_ratio(job)), DTYPE(1.0)
-    nb = AGE_BUCKETS if not math.isinf(shape) else 1
-    lo, width = _buckets(nb)
-    mid = lo + np.where(np.isinf(width), 0.0, (width - 1) / 2)
-    hz = np.stack([hazard(mean_down, shape, mid), hazard(mean_up, shape, mid)])[:, :, None]
-    hz = hz.astype(DTYPE)
+    q, ds, pad, cs, co, nb, hz, adv = dp_inputs(job, mean_up, mean_down, shape)
     hz_up = hz[1:]
-    adv = np.where(np.isinf(width), 0.0, 1.0 / width)[None, :, None].astype(DTYPE)
     # val[held, a (0 down, 1 up), age bucket, pad + σ]; τ = 0: done wherever σ ≥ 0. Both
     # buffers start so: a step writes only σ < m, and the rest must read as done (0).
     val = np.full((3, 2, nb, pad + s), BIG, dtype=DTYPE)
