@@ -45,25 +45,3 @@ def test_three_underused_nodes_become_one_cheaper_node() -> None:
     # without it the three nodes run to the end: about 45 % more
     assert run(False).summary()["cost_usd"] > 1.4 * s["cost_usd"]
 
-
-def test_room_only_node_view_is_kept_until_its_row_changes() -> None:
-    """A room-only view (a node that may only receive pods) is reused while the node's
-    snapshot row is unchanged and rebuilt, with the new free room, once a pod lands on it."""
-    from gpufleet.decisions import Bind
-
-    req = ResourceRequest(cpu_milli=20000, memory_mib=12288, num_gpu=1,
-                          gpu_models=frozenset({"V100-16GB"}))
-    sc = default_scenario().model_copy(update={"spot": False, "gpu_mtbf_hours": None})
-    sim = Simulation(sc, 0, [JobSpec("h0", 0.0, 10 * 3600.0, req)]).sim
-    sim.run_until(600.0)  # the job's p3.8xlarge is ready and running it
-    [node] = [n for n in sim.cloud.nodes.values() if n.state == "ready"]
-    first = sim._view(node, room_only=True)
-    assert sim._view(node, room_only=True) is first
-    assert sim._view(node, room_only=False) is not first  # candidates are never kept
-    free = list(first.free_milli)
-    g = free.index(1000)
-    sim.state.allocate(ResourceRequest(cpu_milli=1000, num_gpu=1),
-                       Bind("x", node.name, (g,), 1000))
-    second = sim._view(node, room_only=True)
-    assert second is not first and second.free_milli[g] == 0
-    assert second.cpu_free == first.cpu_free - 1000

@@ -118,8 +118,6 @@ class ClusterSim:
         self.ctl = controls_for(scenario)
         self.typical = self.ctl.typical
         self._shapes: dict[tuple, int] = {}
-        # room-only node views by node name, with the (state, row, row version) they read
-        self._room_views: dict[str, tuple[tuple[FleetState, int, int], NodeView]] = {}
         self.jobs = [self._job(i, s) for i, s in enumerate(jobs)]
         self.offers = OfferBook(self.types, self.market,
                                 mig=any(j.req.mig_profile is not None for j in self.jobs))
@@ -445,30 +443,14 @@ class ClusterSim:
 
     def _view(self, n: SimNode, room_only: bool = False) -> NodeView:
         """The disruption policy's view of a node (``room_only``: not a candidate yet, it can
-        only receive pods: ``control.views.node_view``).
-
-        A room-only view reads nothing but the node's snapshot row and its fixed shape, spot
-        flag and price, so it is kept per node and rebuilt only when the row's version moved
-        (``FleetState.row_version``: bumped on every change to the row; a compaction builds a
-        new ``FleetState``, which the key holds too): a consolidation look lists every
-        underused node, and between looks most rows have not changed."""
-        state = self.state
-        if room_only:
-            row = state.index[n.name]
-            key = (state, row, int(state.row_version[row]))
-            hit = self._room_views.get(n.name)
-            if hit is not None and hit[0][0] is state and hit[0][1:] == key[1:]:
-                return hit[1]
+        only receive pods: ``control.views.node_view``)."""
         now = self.now
         pods = None if room_only else tuple(
             pod_view(j.spec, j.req, j.on_demand_only, j.progress(now)[0], j.ckpt_cost, now,
                      self.ctl.guards)
             for j in (self.jobs[i] for i in n.jobs))
-        view = node_view(state, n.name, self.offers.shape(n.itype, n.mig), n.spot,
+        return node_view(self.state, n.name, self.offers.shape(n.itype, n.mig), n.spot,
                          n.usd_per_hour, pods, n.empty_since, n.underused_since)
-        if room_only:
-            self._room_views[n.name] = (key, view)
-        return view
 
     # -- deadline-aware spot fallback ---------------------------------------------------------
     def _on_deadline(self, _: object) -> None:
