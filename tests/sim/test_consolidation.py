@@ -44,4 +44,3 @@ def test_three_underused_nodes_become_one_cheaper_node() -> None:
     assert s["cost_usd"] == pytest.approx(bill, abs=1e-3)
     # without it the three nodes run to the end: about 45 % more
     assert run(False).summary()["cost_usd"] > 1.4 * s["cost_usd"]
-
