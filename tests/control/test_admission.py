@@ -65,3 +65,21 @@ def test_a_job_that_cannot_checkpoint_stays_off_spot() -> None:
     assert not tolerates_spot(effective_request(no_ckpt, sharing=True, spot=True))
     assert not tolerates_spot(effective_request(_spec(req), True, True, checkpointing=False))
     assert tolerates_spot(effective_request(_spec(req), True, True, checkpointing=True))
+
+
+def test_rules_run_once_per_request_shape_and_keep_an_unchanged_request() -> None:
+    """Two jobs with equal requests get equal effective requests (the second from the memo);
+    a request the rules leave alone comes back as the very object given; every lever pair
+    still gives its own answer."""
+    a, b = ResourceRequest(num_gpu=1, gpu_milli=250), ResourceRequest(num_gpu=1, gpu_milli=250)
+    assert effective_request(_spec(a), True, False) is a
+    assert effective_request(_spec(b), True, False) is b
+    ra, rb = (effective_request(_spec(r), False, True) for r in (a, b))
+    assert ra == rb and ra.gpu_milli == GPU_MILLI and SPOT_TAINT in ra.tolerations
+    assert SPOT_TAINT not in effective_request(_spec(a, interruptible=False), False, True
+                                               ).tolerations
+    assert effective_request(_spec(a), False, False).gpu_milli == GPU_MILLI
+    with pytest.raises(InputError, match="job j2"):
+        effective_request(JobSpec("j2", 0.0, 60.0, ResourceRequest(num_gpu=1,
+                                                                   mig_profile="9g.9gb")),
+                          True, False)

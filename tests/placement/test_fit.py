@@ -172,3 +172,26 @@ CASES = [
 def test_hand_worked_cases(what: str, req: ResourceRequest, node: NodeRoom,
                            want: list[str]) -> None:
     assert fits(req, node) == want
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_filter_that_does_not_apply_passes_every_node(seed: int) -> None:
+    """``Filter.applies`` False lets the policy skip the filter: that is only sound if the
+    filter would pass every node for that request, on any fleet. Every request of the table
+    against every filter, on random fleets; the table has requests each filter skips and
+    requests it checks."""
+    state = random_fleet(seed)
+    cat = default_gpu_catalog()
+    skipped: set[str] = set()
+    checked: set[str] = set()
+    for req in REQUESTS:
+        view = pod_view(state, req, cat)
+        for f in DEFAULT_FILTERS:
+            if f.applies(req):
+                checked.add(f.name)
+            else:
+                skipped.add(f.name)
+                assert f(view).all(), (f.name, req)
+    always = {"cpu", "memory", "taints"}
+    assert checked == {f.name for f in DEFAULT_FILTERS}
+    assert skipped == {f.name for f in DEFAULT_FILTERS} - always

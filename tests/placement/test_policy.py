@@ -216,3 +216,33 @@ def test_default_policy_keeps_cores_next_to_idle_gpus() -> None:
         assert isinstance(base, PlacementResult)
         picked_idle_by_fgd += base.row == 2
     assert picked_idle_by_fgd > 0  # FGD alone does strand the idle node's GPUs
+
+
+def test_never_is_recomputed_when_nodes_join_leave_or_the_eligible_set_narrows() -> None:
+    """``never`` is kept per (request, join/leave history, active mask): each of those moving
+    must give a fresh answer. Case table on one 8-GPU request:
+    no 8-GPU node → never; one joins → placeable; it fills → not never; it leaves → never again;
+    only the small nodes eligible (``only_eligible``) → never."""
+    from gpufleet.control.cycle import only_eligible
+
+    s = FleetState()
+    s.add_node("small", gpu_model="T4", num_gpus=1, cpu_milli=8000, memory_mib=1 << 16)
+    policy = get_policy("bestfit")
+    rng = np.random.default_rng(0)
+    req = ResourceRequest(cpu_milli=1000, num_gpu=8)
+    res = policy.place(s, req, rng)
+    assert isinstance(res, Unschedulable) and res.never
+    s.add_node("big", gpu_model="V100", num_gpus=8, cpu_milli=64000, memory_mib=1 << 18)
+    first = policy.place(s, req, rng)
+    assert isinstance(first, PlacementResult) and s.nodes[first.row].name == "big"
+    s.allocate(req, first.to_bind(s, "j1"))
+    full = policy.place(s, req, rng)
+    assert isinstance(full, Unschedulable) and not full.never
+    s.release(req, first.to_bind(s, "j1"))
+    with only_eligible(s, np.array([True, False])):
+        narrowed = policy.place(s, req, rng)
+    assert isinstance(narrowed, Unschedulable) and narrowed.never
+    assert isinstance(policy.place(s, req, rng), PlacementResult)
+    s.remove_node("big")
+    gone = policy.place(s, req, rng)
+    assert isinstance(gone, Unschedulable) and gone.never

@@ -6,7 +6,7 @@ from p3_offers import OFFERS, P3_2X, P3_16X
 
 from gpufleet.decisions import CapacityType, Launch
 from gpufleet.market.bidding import ZoneMarket, get_spot_strategy
-from gpufleet.provisioning import InFlight, PendingPod, ScaleUpPolicy, score
+from gpufleet.provisioning import InFlight, NodeShape, PendingPod, ScaleUpPolicy, score
 from gpufleet.state import ResourceRequest
 
 V100 = frozenset({"V100-16GB"})
@@ -123,3 +123,35 @@ def test_spot_only_pods_never_get_on_demand() -> None:
                       get_spot_strategy("capacity-aware")) == []
     assert pol.plan([only] * 3, OFFERS, [InFlight(P3_16X, False)], {},
                     get_spot_strategy("capacity-aware")).unprovisioned != ()
+
+
+def test_score_reuses_a_shapes_packing_across_offers_of_that_shape() -> None:
+    """``packed`` carries (nodes, leftover) per shape between the offers of one group: the
+    on-demand and spot p3.2xlarge offers share the shape P3_2X, so the second is priced from
+    the first's packing — and every score equals the one packed afresh."""
+    reqs = [pod().request] * 3
+    packed: dict[NodeShape, tuple[int, bool]] = {}
+    assert score(reqs, OFFERS[0], packed) == (3.06, 3) == score(reqs, OFFERS[0])
+    assert packed == {P3_2X: (3, False)}
+    assert score(reqs, OFFERS[2], packed) == (0.918, 3) == score(reqs, OFFERS[2])
+    assert score(reqs, OFFERS[3], packed) == (8.0 / 3, 1) == score(reqs, OFFERS[3])
+    assert packed == {P3_2X: (3, False), P3_16X: (1, False)}
+    too_big = [pod(2).request]  # two GPUs: a one-GPU shape leaves it over
+    memo: dict[NodeShape, tuple[int, bool]] = {}
+    assert score(too_big, OFFERS[0], memo) == (float("inf"), 0)
+    assert memo == {P3_2X: (0, True)}
+    assert score(too_big, OFFERS[2], memo) == (float("inf"), 0)
+
+
+def test_fits_shape_answers_per_object_pair() -> None:
+    """The identity memo answers each (request, shape) pair for itself: one request object
+    against two shapes, and an equal request built again, all as the field-by-field rule."""
+    from gpufleet.provisioning.binpack import fits_shape, shape_misfits
+
+    two = pod(2).request
+    for _ in range(2):  # the second round is answered from the memo
+        assert fits_shape(two, P3_16X) and not fits_shape(two, P3_2X)
+    again = pod(2).request
+    assert again is not two
+    assert fits_shape(again, P3_16X) == (not shape_misfits(again, P3_16X))
+    assert not fits_shape(again, P3_2X)

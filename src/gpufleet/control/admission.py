@@ -19,6 +19,7 @@ the same job on the exclusive baseline → one whole A100-80GB or H100-80GB GPU.
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import lru_cache
 
 from gpufleet.catalog.gpus import default_gpu_catalog
 from gpufleet.errors import InputError
@@ -51,23 +52,38 @@ def effective_request(
     spec: JobSpec, sharing: bool, spot: bool, checkpointing: bool = True
 ) -> ResourceRequest:
     """The request the scheduler places for ``spec`` on a fleet with (or without) GPU sharing,
-    spot capacity and checkpointing. An unknown MIG profile is bad input (exit 2), not a bug."""
+    spot capacity and checkpointing. An unknown MIG profile is bad input (exit 2), not a bug.
+
+    A trace repeats a few request shapes over tens of thousands of jobs, so the rules run once
+    per (request, spot-tolerant, sharing) — ``_effective`` — and a request they leave as it
+    is comes back as the very object given, as before."""
     r = spec.request
+    if r.mig_profile is not None and not mig_models(r):
+        raise InputError(
+            f"job {spec.job_id}: no catalogued GPU offers MIG profile {r.mig_profile!r}",
+            field="mig_profile",
+        )
+    tolerate = spot and spec.interruptible and spec.checkpointable and checkpointing
+    out = _effective(r, tolerate, sharing)
+    return r if out is None else out
+
+
+@lru_cache(maxsize=4096)
+def _effective(r: ResourceRequest, tolerate_spot: bool, sharing: bool
+               ) -> ResourceRequest | None:
+    """``effective_request``'s rules on a request whose MIG profile (if any) some catalogued
+    model offers; None: the request is unchanged."""
+    given = r
     if r.mig_profile is not None:
         models = mig_models(r)
-        if not models:
-            raise InputError(
-                f"job {spec.job_id}: no catalogued GPU offers MIG profile {r.mig_profile!r}",
-                field="mig_profile",
-            )
         if sharing:
             r = replace(r, num_gpu=1, gpu_models=models)
         else:  # the exclusive baseline: one whole GPU of a model that offers the profile
             r = replace(r, mig_profile=None, num_gpu=1, gpu_milli=GPU_MILLI, gpu_models=models)
     r = round_up_unshared(r, sharing)
-    if spot and spec.interruptible and spec.checkpointable and checkpointing:
+    if tolerate_spot:
         r = replace(r, tolerations=r.tolerations | {SPOT_TAINT})
-    return r
+    return None if r is given else r
 
 
 def round_up_unshared(req: ResourceRequest, sharing: bool) -> ResourceRequest:

@@ -4,7 +4,9 @@ Like kube-scheduler's Filter extension point, every plugin is small and independ
 must pass all of them. Each is the vectorised form of one rule of ``placement.fit.fits`` (the
 scalar reference they are tested against) and reports that rule's reason. A filter never
 scores and never mutates; the policy counts how many nodes each filter rejected so an
-Unschedulable carries kube's "0/N nodes are available: …" reason.
+Unschedulable carries kube's "0/N nodes are available: …" reason. ``applies(req)`` says
+whether a filter has anything to check for a request (a request without a zone passes every
+zone); the policy skips the ones that do not, which reject no node by construction.
 """
 
 from __future__ import annotations
@@ -17,11 +19,17 @@ from gpufleet.catalog.gpus import parse_version
 from gpufleet.placement import fit
 from gpufleet.placement.mig import mig_ok
 from gpufleet.placement.view import PodView
+from gpufleet.state import ResourceRequest
 
 
 class Filter(Protocol):
     name: str
     reason: str
+
+    def applies(self, req: ResourceRequest) -> bool:
+        """False when the filter passes every node for ``req`` (it has nothing to check):
+        the policy then skips it. Only a property of the request, never of the fleet."""
+        ...
 
     def __call__(self, view: PodView) -> np.ndarray: ...
 
@@ -30,6 +38,9 @@ class CpuFit:
     name = "cpu"
     reason = fit.INSUFFICIENT_CPU
 
+    def applies(self, req: ResourceRequest) -> bool:
+        return True
+
     def __call__(self, view: PodView) -> np.ndarray:
         return view.cpu_free >= view.req.cpu_milli
 
@@ -37,6 +48,9 @@ class CpuFit:
 class MemoryFit:
     name = "memory"
     reason = fit.INSUFFICIENT_MEMORY
+
+    def applies(self, req: ResourceRequest) -> bool:
+        return True
 
     def __call__(self, view: PodView) -> np.ndarray:
         return view.mem_free >= view.req.memory_mib
@@ -47,6 +61,9 @@ class GpuModelFit:
 
     name = "gpu-model"
     reason = fit.MODEL_NOT_REQUESTED
+
+    def applies(self, req: ResourceRequest) -> bool:
+        return (req.num_gpu > 0 or req.mig_profile is not None) and bool(req.gpu_models)
 
     def __call__(self, view: PodView) -> np.ndarray:
         if view.req.num_gpu == 0 and view.req.mig_profile is None:
@@ -59,6 +76,9 @@ class GpuMemoryFit:
 
     name = "gpu-memory"
     reason = fit.INSUFFICIENT_GPU_MEMORY
+
+    def applies(self, req: ResourceRequest) -> bool:
+        return bool(req.gpu_memory_mib) and req.mig_profile is None and req.num_gpu > 0
 
     def __call__(self, view: PodView) -> np.ndarray:
         req = view.req
@@ -73,6 +93,9 @@ class GpuCountFit:
 
     name = "gpu"
     reason = fit.INSUFFICIENT_GPU
+
+    def applies(self, req: ResourceRequest) -> bool:
+        return req.mig_profile is None and req.num_gpu > 0
 
     def __call__(self, view: PodView) -> np.ndarray:
         req = view.req
@@ -91,6 +114,9 @@ class CudaFit:
 
     name = "cuda"
     reason = fit.CUDA_UNSUPPORTED
+
+    def applies(self, req: ResourceRequest) -> bool:
+        return bool(req.min_cuda)
 
     def __call__(self, view: PodView) -> np.ndarray:
         need = view.req.min_cuda
@@ -114,6 +140,9 @@ class TaintToleration:
     name = "taints"
     reason = fit.UNTOLERATED_TAINT
 
+    def applies(self, req: ResourceRequest) -> bool:
+        return True
+
     def __call__(self, view: PodView) -> np.ndarray:
         tol = view.state.toleration_mask(view.req.tolerations)
         tolerated: np.ndarray = (view.state.taint_bits[: view.n] & ~np.int64(tol)) == 0
@@ -126,6 +155,9 @@ class ZoneFit:
     name = "zone"
     reason = fit.OTHER_ZONE
 
+    def applies(self, req: ResourceRequest) -> bool:
+        return req.zone is not None
+
     def __call__(self, view: PodView) -> np.ndarray:
         zone = view.req.zone
         if zone is None:
@@ -137,6 +169,9 @@ class ZoneFit:
 class MigFit:
     name = "mig"
     reason = fit.NO_MIG_SLOT
+
+    def applies(self, req: ResourceRequest) -> bool:
+        return req.mig_profile is not None
 
     def __call__(self, view: PodView) -> np.ndarray:
         if view.req.mig_profile is None:

@@ -8,6 +8,7 @@ uniformly random node drawn from the injected RNG — kube-scheduler's ``selectH
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -47,10 +48,15 @@ class Policy:
     tie_seed: int | None = None
     catalog: GpuCatalog = field(default_factory=default_gpu_catalog, repr=False)
 
-    def feasible(self, view: PodView) -> tuple[np.ndarray, list[np.ndarray]]:
+    def feasible(self, view: PodView) -> tuple[np.ndarray, list[np.ndarray | None]]:
+        """The rows every filter passes, and each filter's mask (None: the filter does not
+        apply to this request — ``Filter.applies`` — and so passed every row)."""
         mask = view.active.copy()
-        masks = []
+        masks: list[np.ndarray | None] = []
         for f in self.filters:
+            if not f.applies(view.req):
+                masks.append(None)
+                continue
             m = f(view)
             masks.append(m)
             mask &= m
@@ -101,22 +107,18 @@ class Policy:
         milli = 0 if req.num_gpu == 0 else (req.gpu_milli if req.is_shared else GPU_MILLI)
         return PlacementResult(row=row, gpus=gpus, milli_per_gpu=milli)
 
-    def _refuse(self, view: PodView, masks: Sequence[np.ndarray]) -> Unschedulable:
+    def _refuse(self, view: PodView, masks: Sequence[np.ndarray | None]) -> Unschedulable:
         """Why no node fits (written only when read: ``Unschedulable.reason``) and whether
         one could even if the fleet were empty (``never``: the status decides what the
         caller does, so it is computed now)."""
-        empty = capacity_view(view)
-        ever = empty.active.copy()
-        for f in self.filters:
-            ever &= f(empty)
-            if not ever.any():
-                break
-        never = not ever.any()
+        never = self._never(view)
 
         def reason() -> str:
             alive = view.active.copy()
             parts = []
             for f, m in zip(self.filters, masks, strict=True):
+                if m is None:  # did not apply: rejected nothing
+                    continue
                 k = int((alive & ~m).sum())
                 if k:
                     parts.append(f"{k} {f.reason}")
@@ -127,3 +129,42 @@ class Policy:
 
         return Unschedulable(reason, Status.UNSCHEDULABLE_AND_UNRESOLVABLE if never
                              else Status.UNSCHEDULABLE)
+
+    def _never(self, view: PodView) -> bool:
+        """Whether no node fits the pod even when empty: the filters on ``capacity_view``.
+
+        An empty node is the node's fixed attributes only (totals, GPUs, model, MIG mode,
+        driver, taints, zone), which change only when a node joins or leaves, plus ``active``
+        (which ``control.cycle.only_eligible`` narrows for a while). Within one ``FleetState``
+        the pair (rows ever added, rows live) names the join/leave history exactly — adding
+        raises the first, and at a fixed first leaving only lowers the second — so the answer
+        is kept per (request, that pair, the active mask) and recomputed when any moves."""
+        s = view.state
+        key = (self.filters, self.catalog, view.req, view.n, len(s.index),
+               view.active.tobytes())
+        known = _NEVER.get(s)
+        if known is None:
+            known = _NEVER[s] = {}
+        hit = known.get(key)
+        if hit is not None:
+            return hit
+        empty = capacity_view(view)
+        ever = empty.active.copy()
+        for f in self.filters:
+            if not f.applies(view.req):
+                continue
+            ever &= f(empty)
+            if not ever.any():
+                break
+        never = not ever.any()
+        if len(known) >= _NEVER_MAX:
+            known.clear()
+        known[key] = never
+        return never
+
+
+# ``Policy._never``'s answers per fleet snapshot (weak: a compacted or dropped snapshot takes
+# its answers with it)
+_NEVER: weakref.WeakKeyDictionary[FleetState, dict[tuple[object, ...], bool]] = (
+    weakref.WeakKeyDictionary())
+_NEVER_MAX = 4096

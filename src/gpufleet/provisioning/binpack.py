@@ -194,8 +194,25 @@ class Bin:
 def fits_shape(req: ResourceRequest, shape: NodeShape) -> bool:
     """Could ``req`` run on an empty node of ``shape`` at all (model, MIG mode, CUDA, taints,
     sizes)? Placement's fit rule asked of an empty node; cached, as the same few requests and
-    shapes are asked again on every scan."""
-    return not shape_misfits(req, shape)
+    shapes are asked again on every scan.
+
+    A packing asks it of the same request and shape objects over and over (once per bin tried),
+    so answers are first looked up by the objects' identity — a dict keyed by two ints, where
+    ``shape_misfits``'s cache hashes and compares two frozen dataclasses field by field. The
+    entry holds both objects, so their ids cannot be reused while it lives."""
+    key = (id(req), id(shape))
+    hit = _FITS_BY_ID.get(key)
+    if hit is not None and hit[0] is req and hit[1] is shape:
+        return hit[2]
+    ok = not shape_misfits(req, shape)
+    if len(_FITS_BY_ID) >= _FITS_BY_ID_MAX:
+        _FITS_BY_ID.clear()
+    _FITS_BY_ID[key] = (req, shape, ok)
+    return ok
+
+
+_FITS_BY_ID: dict[tuple[int, int], tuple[ResourceRequest, NodeShape, bool]] = {}
+_FITS_BY_ID_MAX = 1 << 14
 
 
 @lru_cache(maxsize=1 << 16)

@@ -200,14 +200,22 @@ class ScaleUpPolicy:
         reqs = [p.request for p in pods]
         spot_ok = pods[0].spot_ok
         spot_only = pods[0].spot_only
-        usable = [
-            o
-            for o in offers
-            if (spot_ok or o.capacity_type == CapacityType.ON_DEMAND)
-            and (not spot_only or o.capacity_type == CapacityType.SPOT)
-            and all(fits_shape(r, o.shape) for r in reqs)
-        ]
-        scored = [(score(reqs, o), o) for o in usable]
+        # Offers repeat a shape (one instance type in every zone, spot and on-demand): whether
+        # the group fits a shape and how many nodes its packing takes are asked once per shape.
+        fit: dict[NodeShape, bool] = {}
+        packed: dict[NodeShape, tuple[int, bool]] = {}
+        usable = []
+        for o in offers:
+            if not (spot_ok or o.capacity_type == CapacityType.ON_DEMAND):
+                continue
+            if spot_only and o.capacity_type != CapacityType.SPOT:
+                continue
+            ok = fit.get(o.shape)
+            if ok is None:
+                ok = fit[o.shape] = all(fits_shape(r, o.shape) for r in reqs)
+            if ok:
+                usable.append(o)
+        scored = [(score(reqs, o, packed), o) for o in usable]
         od_best = min((s for (s, n), o in scored
                        if n > 0 and o.capacity_type == CapacityType.ON_DEMAND), default=math.inf)
         ranked: list[tuple[float, int, Offer, Sequence[ZoneMarket]]] = []
@@ -302,16 +310,27 @@ def one_zone(plan: Sequence[Launch]) -> list[Launch]:
     return [dc_replace(plan[0], count=sum(x.count for x in plan))]
 
 
-def score(reqs: Sequence[ResourceRequest], offer: Offer) -> tuple[float, int]:
-    """(cost per useful GPU-hour, nodes) of packing ``reqs`` on fresh ``offer`` nodes."""
-    bins, left = pack(reqs, offer.shape)
-    if left:
+def score(reqs: Sequence[ResourceRequest], offer: Offer,
+          packed: dict[NodeShape, tuple[int, bool]] | None = None) -> tuple[float, int]:
+    """(cost per useful GPU-hour, nodes) of packing ``reqs`` on fresh ``offer`` nodes.
+
+    ``packed``: (nodes, anything left over) per shape already packed for these same ``reqs``
+    (the packing depends on the shape alone, not on the offer's zone, price or capacity type);
+    filled as shapes are packed."""
+    got = packed.get(offer.shape) if packed is not None else None
+    if got is None:
+        bins, left = pack(reqs, offer.shape)
+        got = (len(bins), bool(left))
+        if packed is not None:
+            packed[offer.shape] = got
+    nodes, leftover = got
+    if leftover:
         return float("inf"), 0
     useful = sum(gpu_milli_of(r) for r in reqs) / GPU_MILLI
-    cost = len(bins) * offer.usd_per_hour
+    cost = nodes * offer.usd_per_hour
     if useful <= 0:  # CPU-only pods: cheapest nodes
-        return cost, len(bins)
-    return cost / useful, len(bins)
+        return cost, nodes
+    return cost / useful, nodes
 
 
 def _absorb(pods: list[PendingPod], inflight: Sequence[InFlight]) -> list[PendingPod]:
