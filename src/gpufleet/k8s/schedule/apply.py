@@ -8,8 +8,9 @@ consolidation mark and its undoing — ``k8s.disruption.consolidation_mark``; la
 ``k8s.capacity.launch_records``; the Lease — ``k8s.watch.leader``. Evictions of drained and
 consolidated nodes' pods come here, as ``Preempt``.
 
-* ``Bind``: one write, ``pods/binding``, carrying the GPU assignment as the Binding's
-  annotations (the API server copies them onto the pod in the same update that sets
+* ``Bind``: for a pod with ResourceClaims, first its claims (``claim_writes``: finalizer, then
+  allocation and reservation), then one write, ``pods/binding``, carrying the GPU assignment as
+  the Binding's annotations (the API server copies them onto the pod in the same update that sets
   ``nodeName``) and the pod's UID and ``resourceVersion`` as preconditions — so a replica with a
   stale view gets 409 instead of binding or overwriting another's record. A 409 means someone
   else changed or bound the pod: not an error — the next cycle re-reads the world. A 404 means
@@ -30,7 +31,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -40,6 +41,7 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from gpufleet.decisions import Bind, Preempt, Refuse
+from gpufleet.k8s.schedule.claim_writes import CONFLICT
 from gpufleet.k8s.schedule.telemetry import ControllerMetrics
 from gpufleet.k8s.translate.pods import binding_annotations, parse_time
 from gpufleet.k8s.watch.ratelimit import TokenBucket
@@ -76,6 +78,11 @@ class Applier:
         self.component = component
         self.instance = instance or uuid.uuid4().hex[:8]
         self._written: dict[str, str] = {}  # pod key → refusal message we last wrote
+        # DRA: writes a pod's claims before its Binding (claim_writes.ClaimWriter.prebind via
+        # the controller); None: the pod may be bound, CONFLICT or an error message: it is not
+        self.prebind: Callable[[Bind, Mapping[str, Any]], str | None] | None = None
+        # pods whose claims record their devices: their Binding carries no GPU annotations
+        self.claim_pods: frozenset[str] = frozenset()
 
     def apply(self, decisions: list, pods: Mapping[str, Mapping[str, Any]]) -> Outcome:
         """Apply every decision; different pods' calls run in parallel (``workers`` threads),
@@ -114,11 +121,19 @@ class Applier:
             return
         meta = pod["metadata"]
         ns, name = meta["namespace"], meta["name"]
+        if self.prebind is not None and (why := self.prebind(d, pod)) is not None:
+            if why == CONFLICT:
+                out.conflicts.append(d.job_id)
+                self.metrics.conflicts.inc()
+                self.metrics.attempts.labels(result="conflict").inc()
+            else:
+                self._error(out, why)
+            return
         body = {"apiVersion": "v1", "kind": "Binding",
                 "metadata": {"name": name, "namespace": ns, "uid": meta.get("uid"),
                              "resourceVersion": meta.get("resourceVersion"),
-                             "annotations": binding_annotations(
-                                 d, meta.get("annotations") or {})},
+                             "annotations": {} if d.job_id in self.claim_pods else
+                             binding_annotations(d, meta.get("annotations") or {})},
                 "target": {"apiVersion": "v1", "kind": "Node", "name": d.node}}
         try:
             self.limiter.take()

@@ -1,6 +1,7 @@
 """The gpufleet scheduler/controller: watch, snapshot, plan, apply — on one active replica.
 
-Threads: one informer per resource (Pods in all namespaces, Nodes), the Lease elector, and the
+Threads: one informer per resource (Pods in all namespaces, Nodes, and where the API serves
+``resource.k8s.io/v1`` ResourceSlices, DeviceClasses and ResourceClaims), the Lease elector, and the
 loop that runs a cycle whenever something changed (or every ``resync_s``) *while this replica
 leads*. Every cycle starts from the informers' objects, never from memory, except for one
 bridge: binds and evictions this replica just made are *assumed*
@@ -26,6 +27,7 @@ import numpy as np
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from gpufleet.catalog.gpus import default_gpu_catalog
 from gpufleet.config import Scenario
 from gpufleet.control.policies import backfill_pass, placement_policy
 from gpufleet.decisions import Bind, Refuse
@@ -34,10 +36,13 @@ from gpufleet.k8s.capacity.loop import CapacityController
 from gpufleet.k8s.capacity.setup import build_capacity
 from gpufleet.k8s.disruption.drain import PROVIDER_FAULTS, Drainer
 from gpufleet.k8s.schedule.apply import ApiErrors, Applier, Outcome
+from gpufleet.k8s.schedule.claim_writes import ClaimWriter
 from gpufleet.k8s.schedule.cycle import plan_cycle
 from gpufleet.k8s.schedule.telemetry import ControllerMetrics, pending_reason, serve
 from gpufleet.k8s.settings import apply_levers
 from gpufleet.k8s.translate.assume import AssumeCache
+from gpufleet.k8s.translate.claim_assume import ClaimAssume
+from gpufleet.k8s.translate.claim_view import DraWorld
 from gpufleet.k8s.translate.snapshot import ParseCache, Snapshot, build_snapshot
 from gpufleet.k8s.watch.connections import BASE_CONNECTIONS, client_with_pool
 from gpufleet.k8s.watch.informer import Informer
@@ -54,6 +59,18 @@ def _key(obj: Mapping[str, Any]) -> str:
 
 def _uid(obj: Mapping[str, Any] | None) -> str:
     return str((obj or {}).get("metadata", {}).get("uid") or "")
+
+
+def serves_dra(resource: Any) -> bool:
+    """Whether the API server serves ``resource.k8s.io/v1`` slices, classes and claims (1.34+;
+    older clusters keep the node-label path alone)."""
+    try:
+        listed = resource.get_api_resources()
+    except (*ApiErrors,) as exc:
+        log.info("resource.k8s.io/v1 not served (%s): DRA off", exc)
+        return False
+    served = {r.name for r in listed.resources or ()}
+    return {"resourceslices", "deviceclasses", "resourceclaims"} <= served
 
 
 def offered_prices(capacity: CapacityController) -> PriceBook | None:
@@ -91,6 +108,7 @@ class Controller:
         prices: PriceBook | None = None,
         capacity_namespace: str | None = None,
         workers: int = 32,
+        dra: bool | None = None,
     ) -> None:
         api = client_with_pool(api, workers + BASE_CONNECTIONS)  # no handshake per call
         self.api = api
@@ -104,11 +122,28 @@ class Controller:
                              on_relist=self._relisted)
         self.nodes = Informer("nodes", self.core.list_node, self.changed,
                               on_relist=self._relisted)
+        # DRA (resource.k8s.io/v1): slices, classes and claims, where the API serves them
+        self.resource = client.ResourceV1Api(api)
+        self.dra = serves_dra(self.resource) if dra is None else dra
+        self.dra_informers: list[Informer] = []
+        if self.dra:
+            self.slices = Informer("resourceslices", self.resource.list_resource_slice,
+                                   self.changed, on_relist=self._relisted)
+            self.classes = Informer("deviceclasses", self.resource.list_device_class,
+                                    self.changed, on_relist=self._relisted)
+            self.claims = Informer("resourceclaims",
+                                   self.resource.list_resource_claim_for_all_namespaces,
+                                   self.changed, on_relist=self._relisted)
+            self.dra_informers = [self.slices, self.classes, self.claims]
+        self.claims_assumed = ClaimAssume(assume_ttl_s)
+        self._cycle_dra: Snapshot | None = None
         self.elector = LeaderElector(client.CoordinationV1Api(api), lease_namespace, lease_name,
                                      self.identity, lease_s, renew_deadline_s, retry_s) \
             if leader_elect else None
         self.applier = Applier(self.core, self.metrics, instance=self.identity,
                                limiter=TokenBucket(qps, burst), workers=workers)
+        self.claim_writer = ClaimWriter(self.resource, self.claims_assumed, self.applier.limiter)
+        self.applier.prebind = self._prebind
         # the live capacity loop, when the scenario names a cloud (k8s.capacity)
         self.capacity = build_capacity(self.core, scenario, capacity_namespace or lease_namespace,
                                        self.metrics.registry)
@@ -125,6 +160,7 @@ class Controller:
         self.assume_ttl_s = assume_ttl_s
         self.preemption = preemption
         self._cache = ParseCache()
+        self._catalog = default_gpu_catalog()
         self.assumed = AssumeCache(assume_ttl_s)
         self._threads: list[threading.Thread] = []
         self._server: ThreadingHTTPServer | None = None
@@ -149,7 +185,7 @@ class Controller:
         return all(t.is_alive() for t in self._threads) and not self.stop_event.is_set()
 
     def ready(self) -> bool:
-        return self.pods.synced.is_set() and self.nodes.synced.is_set()
+        return all(i.synced.is_set() for i in (self.pods, self.nodes, *self.dra_informers))
 
     def serve_http(self, host: str, port: int) -> int:
         self._server = serve(self.metrics, host, port, self.healthy, self.ready)
@@ -163,6 +199,8 @@ class Controller:
 
         spawn("informer-pods", self.pods.run, self.stop_event)
         spawn("informer-nodes", self.nodes.run, self.stop_event)
+        for inf in self.dra_informers:
+            spawn(f"informer-{inf.name}", inf.run, self.stop_event)
         if self.elector is not None:
             spawn("leader-election", self.elector.run, self.stop_event, self._leading)
         spawn("scheduler-loop", self._loop)
@@ -171,6 +209,7 @@ class Controller:
         self.metrics.leader.set(1 if leading else 0)
         if leading:
             self.assumed.clear()  # a new term starts from the API alone
+            self.claims_assumed.clear()
             self.changed.set()
 
     def stop(self, release: bool = True) -> None:
@@ -209,7 +248,15 @@ class Controller:
         for k in self.drainer.cycle(nodes, pods, now, assumed_on=self.assumed.bound_nodes(),
                                     evicting=self.assumed.evicting()):
             self.assumed.evicted(k, _uid(by_key.get(k)))
-        snap = build_snapshot(nodes, pods, cache=self._cache, assumed=self.assumed)
+        dra = None
+        if self.dra:
+            dra = DraWorld.of(self.slices.objects(),
+                              self.claims_assumed.overlay(self.claims.objects()),
+                              self.classes.objects(), self._catalog)
+        snap = build_snapshot(nodes, pods, catalog=self._catalog, cache=self._cache,
+                              assumed=self.assumed, dra=dra)
+        self._cycle_dra = snap
+        self.applier.claim_pods = frozenset(snap.claims)
         self._observe_assumed(snap)
         self.fleet.observe_state(snap.state)
         out: Outcome | None = None
@@ -219,7 +266,9 @@ class Controller:
             plan = plan_cycle(snap, self.policy, self.rng, self.backfill, now, self.preemption)
             if not self.is_leader:  # lost the lease while planning: act on nothing
                 return None
-            out = self._apply(plan.decisions, plan.of(Bind), by_key)
+            pinned = [Bind(job_id=k, node=c.pinned) for k, c in snap.claims.items()
+                      if c.pinned is not None]
+            out = self._apply([*pinned, *plan.decisions], [*pinned, *plan.of(Bind)], by_key)
             if out.conflicts or out.errors:
                 self.changed.set()  # re-read and retry soon
             reasons: dict[str, int] = {}
@@ -254,6 +303,17 @@ class Controller:
         for k in out.evicted:
             self.assumed.evicted(k, _uid(by_key.get(k)))
         return out
+
+    def _prebind(self, d: Bind, pod: Mapping[str, Any]) -> str | None:
+        """The pod's claims written before its Binding (``claim_writes``); pods without
+        claims pass."""
+        snap = self._cycle_dra
+        if snap is None or snap.dra is None:
+            return None
+        claims = snap.claims.get(d.job_id)
+        if claims is None:
+            return None
+        return self.claim_writer.prebind(d, pod, claims, snap.dra)
 
     def _observe_assumed(self, snap: Snapshot) -> None:
         got = snap.assumed

@@ -31,6 +31,12 @@ Two MIG modes, as on real nodes:
   NVIDIA's dynamic MIG): the whole GPU *and* every MIG placement are published, all consuming the
   GPU's counters, so allocating a 3g.20gb leaves no room for the whole GPU and vice versa.
 
+Shares: a GPU not in MIG mode is published with ``allowMultipleAllocations: true`` (consumable
+capacity, KEP-5075, beta in 1.36), so a claim may take a share of it with a ``memory`` capacity
+request; a claim without one consumes the whole ``memory`` and so the whole GPU. NVIDIA's driver
+does not publish this yet (it shares through TimeSlicing/MPS configs on one claim); it is what
+makes a fractional pod's GPU an allocation the API records.
+
 NVLink: NVIDIA's slices carry no NVLink topology. gpufleet publishes
 :data:`ATTR_NVLINK_DOMAIN` (``gpu.gpufleet.io/nvlinkDomain``, an int, the same on every GPU of one
 NVLink island; absent = PCIe only) — a cluster operator sets it with a device-attribute patch or
@@ -230,6 +236,9 @@ def resource_slices(
             "capacity": {"memory": {"value": _mib(model.memory_mib)}},
         }
         if not layout:
+            # shares (consumable capacity): every allocation consumes some of ``memory``; one
+            # without a capacity request consumes all of it, so a whole GPU stays exclusive
+            whole["allowMultipleAllocations"] = True
             devices.append(whole)
             continue
         assert model.mig is not None
@@ -332,7 +341,7 @@ class GpuInventory:
             spec, gpu_model=self.gpu_model, num_gpus=self.num_gpus,
             gpu_memory_mib=self.gpu_memory_mib, cuda_driver=self.cuda_driver,
             mig_gpus=self.mig_gpus, mig_compute_slices=self.mig_compute_slices,
-            mig_resources=dict(self.mig_resources),
+            mig_resources=dict(self.mig_resources), nvlink_domains=self.nvlink_domains,
         )
 
 
@@ -376,6 +385,9 @@ def _attr(device: Mapping[str, Any], name: str) -> Any:
         if kind in raw:
             return raw[kind]
     return None
+
+
+device_attribute = _attr  # public name for the device index (k8s.translate.devices)
 
 
 def _get(obj: Any, key: str) -> Any:
