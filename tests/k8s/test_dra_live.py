@@ -161,3 +161,53 @@ def test_two_gpus_on_one_nvlink_island(space: Space, controller: Controller) -> 
                  for d in three} & doms)
     # the claim is the record: no GPU annotations on the pod
     assert "gpufleet.io/gpus" not in (pod["metadata"].get("annotations") or {})
+
+
+def test_four_quarter_shares_of_one_gpu_then_a_deleted_pods_share_reused(
+        space: Space, controller: Controller) -> None:
+    """g4dn.xlarge: one T4 (16 GiB), published with allowMultipleAllocations. Four pods with
+    ``gpu-fraction: 0.25`` and a 4 GiB capacity claim share it, each allocation its own
+    ``shareID`` and ``consumedCapacity``; a fifth is refused. Deleting one pod lets the
+    controller-manager's claim controller drop the reservation and deallocate the claim, and the
+    fifth pod gets the freed share."""
+    (node,) = space.add("g4dn.xlarge")
+    for i in range(5):
+        space.claim(f"share-{i}", memory="4Gi")
+    for i in range(4):
+        space.pod(f"p{i}", claim=f"share-{i}", ann={"gpu-fraction": "0.25"})
+    for i in range(4):
+        wait_for(f"share {i} to bind", lambda i=i: space.bound(f"p{i}"))
+    got = [results(space.read_claim(f"share-{i}"))[0] for i in range(4)]
+    assert {r["device"] for r in got} == {"gpu-0"} and {r["pool"] for r in got} == {node}
+    assert len({r["shareID"] for r in got}) == 4
+    assert all(r["consumedCapacity"] == {"memory": "4Gi"} for r in got)
+    space.pod("p4", claim="share-4", ann={"gpu-fraction": "0.25"})
+    msg = wait_for("the fifth share to be refused", lambda: space.scheduled_message("p4"))
+    assert msg.startswith("0/")
+    assert space.bound("p4") is None and allocated(space, "share-4") is None
+    space.lab.core.delete_namespaced_pod("p1", space.name, grace_period_seconds=0)
+    wait_for("the controller-manager to deallocate share-1",
+             lambda: allocated(space, "share-1") is None, 60)
+    wait_for("the fifth share to bind", lambda: space.bound("p4"))
+    assert results(space.read_claim("share-4"))[0]["device"] == "gpu-0"
+
+
+def test_mig_through_a_claim_template(space: Space, controller: Controller) -> None:
+    """A p4d.24xlarge in dynamic MIG (every placement published, all on the GPUs' counters).
+    The pod's claim comes from a ResourceClaimTemplate (the controller-manager creates it and
+    names it in the pod's status); gpufleet allocates one 3g.20gb device for it."""
+    (node,) = space.add("p4d.24xlarge", mig_config="all-enabled")
+    space.custom.create_namespaced_custom_object(G, V, space.name, "resourceclaimtemplates", {
+        "apiVersion": f"{G}/{V}", "kind": "ResourceClaimTemplate", "metadata": {"name": "mig"},
+        "spec": {"spec": claim_body("x", "mig.nvidia.com", 1,
+                                    "device.attributes['gpu.nvidia.com'].profile == '3g.20gb'",
+                                    None)["spec"]}})
+    space.pod("m", template="mig")
+    pod = wait_for("the MIG pod to bind", lambda: space.bound("m"))
+    assert pod["spec"]["nodeName"] == node
+    (st,) = pod["status"]["resourceClaimStatuses"]
+    (r,) = results(space.read_claim(st["resourceClaimName"]))
+    dev = space.device(node, r["device"])
+    assert dev["attributes"]["profile"]["string"] == "3g.20gb"
+    assert r["device"].startswith("gpu-") and "-mig-3g20gb-" in r["device"]
+    assert "shareID" not in r
