@@ -211,3 +211,53 @@ def test_mig_through_a_claim_template(space: Space, controller: Controller) -> N
     assert dev["attributes"]["profile"]["string"] == "3g.20gb"
     assert r["device"].startswith("gpu-") and "-mig-3g20gb-" in r["device"]
     assert "shareID" not in r
+
+
+def test_kill_9_between_allocation_and_bind(space: Space, lab: Any, tmp_path: Any) -> None:
+    """A controller process, slowed by its client rate limit (one write every 2.5 s), is killed
+    with SIGKILL once it has written both pods' claims (finalizer, allocation, reservedFor) and
+    before it binds either. The next controller binds the surviving pod to the node its claim
+    is allocated on (the allocation untouched), and the controller-manager releases the claim
+    of the pod deleted meanwhile: nothing is leaked."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    (node,) = space.add("g4dn.12xlarge")
+    for name in ("a", "b"):
+        space.claim(f"claim-{name}")
+    log = (tmp_path / "controller.log").open("w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpufleet", "controller", "--kubeconfig", str(lab.kubeconfig),
+         "--no-leader-elect", "--port", "0", "--kube-api-qps", "0.4", "--kube-api-burst", "1"],
+        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        for name in ("a", "b"):
+            space.pod(name, claim=f"claim-{name}")
+        wait_for("both claims allocated", lambda: allocated(space, "claim-a")
+                 and allocated(space, "claim-b"), 90, log=tmp_path / "controller.log",
+                 poll_s=0.05)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert space.bound("a") is None and space.bound("b") is None, "killed after a bind"
+    before = space.read_claim("claim-a")
+    assert FINALIZER in before["metadata"]["finalizers"]
+    lab.core.delete_namespaced_pod("b", space.name, grace_period_seconds=0)
+    ctl = Controller(lab.api, default_scenario(), leader_elect=False, resync_s=0.5)
+    ctl.start()
+    try:
+        pod = wait_for("the next controller to bind a", lambda: space.bound("a"))
+        assert pod["spec"]["nodeName"] == node
+        after = space.read_claim("claim-a")
+        assert after["status"]["allocation"] == before["status"]["allocation"]
+        assert [r["uid"] for r in after["status"]["reservedFor"]] == [pod["metadata"]["uid"]]
+        released = wait_for("the controller-manager to release b's claim", lambda: (
+            c := space.read_claim("claim-b"), not c["status"].get("allocation")
+            and FINALIZER not in (c["metadata"].get("finalizers") or ()))[1], 60)
+        assert released
+    finally:
+        ctl.stop()
