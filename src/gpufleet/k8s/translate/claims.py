@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 import re
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -167,7 +167,7 @@ def pod_claim_names(pod: Mapping[str, Any]) -> tuple[tuple[str, ...], str | None
 
 
 def pod_ask(
-    base: ResourceRequest, milli_hint: int | None, claims: list[Mapping[str, Any]],
+    base: ResourceRequest, milli_hint: int | None, claims: Sequence[Mapping[str, Any]],
     classes: Mapping[str, Mapping[str, Any]], catalog: GpuCatalog,
 ) -> tuple[ResourceRequest | None, ClaimAsk | None, str | None]:
     """The pod's request (``base``: its CPU, memory and node constraints) with the GPU part its
@@ -271,11 +271,11 @@ def holdings(claims: Iterable[Mapping[str, Any]], nodes: Mapping[str, NodeDevice
                                    ResourceRequest(num_gpu=1, mig_profile=dev.profile),
                                    Bind(job, node.node, (), 0, (slot,))))
             elif dev.gpu in node.inventory.mig_gpus:
-                slot = _full_slot(node, dev, catalog)
-                if slot is not None:
+                full = _full_slot(node, dev, catalog)
+                if full is not None:
                     out.append(Holding(key, node.node, ResourceRequest(num_gpu=1,
-                                                                       mig_profile=slot.profile),
-                                       Bind(job, node.node, (), 0, (slot,))))
+                                                                       mig_profile=full.profile),
+                                       Bind(job, node.node, (), 0, (full,))))
             elif r.get("shareID"):
                 mem = memory_mib(((r.get("consumedCapacity") or {}).get("memory")) or 0)
                 total = dev.memory_mib or node.inventory.gpu_memory_mib
