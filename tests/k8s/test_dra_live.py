@@ -261,3 +261,46 @@ def test_kill_9_between_allocation_and_bind(space: Space, lab: Any, tmp_path: An
         assert released
     finally:
         ctl.stop()
+
+
+def test_plain_gpu_pod_served_through_the_extended_resource_claim(
+        space: Space, controller: Controller) -> None:
+    """A node whose GPUs are devices only (no nvidia.com/gpu in its status: no device plugin)
+    and a pod asking ``nvidia.com/gpu: 2``, unchanged. DeviceClass gpu.nvidia.com maps the
+    resource (extendedResourceName), so gpufleet creates the claim kube-scheduler would —
+    ``<pod>-extended-resources-…``, owned by the pod, annotated — allocates it, names it in the
+    pod's ``status.extendedResourceClaimStatus`` and binds."""
+    (node,) = space.add("p3.8xlarge")
+    patch = [{"op": "remove", "path": f"/status/{f}/nvidia.com~1gpu"}
+             for f in ("capacity", "allocatable")]
+    space.lab.core.api_client.call_api(
+        f"/api/v1/nodes/{node}/status", "PATCH", body=patch,
+        header_params={"Content-Type": "application/json-patch+json"},
+        auth_settings=["BearerToken"],
+        _preload_content=False)
+    wait_for("the node without the device plugin's resource", lambda: "nvidia.com/gpu" not in
+             space.lab.core.read_node(node).status.allocatable)
+    space.pod("plain", limits={"nvidia.com/gpu": "2"})
+    pod = wait_for("the plain pod to bind", lambda: space.bound("plain"))
+    assert pod["spec"]["nodeName"] == node
+    st = pod["status"]["extendedResourceClaimStatus"]
+    assert st["requestMappings"] == [{"containerName": "main", "resourceName": "nvidia.com/gpu",
+                                      "requestName": "container-0-request-2"}]
+    claim = space.read_claim(st["resourceClaimName"])
+    assert claim["metadata"]["name"].startswith("plain-extended-resources-")
+    assert claim["metadata"]["annotations"] == {
+        "resource.kubernetes.io/extended-resource-claim": "true"}
+    (owner,) = claim["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["uid"], owner["controller"]) == (
+        "Pod", pod["metadata"]["uid"], True)
+    assert claim["spec"]["devices"]["requests"] == [{"name": "container-0-request-2", "exactly": {
+        "deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount", "count": 2}}]
+    assert [r["request"] for r in results(claim)] == ["container-0-request-2"] * 2
+    assert claim["status"]["reservedFor"][0]["uid"] == pod["metadata"]["uid"]
+    # The over-commit check that follows every live test reads GPUs from Nodes and pod
+    # annotations only (its claim checks are another branch's); on a node without
+    # nvidia.com/gpu it would count this pod's request as over the node's zero. Its devices
+    # were checked above, so the pod goes before that check.
+    space.lab.core.delete_namespaced_pod("plain", space.name, grace_period_seconds=0)
+    wait_for("the plain pod to go", lambda: not space.lab.core.list_namespaced_pod(
+        space.name).items)

@@ -80,9 +80,10 @@ class Applier:
         self._written: dict[str, str] = {}  # pod key → refusal message we last wrote
         # DRA: writes a pod's claims before its Binding (claim_writes.ClaimWriter.prebind via
         # the controller); None: the pod may be bound, CONFLICT or an error message: it is not
-        self.prebind: Callable[[Bind, Mapping[str, Any]], str | None] | None = None
-        # pods whose claims record their devices: their Binding carries no GPU annotations
-        self.claim_pods: frozenset[str] = frozenset()
+        self.prebind: Callable[[Bind, Mapping[str, Any]], str | Mapping[str, Any] | None] | \
+            None = None
+        # whether a bind's devices are recorded in claims: its Binding carries no annotations
+        self.in_claims: Callable[[Bind], bool] = lambda _d: False
 
     def apply(self, decisions: list, pods: Mapping[str, Mapping[str, Any]]) -> Outcome:
         """Apply every decision; different pods' calls run in parallel (``workers`` threads),
@@ -122,17 +123,20 @@ class Applier:
         meta = pod["metadata"]
         ns, name = meta["namespace"], meta["name"]
         if self.prebind is not None and (why := self.prebind(d, pod)) is not None:
-            if why == CONFLICT:
+            if not isinstance(why, str):  # its claims are written and its status patched
+                meta = why["metadata"]
+            elif why == CONFLICT:
                 out.conflicts.append(d.job_id)
                 self.metrics.conflicts.inc()
                 self.metrics.attempts.labels(result="conflict").inc()
+                return
             else:
                 self._error(out, why)
-            return
+                return
         body = {"apiVersion": "v1", "kind": "Binding",
                 "metadata": {"name": name, "namespace": ns, "uid": meta.get("uid"),
                              "resourceVersion": meta.get("resourceVersion"),
-                             "annotations": {} if d.job_id in self.claim_pods else
+                             "annotations": {} if self.in_claims(d) else
                              binding_annotations(d, meta.get("annotations") or {})},
                 "target": {"apiVersion": "v1", "kind": "Node", "name": d.node}}
         try:

@@ -34,7 +34,12 @@ from kubernetes.client.exceptions import ApiException
 from gpufleet.decisions import Bind
 from gpufleet.k8s.translate.claim_assume import ClaimAssume
 from gpufleet.k8s.translate.claim_view import DraWorld, PodClaims
-from gpufleet.k8s.translate.claims import FINALIZER, allocation, reserved_for
+from gpufleet.k8s.translate.claims import (
+    FINALIZER,
+    allocation,
+    extended_mappings,
+    reserved_for,
+)
 from gpufleet.k8s.watch.ratelimit import TokenBucket
 
 log = logging.getLogger(__name__)
@@ -43,8 +48,10 @@ CONFLICT = "conflict"
 
 
 class ClaimWriter:
-    def __init__(self, resource: Any, assumed: ClaimAssume, limiter: TokenBucket) -> None:
+    def __init__(self, resource: Any, core: Any, assumed: ClaimAssume,
+                 limiter: TokenBucket) -> None:
         self.resource = resource  # kubernetes.client.ResourceV1Api
+        self.core = core  # kubernetes.client.CoreV1Api (the pod's extended-resource status)
         self.assumed = assumed
         self.limiter = limiter
 
@@ -52,12 +59,16 @@ class ClaimWriter:
         self.limiter.take()
         return dict(json.loads(fn(*args, _preload_content=False).data))
 
-    def prebind(self, d: Bind, pod: Mapping[str, Any], claims: PodClaims,
-                world: DraWorld) -> str | None:
-        """Write the pod's claims for ``d``; None when the pod may be bound now, else
-        :data:`CONFLICT` (re-plan next cycle) or an error message."""
+    def prebind(self, d: Bind, pod: Mapping[str, Any], claims: PodClaims, world: DraWorld,
+                device_only: frozenset[str]) -> str | Mapping[str, Any] | None:
+        """Write the pod's claims for ``d``. None: the pod may be bound now; a pod object: it
+        may, and this is the pod as the API now has it (its status was patched: the Binding's
+        ``resourceVersion`` precondition must be this one); a string: :data:`CONFLICT`
+        (re-plan next cycle) or an error message."""
         meta = pod["metadata"]
         ref = {"resource": "pods", "name": meta["name"], "uid": meta.get("uid")}
+        if not claims.through_claims(d.node, device_only):
+            return None  # a mapped extended resource on a node with its device plugin
         try:
             if claims.pinned is not None:
                 if claims.pinned != d.node:
@@ -67,14 +78,20 @@ class ClaimWriter:
                         body = copy.deepcopy(c)
                         body["status"].setdefault("reservedFor", []).append(ref)
                         self._write_status(body)
-                return None
-            assert claims.claim is not None and claims.ask is not None
+                return self._extended_status(pod, claims.claims[0], claims)
+            assert claims.ask is not None
             devices = world.devices.get(d.node)
-            alloc = allocation(claims.claim, claims.ask, d, devices, world.classes) \
+            claim = claims.claim if claims.create is None else claims.create
+            assert claim is not None
+            alloc = allocation(claim, claims.ask, d, devices, world.classes) \
                 if devices is not None else None
             if alloc is None:
                 return f"bind {meta['name']} → {d.node}: the chosen devices are not published"
-            body = copy.deepcopy(claims.claim)
+            if claims.create is not None:  # kube's createExtendedResourceClaimInAPI
+                body = self._call(self.resource.create_namespaced_resource_claim,
+                                  meta["namespace"], claims.create)
+            else:
+                body = copy.deepcopy(claim)
             if (body.get("status") or {}).get("allocation"):
                 return CONFLICT
             m = body["metadata"]
@@ -85,8 +102,8 @@ class ClaimWriter:
             status = body.setdefault("status", {})
             status["allocation"] = alloc
             status["reservedFor"] = [*(status.get("reservedFor") or ()), ref]
-            self._write_status(body)
-            return None
+            written = self._write_status(body)
+            return self._extended_status(pod, written, claims)
         except ApiException as exc:
             if exc.status in (404, 409):
                 log.info("claims of %s/%s: %s (changed or gone); re-planning", meta["namespace"],
@@ -94,8 +111,28 @@ class ClaimWriter:
                 return CONFLICT
             return f"claims of {meta['namespace']}/{meta['name']}: {exc.status} {exc.reason}"
 
-    def _write_status(self, body: dict[str, Any]) -> None:
+    def _write_status(self, body: dict[str, Any]) -> dict[str, Any]:
         m = body["metadata"]
         got = self._call(self.resource.replace_namespaced_resource_claim_status,
                          m["name"], m["namespace"], body)
         self.assumed.assume(got)
+        return got
+
+    def _extended_status(self, pod: Mapping[str, Any], claim: Mapping[str, Any],
+                         claims: PodClaims) -> Mapping[str, Any] | None:
+        """For a mapped extended resource, the pod's ``status.extendedResourceClaimStatus``
+        (kube's ``patchPodExtendedResourceClaimStatus``), unless it already names the claim;
+        returns the patched pod (None: nothing patched)."""
+        if not claims.extended:
+            return None
+        name = claim["metadata"]["name"]
+        have = ((pod.get("status") or {}).get("extendedResourceClaimStatus") or {})
+        if have.get("resourceClaimName") == name:
+            return None
+        meta = pod["metadata"]
+        self.limiter.take()
+        resp = self.core.patch_namespaced_pod_status(
+            meta["name"], meta["namespace"], {"status": {"extendedResourceClaimStatus": {
+                "requestMappings": extended_mappings(claims.extended),
+                "resourceClaimName": name}}}, _preload_content=False)
+        return dict(json.loads(resp.data))

@@ -142,8 +142,10 @@ class Controller:
             if leader_elect else None
         self.applier = Applier(self.core, self.metrics, instance=self.identity,
                                limiter=TokenBucket(qps, burst), workers=workers)
-        self.claim_writer = ClaimWriter(self.resource, self.claims_assumed, self.applier.limiter)
+        self.claim_writer = ClaimWriter(self.resource, self.core, self.claims_assumed,
+                                        self.applier.limiter)
         self.applier.prebind = self._prebind
+        self.applier.in_claims = self._in_claims
         # the live capacity loop, when the scenario names a cloud (k8s.capacity)
         self.capacity = build_capacity(self.core, scenario, capacity_namespace or lease_namespace,
                                        self.metrics.registry)
@@ -256,7 +258,6 @@ class Controller:
         snap = build_snapshot(nodes, pods, catalog=self._catalog, cache=self._cache,
                               assumed=self.assumed, dra=dra)
         self._cycle_dra = snap
-        self.applier.claim_pods = frozenset(snap.claims)
         self._observe_assumed(snap)
         self.fleet.observe_state(snap.state)
         out: Outcome | None = None
@@ -304,7 +305,7 @@ class Controller:
             self.assumed.evicted(k, _uid(by_key.get(k)))
         return out
 
-    def _prebind(self, d: Bind, pod: Mapping[str, Any]) -> str | None:
+    def _prebind(self, d: Bind, pod: Mapping[str, Any]) -> str | Mapping[str, Any] | None:
         """The pod's claims written before its Binding (``claim_writes``); pods without
         claims pass."""
         snap = self._cycle_dra
@@ -313,7 +314,13 @@ class Controller:
         claims = snap.claims.get(d.job_id)
         if claims is None:
             return None
-        return self.claim_writer.prebind(d, pod, claims, snap.dra)
+        return self.claim_writer.prebind(d, pod, claims, snap.dra, snap.device_only_nodes)
+
+    def _in_claims(self, d: Bind) -> bool:
+        snap = self._cycle_dra
+        claims = snap.claims.get(d.job_id) if snap is not None else None
+        return claims is not None and snap is not None and claims.through_claims(
+            d.node, snap.device_only_nodes)
 
     def _observe_assumed(self, snap: Snapshot) -> None:
         got = snap.assumed

@@ -61,14 +61,23 @@ def device_mask(snap: Snapshot, pod: PodInfo) -> np.ndarray | None:
     """Where a pod's GPUs can come from: a pod with ResourceClaims only from nodes whose
     devices are published as slices (its GPUs are written into its claims); a pod asking
     ``nvidia.com/gpu`` not from nodes that publish their GPUs only as devices (no device plugin
-    there would honour the assignment). None: no restriction."""
+    there would honour the assignment) unless a DeviceClass maps its resource (then its claim
+    is created there). None: no restriction."""
     if snap.dra is None:
         return None
     if pod.uses_claims:
         return _rows_named(snap.state, snap.dra_nodes)
+    if pod.key in snap.claims:  # extended resources a DeviceClass maps: a claim where needed
+        return None
     if pod.request is not None and pod.request.num_gpu and snap.device_only_nodes:
         return ~_rows_named(snap.state, snap.device_only_nodes)
     return None
+
+
+def _source(snap: Snapshot, pod: PodInfo) -> int:
+    """Where the pod's GPUs come from (part of its blocked-shape key: the node masks differ):
+    0 the device plugin, 1 its claims, 2 a claim for its mapped extended resources."""
+    return 1 if pod.uses_claims else 2 if pod.key in snap.claims else 0
 
 
 def _and(a: np.ndarray | None, b: np.ndarray | None) -> np.ndarray | None:
@@ -98,7 +107,7 @@ def pending_units(snap: Snapshot) -> list[PendingUnit]:
             urgent=p.on_demand_only and p.deadline_s is not None,
             eligible=_and(eligible_rows(state, p.selector, masks), device_mask(snap, p)),
             refusal=p.refusal, preempt_never=p.preempt_never,
-            shape=(req, 1, 1, False, p.selector, p.uses_claims) if p.refusal is None else None))
+            shape=(req, 1, 1, False, p.selector, _source(snap, p)) if p.refusal is None else None))
     bound: dict[str, int] = {}
     for a in snap.allocations.values():
         if a.pod.group is not None:
@@ -122,7 +131,7 @@ def pending_units(snap: Snapshot) -> list[PendingUnit]:
             requeued=any(k in snap.requeued for k in keys),
             eligible=_and(eligible_rows(state, members[0].selector, masks),
                           device_mask(snap, members[0])), refusal=refusal,
-            shape=(req, len(keys), need, True, members[0].selector, members[0].uses_claims)
+            shape=(req, len(keys), need, True, members[0].selector, _source(snap, members[0]))
             if refusal is None else None))
     return units
 

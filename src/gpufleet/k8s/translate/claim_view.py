@@ -24,10 +24,15 @@ from typing import Any
 
 from gpufleet.catalog.gpus import GpuCatalog
 from gpufleet.k8s.translate.claims import (
+    EXTENDED_CLAIM_ANNOTATION,
     ClaimAsk,
+    ExtendedRequest,
     allocated,
     allocation_node,
+    claim_asks,
     claim_key,
+    extended_claim,
+    extended_classes,
     pod_ask,
 )
 from gpufleet.k8s.translate.devices import NodeDevices, devices_by_node
@@ -42,13 +47,23 @@ class DraWorld:
     claims: dict[str, dict[str, Any]]  # namespace/name → claim
     classes: dict[str, dict[str, Any]]  # DeviceClass name → object
     problems: list[SliceProblem] = field(default_factory=list)
+    extended: dict[str, str] = field(default_factory=dict)  # extended resource → class
+    extended_claims: dict[str, dict[str, Any]] = field(default_factory=dict)  # pod uid → claim
 
     @classmethod
     def of(cls, slices: Iterable[Mapping[str, Any]], claims: Iterable[dict[str, Any]],
            classes: Iterable[dict[str, Any]], catalog: GpuCatalog) -> DraWorld:
         devices, problems = devices_by_node(slices, catalog)
-        return cls(devices, {claim_key(c): c for c in claims},
-                   {str(c["metadata"]["name"]): c for c in classes}, problems)
+        by_key = {claim_key(c): c for c in claims}
+        by_name = {str(c["metadata"]["name"]): c for c in classes}
+        owned: dict[str, dict[str, Any]] = {}
+        for c in by_key.values():  # kube's findExtendedResourceClaim: annotated, pod-owned
+            meta = c.get("metadata") or {}
+            if (meta.get("annotations") or {}).get(EXTENDED_CLAIM_ANNOTATION) == "true":
+                for o in meta.get("ownerReferences") or ():
+                    if o.get("kind") == "Pod" and o.get("controller"):
+                        owned[str(o.get("uid"))] = c
+        return cls(devices, by_key, by_name, problems, extended_classes(by_name), owned)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +75,16 @@ class PodClaims:
     claim: dict[str, Any] | None = None
     ask: ClaimAsk | None = None
     pinned: str | None = None
+    # extended resources (KEP-5004): the requests the claim serves (the pod's status names
+    # them), and the claim to create first when the pod has none yet. Such a pod is bound
+    # through its claim only on a node whose GPUs are devices only; elsewhere the device
+    # plugin serves its extended resource as before.
+    extended: tuple[ExtendedRequest, ...] = ()
+    create: dict[str, Any] | None = None
+
+    def through_claims(self, node: str, device_only: frozenset[str]) -> bool:
+        """Whether binding the pod to ``node`` goes through its claims."""
+        return not self.extended or self.pinned is not None or node in device_only
 
 
 def gpu_free(req: ResourceRequest) -> ResourceRequest:
@@ -72,6 +97,12 @@ def resolve(info: PodInfo, world: DraWorld, catalog: GpuCatalog
     """``info`` as the cycle must see it (see the module), and for a pending pod the claims
     its bind writes."""
     if not info.uses_claims:
+        if info.extended and info.pending and info.refusal is None:
+            return info, _extended(info, world)
+        if not info.pending and info.uid in world.extended_claims and info.request is not None:
+            # bound through a claim whose name its status does not carry yet: the claim's
+            # devices are its GPUs, not a guess on the node
+            return replace(info, request=gpu_free(info.request), assignment=None), None
         return info, None
     base = gpu_free(info.request) if info.request is not None else None
     if not info.pending:
@@ -106,3 +137,27 @@ def resolve(info: PodInfo, world: DraWorld, catalog: GpuCatalog
                        refusal=why or "its claims ask for no gpu.nvidia.com device"), None
     claim = next(c for c in claims if claim_key(c) == ask.claim)
     return replace(info, request=req), PodClaims(tuple(claims), claim, ask)
+
+
+def _extended(info: PodInfo, world: DraWorld) -> PodClaims | None:
+    """The claim a pod's mapped extended resources become (module docstring of
+    :mod:`.claims`): the one a predecessor created (found by owner and annotation, as
+    kube-scheduler finds it), else one to create. Only a pod whose GPU requests are all mapped
+    and in one container is served this way (one device request, as placement has)."""
+    reqs = info.extended
+    if len(reqs) != 1 or reqs[0].resource not in world.extended:
+        return None
+    existing = world.extended_claims.get(info.uid)
+    if existing is not None:
+        if allocated(existing):
+            node = allocation_node(existing)
+            return PodClaims((existing,), pinned=node, extended=reqs) if node else None
+        asks, why = claim_asks(existing, world.classes)
+        if why or len(asks) != 1:
+            return None
+        return PodClaims((existing,), existing, asks[0], extended=reqs)
+    body = extended_claim(info.namespace, info.name, info.uid, reqs, world.extended)
+    asks, why = claim_asks(body, world.classes)
+    if why or len(asks) != 1:
+        return None
+    return PodClaims((), None, asks[0], extended=reqs, create=body)

@@ -37,7 +37,7 @@ from gpufleet.checkpoint.protocol import EXIT_PREEMPTED
 from gpufleet.control.admission import SPOT_TAINT
 from gpufleet.decisions import Bind, MigSlot
 from gpufleet.k8s.translate import names
-from gpufleet.k8s.translate.claims import pod_claim_names
+from gpufleet.k8s.translate.claims import ExtendedRequest, extended_requests, pod_claim_names
 from gpufleet.k8s.translate.deadlines import parse_deadline
 from gpufleet.k8s.translate.node_selector import Selector, lift_gpu_constraints, selector_of
 from gpufleet.k8s.translate.quantity import count, cpu_milli, memory_mib, quantity
@@ -83,6 +83,8 @@ class PodInfo:
     uses_claims: bool = False
     claim_names: tuple[str, ...] = ()
     claims_wait: str | None = None
+    # extended resources a DeviceClass may map (KEP-5004), for a pod without claims
+    extended: tuple[ExtendedRequest, ...] = ()
 
     @property
     def pending(self) -> bool:
@@ -252,6 +254,7 @@ def pod_info(pod: Mapping[str, Any], catalog: GpuCatalog | None = None) -> PodIn
         ignored_failures=_count(ann.get(names.JOB_INDEX_IGNORED_FAILURES)),
         uses_claims=bool(claim_names or claims_wait),
         claim_names=claim_names, claims_wait=claims_wait,
+        extended=() if claim_names or claims_wait else extended_requests(pod),
     )
 
 

@@ -299,24 +299,42 @@ def resource_slices(
     ]
 
 
-def device_classes() -> list[dict[str, Any]]:
+EXTENDED_GPU = "nvidia.com/gpu"
+
+
+def mig_class_name(profile: str) -> str:
+    return f"mig-{profile}.{DRIVER}"
+
+
+def device_classes(catalog: GpuCatalog | None = None) -> list[dict[str, Any]]:
     """The DeviceClasses NVIDIA's chart installs for GPUs (``gpu.nvidia.com`` whole GPUs,
-    ``mig.nvidia.com`` MIG devices: CEL on the driver and the ``type`` attribute). The chart's
-    ComputeDomain and VFIO classes are left out: nothing here publishes those devices."""
-    return [
-        {
-            "apiVersion": API_VERSION,
-            "kind": "DeviceClass",
-            "metadata": {"name": name},
-            "spec": {
-                "selectors": [{"cel": {"expression": (
-                    f"device.driver == '{DRIVER}' && "
-                    f"device.attributes['{DRIVER}'].type == '{kind}'"
-                )}}]
-            },
-        }
-        for name, kind in ((GPU_CLASS, "gpu"), (MIG_CLASS, "mig"))
-    ]
+    ``mig.nvidia.com`` MIG devices: CEL on the driver and the ``type`` attribute), plus the
+    extended-resource mapping (KEP-5004, beta in 1.36) that lets unchanged pods asking
+    ``nvidia.com/gpu`` or ``nvidia.com/mig-<profile>`` get their devices through DRA on nodes
+    without a device plugin: ``extendedResourceName`` on ``gpu.nvidia.com``, and one class per
+    MIG profile of the catalog's GPUs (``mig-<profile>.gpu.nvidia.com``, selecting the
+    profile). The chart's ComputeDomain and VFIO classes are left out: nothing here publishes
+    those devices."""
+    catalog = catalog or default_gpu_catalog()
+
+    def cls(name: str, terms: list[str], extended: str | None) -> dict[str, Any]:
+        spec: dict[str, Any] = {"selectors": [{"cel": {"expression": " && ".join(
+            [f"device.driver == '{DRIVER}'", *terms])}}]}
+        if extended:
+            spec["extendedResourceName"] = extended
+        return {"apiVersion": API_VERSION, "kind": "DeviceClass", "metadata": {"name": name},
+                "spec": spec}
+
+    def attr(name: str, value: str) -> str:
+        return f"device.attributes['{DRIVER}'].{name} == '{value}'"
+
+    out = [cls(GPU_CLASS, [attr("type", "gpu")], EXTENDED_GPU),
+           cls(MIG_CLASS, [attr("type", "mig")], None)]
+    profiles = sorted({p for m in catalog.models.values() if m.mig is not None
+                       for p in m.mig.profiles})
+    out += [cls(mig_class_name(p), [attr("type", "mig"), attr("profile", p)],
+                f"nvidia.com/mig-{p}") for p in profiles]
+    return out
 
 
 # --- the inverse: slices → inventory --------------------------------------------------------

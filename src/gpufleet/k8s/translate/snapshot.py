@@ -176,7 +176,8 @@ def build_snapshot(
     for info in infos:
         if info.terminal:
             continue
-        if dra is not None and info.uses_claims and (info.ours or not info.pending):
+        if dra is not None and (info.uses_claims or info.extended) and (
+                info.ours or not info.pending):
             info, claims = resolve(info, dra, cat)
             if claims is not None:
                 snap.claims[info.key] = claims
