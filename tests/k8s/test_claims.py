@@ -289,3 +289,24 @@ def test_snapshot_books_claims_once_and_pins_allocated_pending_pods() -> None:
     mask = device_mask(snap, w)
     assert mask is not None and list(mask) == [False, True]  # rows: labels-only, t4
     assert [u.members for u in pending_units(snap)] == [("ns/w",)]  # the pinned one is not planned
+
+
+def test_mig_claims_only_on_dynamic_mig_nodes() -> None:
+    """all-balanced (static: the instances mig-parted made, no whole GPU published) vs
+    all-enabled (dynamic: every placement): a MIG claim may go to the dynamic node only, a
+    whole-GPU claim to either (it cannot fit on a static MIG node's MIG GPUs anyway)."""
+    nodes = [node_object(spec_from_instance(IT["p4d.24xlarge"], n, mig_config=m))
+             for n, m in (("static", "all-balanced"), ("dynamic", "all-enabled"))]
+    world = DraWorld.of(slices("p4d.24xlarge", "static", "all-balanced")
+                        + slices("p4d.24xlarge", "dynamic", "all-enabled"),
+                        [claim("m", cls="mig.nvidia.com", cel=PROFILE.format("1g.5gb")),
+                         claim("w")], device_classes(), CAT)
+    assert world.devices["static"].static_mig and not world.devices["dynamic"].static_mig
+    snap = build_snapshot(nodes, [pod("pm", claims=("m",)), pod("pw", claims=("w",))],
+                          dra=world)
+    assert snap.static_mig_nodes == frozenset({"static"})
+    masks = {p.key: device_mask(snap, p) for p in snap.pending}
+    order = [snap.state.nodes[i].name for i in range(snap.state.n)]
+    assert order == ["dynamic", "static"]
+    assert list(masks["ns/pm"]) == [True, False]
+    assert list(masks["ns/pw"]) == [True, True]

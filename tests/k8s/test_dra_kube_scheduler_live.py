@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 from dra_objects import Space, allocated, results
+from live_controller import running_controller
 from live_wait import wait_for
 
 from gpufleet.catalog.instances import default_instance_catalog
-from gpufleet.config import default_scenario
 from gpufleet.k8s.schedule.controller import Controller
 from gpufleet.lab.cluster import LabOptions, down, up
 from gpufleet.lab.session import LabSession
@@ -53,11 +53,8 @@ def kspace(kube_lab: LabSession) -> Iterator[Space]:
 
 @pytest.fixture()
 def gpufleet(kube_lab: LabSession) -> Iterator[Controller]:
-    ctl = Controller(kube_lab.api, default_scenario(), leader_elect=False, resync_s=0.5)
-    ctl.start()
-    wait_for("informers to sync", ctl.ready)
-    yield ctl
-    ctl.stop()
+    with running_controller(kube_lab.api) as ctl:
+        yield ctl
 
 
 def _devices(space: Space, claims: list[str]) -> list[tuple[str, str]]:

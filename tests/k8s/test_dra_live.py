@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 from dra_objects import G, Space, V, allocated, claim_body, results
+from live_controller import running_controller
 from live_wait import wait_for
 
-from gpufleet.config import default_scenario
 from gpufleet.k8s.schedule.controller import Controller
 from gpufleet.k8s.translate.claims import FINALIZER
 from gpufleet.k8s.translate.resource_slices import ATTR_NVLINK_DOMAIN
@@ -37,12 +37,9 @@ def space(lab: Any) -> Iterator[Space]:
 
 @pytest.fixture()
 def controller(lab: Any) -> Iterator[Controller]:
-    ctl = Controller(lab.api, default_scenario(), leader_elect=False, resync_s=0.5)
-    assert ctl.dra, "the lab serves resource.k8s.io/v1"
-    ctl.start()
-    wait_for("informers to sync", ctl.ready)
-    yield ctl
-    ctl.stop()
+    with running_controller(lab.api) as ctl:
+        assert ctl.dra, "the lab serves resource.k8s.io/v1"
+        yield ctl
 
 
 def test_two_gpus_on_one_nvlink_island(space: Space, controller: Controller) -> None:
@@ -158,9 +155,7 @@ def test_kill_9_between_allocation_and_bind(space: Space, lab: Any, tmp_path: An
     before = space.read_claim("claim-a")
     assert FINALIZER in before["metadata"]["finalizers"]
     lab.core.delete_namespaced_pod("b", space.name, grace_period_seconds=0)
-    ctl = Controller(lab.api, default_scenario(), leader_elect=False, resync_s=0.5)
-    ctl.start()
-    try:
+    with running_controller(lab.api):
         pod = wait_for("the next controller to bind a", lambda: space.bound("a"))
         assert pod["spec"]["nodeName"] == node
         after = space.read_claim("claim-a")
@@ -170,8 +165,6 @@ def test_kill_9_between_allocation_and_bind(space: Space, lab: Any, tmp_path: An
             c := space.read_claim("claim-b"), not c["status"].get("allocation")
             and FINALIZER not in (c["metadata"].get("finalizers") or ()))[1], 60)
         assert released
-    finally:
-        ctl.stop()
 
 
 def test_plain_gpu_pod_served_through_the_extended_resource_claim(

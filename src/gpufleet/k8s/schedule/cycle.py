@@ -62,12 +62,17 @@ def device_mask(snap: Snapshot, pod: PodInfo) -> np.ndarray | None:
     devices are published as slices (its GPUs are written into its claims); a pod asking
     ``nvidia.com/gpu`` not from nodes that publish their GPUs only as devices (no device plugin
     there would honour the assignment) unless a DeviceClass maps its resource (then its claim
-    is created there). None: no restriction."""
+    is created there); a MIG device through a claim not from nodes with static MIG instances
+    (:attr:`~gpufleet.k8s.translate.devices.NodeDevices.static_mig`). None: no restriction."""
     if snap.dra is None:
         return None
+    mig = pod.request is not None and pod.request.mig_profile is not None
     if pod.uses_claims:
-        return _rows_named(snap.state, snap.dra_nodes)
+        return _rows_named(snap.state, snap.dra_nodes - snap.static_mig_nodes if mig
+                           else snap.dra_nodes)
     if pod.key in snap.claims:  # extended resources a DeviceClass maps: a claim where needed
+        if mig and snap.static_mig_nodes & snap.device_only_nodes:
+            return ~_rows_named(snap.state, snap.static_mig_nodes & snap.device_only_nodes)
         return None
     if pod.request is not None and pod.request.num_gpu and snap.device_only_nodes:
         return ~_rows_named(snap.state, snap.device_only_nodes)

@@ -52,6 +52,14 @@ class NodeDevices:
     whole: dict[int, Device] = field(default_factory=dict)  # GPU index → its whole device
     mig: dict[tuple[int, str, int], Device] = field(default_factory=dict)  # (gpu, profile, start)
 
+    @property
+    def static_mig(self) -> bool:
+        """MIG instances fixed by a static mig-parted config: a MIG GPU without its whole
+        device published (dynamic MIG publishes the whole GPU and every placement). Placement
+        may pick a start slice such a config did not create, so gpufleet allocates no MIG
+        device here (other schedulers' allocations are still counted)."""
+        return any(g not in self.whole for g in self.inventory.mig_gpus)
+
 
 def _node_devices(node: str, slices: list[Mapping[str, Any]], cat: GpuCatalog,
                   problems: list[SliceProblem]) -> NodeDevices | None:

@@ -56,6 +56,7 @@ class Snapshot:
     claims: dict[str, PodClaims] = field(default_factory=dict)
     dra_nodes: frozenset[str] = frozenset()
     device_only_nodes: frozenset[str] = frozenset()
+    static_mig_nodes: frozenset[str] = frozenset()  # slice nodes with static MIG instances
     dra: DraWorld | None = None
 
 
@@ -172,6 +173,8 @@ def build_snapshot(
                     device_only_nodes=frozenset(device_only))
     if dra is not None:
         snap.dra_nodes = frozenset(n for n in dra.devices if n in state.index)
+        snap.static_mig_nodes = frozenset(n for n in snap.dra_nodes
+                                          if dra.devices[n].static_mig)
     later: list[PodInfo] = []
     for info in infos:
         if info.terminal:
