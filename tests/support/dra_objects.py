@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from kubernetes import client
+from live_wait import wait_for
 
 G, V = "resource.k8s.io", "v1"
 ZONE = "topology.kubernetes.io/zone"
@@ -54,6 +55,18 @@ class Space:
         self.lab.core.create_namespaced_pod(self.name, {
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "annotations": ann or {}}, "spec": spec})
+
+    def without_device_plugin(self, node: str) -> None:
+        """Drop ``nvidia.com/gpu`` from the Node's status: a node whose GPUs are DRA devices
+        only (no device plugin), where a mapped extended resource needs a claim."""
+        patch = [{"op": "remove", "path": f"/status/{f}/nvidia.com~1gpu"}
+                 for f in ("capacity", "allocatable")]
+        self.lab.core.api_client.call_api(
+            f"/api/v1/nodes/{node}/status", "PATCH", body=patch,
+            header_params={"Content-Type": "application/json-patch+json"},
+            auth_settings=["BearerToken"], _preload_content=False)
+        wait_for("the node without the device plugin's resource", lambda: "nvidia.com/gpu"
+                 not in self.lab.core.read_node(node).status.allocatable)
 
     def read_pod(self, name: str) -> dict[str, Any]:
         return dict(json.loads(self.lab.core.read_namespaced_pod(

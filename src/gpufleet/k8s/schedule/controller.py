@@ -63,14 +63,24 @@ def _uid(obj: Mapping[str, Any] | None) -> str:
 
 def serves_dra(resource: Any) -> bool:
     """Whether the API server serves ``resource.k8s.io/v1`` slices, classes and claims (1.34+;
-    older clusters keep the node-label path alone)."""
+    older clusters keep the node-label path alone) and lets this controller read them."""
     try:
         listed = resource.get_api_resources()
     except (*ApiErrors,) as exc:
         log.info("resource.k8s.io/v1 not served (%s): DRA off", exc)
         return False
     served = {r.name for r in listed.resources or ()}
-    return {"resourceslices", "deviceclasses", "resourceclaims"} <= served
+    if not {"resourceslices", "deviceclasses", "resourceclaims"} <= served:
+        return False
+    try:  # an older chart's RBAC: run without DRA rather than never become ready
+        resource.list_device_class(limit=1, _preload_content=False)
+    except ApiException as exc:
+        if exc.status != 403:
+            raise
+        log.warning("resource.k8s.io/v1 served but not readable (403): DRA off; the chart's "
+                    "RBAC grants it")
+        return False
+    return True
 
 
 def offered_prices(capacity: CapacityController) -> PriceBook | None:
