@@ -254,3 +254,37 @@ def test_chart_rbac_is_enough_for_dra(space: Space, lab: Any) -> None:
     finally:
         rbac.delete_cluster_role_binding(role)
         rbac.delete_cluster_role(role)
+
+
+def test_claim_allocated_on_a_node_that_is_gone_is_released_and_placed_anew(
+        space: Space, lab: Any) -> None:
+    """What a leader killed after allocating leaves, when the node then goes too: the claim
+    allocated (finalizer, allocation on node A, reserved for the pending pod), node A deleted.
+    The next controller releases the claim and places the pod on node B."""
+    import uuid
+
+    a, b = space.add("g4dn.xlarge", 2)
+    space.claim("c")
+    space.pod("p", claim="c")
+    uid = space.read_pod("p")["metadata"]["uid"]
+    claim = space.read_claim("c")
+    claim["metadata"]["finalizers"] = [FINALIZER]
+    claim = dict(space.custom.replace_namespaced_custom_object(
+        G, V, space.name, "resourceclaims", "c", claim))
+    claim["status"] = {"allocation": {
+        "devices": {"results": [{"request": "gpu", "driver": "gpu.nvidia.com", "pool": a,
+                                 "device": "gpu-0", "shareID": str(uuid.uuid4()),
+                                 "consumedCapacity": {"memory": "16Gi"}}]},
+        "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+            {"key": "metadata.name", "operator": "In", "values": [a]}]}]}},
+        "reservedFor": [{"resource": "pods", "name": "p", "uid": uid}]}
+    space.custom.replace_namespaced_custom_object_status(G, V, space.name, "resourceclaims",
+                                                         "c", claim)
+    lab.core.delete_node(a)
+    space.nodes.remove(a)
+    wait_for("node A's slices to go", lambda: not space.slices(a))
+    with running_controller(lab.api):
+        pod = wait_for("the pod to bind on node B", lambda: space.bound("p"))
+    assert pod["spec"]["nodeName"] == b
+    (r,) = results(space.read_claim("c"))
+    assert r["pool"] == b

@@ -11,6 +11,8 @@ For a pod planned onto a node, the one claim holding its GPU request gets, in th
    unallocated; anyone else's change in between is a 409 and the pod is planned again;
 
 and only then is the pod bound (the kubelet refuses a pod whose claims are not reserved for it).
+A pinned pod whose node is gone has its claims released (:meth:`ClaimWriter.release`) and is
+planned again.
 A pod *pinned* to its already allocated claims (see :mod:`..translate.claim_view`) only gets
 itself added to ``reservedFor`` where it is missing. Each written claim goes into the claim
 assume cache, so the next cycle counts its devices before the informer shows them.
@@ -110,6 +112,30 @@ class ClaimWriter:
                          meta["name"], exc.status)
                 return CONFLICT
             return f"claims of {meta['namespace']}/{meta['name']}: {exc.status} {exc.reason}"
+
+    def release(self, pod: Mapping[str, Any], claims: PodClaims) -> None:
+        """The pod's claims are allocated on a node that no longer exists: deallocate those
+        reserved for nobody but this (unbound) pod — allocation and reservation cleared in one
+        ``resourceVersion``-guarded status update, then the finalizer removed — so the next
+        cycle allocates them anew. A conflict or error is left to the next cycle."""
+        uid = str(pod["metadata"].get("uid"))
+        for c in claims.claims:
+            if not set(reserved_for(c)) <= {uid}:
+                continue  # another consumer still holds it
+            body = copy.deepcopy(c)
+            body["status"] = {**(body.get("status") or {}), "allocation": None,
+                              "reservedFor": None}
+            try:
+                body = self._write_status(body)
+                m = body["metadata"]
+                m["finalizers"] = [f for f in m.get("finalizers") or () if f != FINALIZER]
+                self.assumed.assume(self._call(self.resource.replace_namespaced_resource_claim,
+                                               m["name"], m["namespace"], body))
+                log.info("released claim %s/%s: its node %s is gone", m["namespace"],
+                         m["name"], claims.pinned)
+            except ApiException as exc:
+                log.info("releasing claim %s: %s %s", c["metadata"].get("name"), exc.status,
+                         exc.reason)
 
     def _write_status(self, body: dict[str, Any]) -> dict[str, Any]:
         m = body["metadata"]

@@ -278,7 +278,10 @@ class Controller:
             if not self.is_leader:  # lost the lease while planning: act on nothing
                 return None
             pinned = [Bind(job_id=k, node=c.pinned) for k, c in snap.claims.items()
-                      if c.pinned is not None]
+                      if c.pinned is not None and c.pinned in snap.state.index]
+            for k, c in snap.claims.items():  # allocated on a node that is gone: release
+                if c.pinned is not None and c.pinned not in snap.state.index and k in by_key:
+                    self.claim_writer.release(by_key[k], c)
             out = self._apply([*pinned, *plan.decisions], [*pinned, *plan.of(Bind)], by_key)
             if out.conflicts or out.errors:
                 self.changed.set()  # re-read and retry soon
