@@ -23,6 +23,13 @@ from gpufleet.k8s.translate.claims import (
     pod_claim_names,
 )
 from gpufleet.k8s.translate.devices import devices_by_node
+from gpufleet.k8s.translate.extended_claims import (
+    ExtendedRequest,
+    extended_claim,
+    extended_classes,
+    extended_mappings,
+    extended_requests,
+)
 from gpufleet.k8s.translate.node_objects import node_object, spec_from_instance
 from gpufleet.k8s.translate.resource_slices import device_classes, resource_slices
 from gpufleet.k8s.translate.snapshot import build_snapshot
@@ -310,3 +317,37 @@ def test_mig_claims_only_on_dynamic_mig_nodes() -> None:
     assert order == ["dynamic", "static"]
     assert list(masks["ns/pm"]) == [True, False]
     assert list(masks["ns/pw"]) == [True, True]
+
+
+def test_extended_requests_and_the_claim_kube_scheduler_would_create() -> None:
+    """Request names as kube-scheduler's createRequestsAndMappings: container index counts init
+    containers first; the request index is the resource's place among the container's sorted
+    request names (cpu, memory, nvidia.com/gpu → 2)."""
+    pod_obj = {"metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
+               "spec": {"initContainers": [{"name": "init"}], "containers": [
+                   {"name": "a", "resources": {"limits": {"cpu": "1", "memory": "1Gi",
+                                                          "nvidia.com/gpu": "2"}}},
+                   {"name": "b", "resources": {"requests": {"nvidia.com/mig-3g.20gb": "1"}}},
+                   {"name": "c", "resources": {"limits": {"cpu": "1"}}}]}}
+    reqs = extended_requests(pod_obj)
+    assert reqs == (ExtendedRequest("a", "container-1-request-2", "nvidia.com/gpu", 2),
+                    ExtendedRequest("b", "container-2-request-0", "nvidia.com/mig-3g.20gb", 1))
+    mapping = extended_classes(CLASSES)
+    assert mapping["nvidia.com/gpu"] == "gpu.nvidia.com"
+    assert mapping["nvidia.com/mig-3g.20gb"] == "mig-3g.20gb.gpu.nvidia.com"
+    assert mapping["deviceclass.resource.kubernetes.io/mig.nvidia.com"] == "mig.nvidia.com"
+    body = extended_claim("ns", "p", "u1", reqs[:1], mapping)
+    assert body["metadata"] == {
+        "generateName": "p-extended-resources-", "namespace": "ns",
+        "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "u1",
+                             "controller": True}],
+        "annotations": {"resource.kubernetes.io/extended-resource-claim": "true"}}
+    assert body["spec"]["devices"]["requests"] == [{"name": "container-1-request-2", "exactly": {
+        "deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount", "count": 2}}]
+    (ask,), why = claim_asks(body, CLASSES)
+    assert why is None and ask.count == 2
+    (mig,), _ = claim_asks(extended_claim("ns", "p", "u1", reqs[1:], mapping), CLASSES)
+    assert mig.profile == "3g.20gb"  # the profile comes from the class's selector
+    assert extended_mappings(reqs[:1]) == [{"containerName": "a", "resourceName":
+                                            "nvidia.com/gpu",
+                                            "requestName": "container-1-request-2"}]

@@ -36,12 +36,8 @@ from kubernetes.client.exceptions import ApiException
 from gpufleet.decisions import Bind
 from gpufleet.k8s.translate.claim_assume import ClaimAssume
 from gpufleet.k8s.translate.claim_view import DraWorld, PodClaims
-from gpufleet.k8s.translate.claims import (
-    FINALIZER,
-    allocation,
-    extended_mappings,
-    reserved_for,
-)
+from gpufleet.k8s.translate.claims import FINALIZER, allocation, reserved_for
+from gpufleet.k8s.translate.extended_claims import extended_mappings
 from gpufleet.k8s.watch.ratelimit import TokenBucket
 
 log = logging.getLogger(__name__)

@@ -24,18 +24,20 @@ from typing import Any
 
 from gpufleet.catalog.gpus import GpuCatalog
 from gpufleet.k8s.translate.claims import (
-    EXTENDED_CLAIM_ANNOTATION,
     ClaimAsk,
-    ExtendedRequest,
     allocated,
     allocation_node,
     claim_asks,
     claim_key,
-    extended_claim,
-    extended_classes,
     pod_ask,
 )
 from gpufleet.k8s.translate.devices import NodeDevices, devices_by_node
+from gpufleet.k8s.translate.extended_claims import (
+    EXTENDED_CLAIM_ANNOTATION,
+    ExtendedRequest,
+    extended_claim,
+    extended_classes,
+)
 from gpufleet.k8s.translate.pods import PodInfo
 from gpufleet.k8s.translate.resource_slices import SliceProblem
 from gpufleet.state import GPU_MILLI, ResourceRequest
