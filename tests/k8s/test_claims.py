@@ -13,7 +13,7 @@ from gpufleet.catalog.instances import default_instance_catalog
 from gpufleet.decisions import Bind, MigSlot
 from gpufleet.k8s.schedule.cycle import device_mask, pending_units
 from gpufleet.k8s.translate.claim_assume import ClaimAssume
-from gpufleet.k8s.translate.claim_view import DraWorld
+from gpufleet.k8s.translate.claim_view import DeviceCache, DraWorld
 from gpufleet.k8s.translate.claims import (
     allocation,
     allocation_node,
@@ -351,3 +351,15 @@ def test_extended_requests_and_the_claim_kube_scheduler_would_create() -> None:
     assert extended_mappings(reqs[:1]) == [{"containerName": "a", "resourceName":
                                             "nvidia.com/gpu",
                                             "requestName": "container-1-request-2"}]
+
+
+def test_device_cache_reparses_only_changed_slices() -> None:
+    cache = DeviceCache()
+    sl = slices("g4dn.12xlarge", "t4")
+    for i, s in enumerate(sl):
+        s["metadata"]["resourceVersion"] = str(i)
+    first = cache.devices(sl, CAT)
+    assert cache.devices(copy.deepcopy(sl), CAT) is first
+    sl[0]["metadata"]["resourceVersion"] = "99"
+    again = cache.devices(sl, CAT)
+    assert again is not first and set(again[0]) == {"t4"}

@@ -42,7 +42,7 @@ from gpufleet.k8s.schedule.telemetry import ControllerMetrics, pending_reason, s
 from gpufleet.k8s.settings import apply_levers
 from gpufleet.k8s.translate.assume import AssumeCache
 from gpufleet.k8s.translate.claim_assume import ClaimAssume
-from gpufleet.k8s.translate.claim_view import DraWorld
+from gpufleet.k8s.translate.claim_view import DeviceCache, DraWorld
 from gpufleet.k8s.translate.snapshot import ParseCache, Snapshot, build_snapshot
 from gpufleet.k8s.watch.connections import BASE_CONNECTIONS, client_with_pool
 from gpufleet.k8s.watch.informer import Informer
@@ -173,6 +173,7 @@ class Controller:
         self.preemption = preemption
         self._cache = ParseCache()
         self._catalog = default_gpu_catalog()
+        self._devices = DeviceCache()
         self.assumed = AssumeCache(assume_ttl_s)
         self._threads: list[threading.Thread] = []
         self._server: ThreadingHTTPServer | None = None
@@ -264,7 +265,7 @@ class Controller:
         if self.dra:
             dra = DraWorld.of(self.slices.objects(),
                               self.claims_assumed.overlay(self.claims.objects()),
-                              self.classes.objects(), self._catalog)
+                              self.classes.objects(), self._catalog, self._devices)
         snap = build_snapshot(nodes, pods, catalog=self._catalog, cache=self._cache,
                               assumed=self.assumed, dra=dra)
         self._cycle_dra = snap

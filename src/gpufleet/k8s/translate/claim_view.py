@@ -54,8 +54,11 @@ class DraWorld:
 
     @classmethod
     def of(cls, slices: Iterable[Mapping[str, Any]], claims: Iterable[dict[str, Any]],
-           classes: Iterable[dict[str, Any]], catalog: GpuCatalog) -> DraWorld:
-        devices, problems = devices_by_node(slices, catalog)
+           classes: Iterable[dict[str, Any]], catalog: GpuCatalog,
+           cache: DeviceCache | None = None) -> DraWorld:
+        slices = list(slices)
+        devices, problems = cache.devices(slices, catalog) if cache is not None \
+            else devices_by_node(slices, catalog)
         by_key = {claim_key(c): c for c in claims}
         by_name = {str(c["metadata"]["name"]): c for c in classes}
         owned: dict[str, dict[str, Any]] = {}
@@ -66,6 +69,24 @@ class DraWorld:
                     if o.get("kind") == "Pod" and o.get("controller"):
                         owned[str(o.get("uid"))] = c
         return cls(devices, by_key, by_name, problems, extended_classes(by_name), owned)
+
+
+class DeviceCache:
+    """The devices of the last cycle's slices, reused while no slice changed (same names and
+    resourceVersions): slices change when nodes come and go, claims every bind."""
+
+    def __init__(self) -> None:
+        self._key: frozenset[tuple[str, str]] | None = None
+        self._got: tuple[dict[str, NodeDevices], list[SliceProblem]] = ({}, [])
+
+    def devices(self, slices: list[Mapping[str, Any]], catalog: GpuCatalog
+                ) -> tuple[dict[str, NodeDevices], list[SliceProblem]]:
+        key = frozenset((str((s.get("metadata") or {}).get("name")),
+                         str((s.get("metadata") or {}).get("resourceVersion"))) for s in slices)
+        if key != self._key:
+            self._got = devices_by_node(slices, catalog)
+            self._key = key
+        return self._got
 
 
 @dataclass(frozen=True, slots=True)
