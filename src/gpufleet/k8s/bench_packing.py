@@ -26,10 +26,10 @@ indices; kube-scheduler's pods by their whole-GPU count) — it must be 0.
 
 ``--dra`` (issue 18): the nodes are also published as NVIDIA-shaped ResourceSlices and every GPU
 pod gets a ResourceClaim (:func:`claim_manifest`) that the scheduler allocates — kube-scheduler
-with its own DRA allocator (its MostAllocated scores only cpu and memory: DRA devices are not a
-node resource it scores), gpufleet through ``k8s.schedule.claim_writes``; both write finalizer,
-allocation and reservation before the Binding. Over-commits are then also read from the claims
-(:func:`claim_overcommits`).
+with its own DRA allocator (the MostAllocated profile weighs cpu, memory and ``nvidia.com/gpu``,
+which these pods do not request), gpufleet through ``k8s.schedule.claim_writes``; both write
+finalizer, allocation and reservation before the Binding. Over-commits are then also read from
+the claims (:func:`claim_overcommits`).
 """
 
 from __future__ import annotations
