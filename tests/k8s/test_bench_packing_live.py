@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.k8s.bench_packing import pod_manifest, run_bench
+from gpufleet.k8s.bench_packing import claim_manifest, pod_manifest, run_bench
 from gpufleet.lab.binaries import missing_reason
 from gpufleet.state import ResourceRequest
 from gpufleet.traces.openb import load_nodes, load_pods
@@ -27,6 +27,25 @@ def test_pod_manifests_round_fractions_up_only_for_kube_scheduler() -> None:
     term = ours["spec"]["affinity"]["nodeAffinity"][
         "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
     assert term["matchExpressions"][0]["values"] == ["Tesla-T4"]
+
+
+def test_dra_manifests_give_both_schedulers_the_same_claim() -> None:
+    """--dra: a 0.25 share is one shareable GPU with 4 GiB (0.25 × 16 GiB) for both; gpufleet
+    keeps gpu-fraction for its milli-GPU; two whole GPUs are count 2; no nvidia.com/gpu."""
+    quarter = ResourceRequest(cpu_milli=1000, memory_mib=1024, num_gpu=1, gpu_milli=250)
+    two = ResourceRequest(cpu_milli=1000, memory_mib=1024, num_gpu=2)
+    assert claim_manifest("q", quarter)["spec"]["devices"]["requests"] == [{"name": "gpu",
+        "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 1,
+                    "capacity": {"requests": {"memory": "4096Mi"}}}}]
+    assert claim_manifest("t", two)["spec"]["devices"]["requests"][0]["exactly"] == {
+        "deviceClassName": "gpu.nvidia.com", "count": 2}
+    for sched, ann in (("gpufleet", {"gpu-fraction": "0.250"}), ("kube-scheduler", {})):
+        pod = pod_manifest("q", quarter, sched, claim="q")
+        c = pod["spec"]["containers"][0]
+        assert pod["metadata"]["annotations"] == ann
+        assert "nvidia.com/gpu" not in c["resources"]["limits"]
+        assert c["resources"]["claims"] == [{"name": "gpu"}]
+        assert pod["spec"]["resourceClaims"] == [{"name": "gpu", "resourceClaimName": "q"}]
 
 
 def test_both_schedulers_bind_the_same_slice(shared_data: Path) -> None:

@@ -230,3 +230,37 @@ def test_a_pending_mig_pod_launches_a_mig_node_and_binds_with_its_slot(
     reg = ctl.metrics.registry
     assert reg.get_sample_value("gpufleet_launches_total", {
         "capacity_type": "on-demand", "instance_type": A100.name}) == 1
+
+
+def test_a_pending_dra_pod_launches_a_node_whose_slices_serve_its_claim(
+        lab: Any, cloud_lab: dict) -> None:
+    """A pod whose ResourceClaim asks 4 whole GPUs and nothing fits: the capacity loop launches
+    a node (the offers know the GPUs a type brings); the kwok cloud publishes the new Node's
+    ResourceSlices with it, and gpufleet allocates the claim on that node and binds the pod."""
+    core, ns = lab.core, cloud_lab["ns"]
+    assert managed_nodes(core) == {}
+    sc = scenario(ns, (P16.name,), max_pending_wait_s=1.0, provisioning_delay_s=3.0)
+    start(lab.api, sc, ns, cloud_lab)
+    client.CustomObjectsApi(lab.api).create_namespaced_custom_object(
+        "resource.k8s.io", "v1", ns, "resourceclaims", {
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": "four"}, "spec": {"devices": {"requests": [{
+                "name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 4}}]}}})
+    core.create_namespaced_pod(ns, {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "dra"},
+        "spec": {"schedulerName": "gpufleet", "terminationGracePeriodSeconds": 0,
+                 "nodeSelector": MANAGED, "resourceClaims": [{"name": "gpu",
+                                                              "resourceClaimName": "four"}],
+                 "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
+                                 "resources": {"limits": {"cpu": "1", "memory": "1Gi"},
+                                               "claims": [{"name": "gpu"}]}}]}})
+
+    def bound() -> str | None:
+        return core.read_namespaced_pod("dra", ns).spec.node_name
+
+    node = wait_for("the DRA pod to bind on a launched node", bound, timeout=90)
+    assert list(managed_nodes(core)) == [node]
+    claim = client.CustomObjectsApi(lab.api).get_namespaced_custom_object(
+        "resource.k8s.io", "v1", ns, "resourceclaims", "four")
+    results = claim["status"]["allocation"]["devices"]["results"]
+    assert {r["pool"] for r in results} == {node} and len({r["device"] for r in results}) == 4

@@ -12,7 +12,10 @@ killed at any point (and the provider with it) finds the same instances after a 
   the device plugin's capacity, GFD's labels, ``karpenter.sh/capacity-type``, zone, instance type,
   the KWOK annotation, ``spec.providerID: kwok://<node-name>`` — plus ``TAG_*`` labels; a spot
   Node carries the ``karpenter.sh/capacity-type=spot:NoSchedule`` taint so only pods that
-  tolerate spot (``control.admission``'s rule) land on it;
+  tolerate spot (``control.admission``'s rule) land on it; where the cluster's GPUs are DRA
+  devices (NVIDIA's DeviceClass installed) the Node also gets its ResourceSlices, owned by it,
+  as NVIDIA's kubelet plugin publishes them when the node starts — so pending pods with
+  ResourceClaims can land on launched nodes;
 * the **market clock** is a ConfigMap ``gpufleet-kwok-clock`` (``origin``: epoch seconds of
   market time ``market_start_s``; ``offset_s``: seconds added, for a lab user or a test to jump
   the market forward). Market time = ``market_start_s + (now - origin) × speedup + offset_s``.
@@ -55,9 +58,11 @@ from gpufleet.decisions import CapacityType
 from gpufleet.k8s.translate.node_objects import (
     LABEL_CAPACITY_TYPE,
     LABEL_MIG_CONFIG,
+    GpuNodeSpec,
     node_object,
     spec_from_instance,
 )
+from gpufleet.k8s.translate.resource_slices import GPU_CLASS, nvlink_domains_for, resource_slices
 from gpufleet.market.bidding import ZoneMarket
 from gpufleet.market.spot_model import SpotMarket
 
@@ -109,6 +114,7 @@ class KwokProvider:
         self.speedup = speedup
         self.market_start_s = market_start_s
         self.clock = clock
+        self._dra_on: bool | None = None  # see _dra
 
     # -- the market clock ---------------------------------------------------------------------
     def _clock_map(self) -> dict[str, str]:
@@ -158,11 +164,13 @@ class KwokProvider:
             if float(d["ready_at"]) > now:
                 left.append(cm)
                 continue
+            body = self._node_body(d)
             try:
-                self.core.create_node(body=self._node_body(d))
+                self.core.create_node(body=body)
             except ApiException as exc:
                 if exc.status != 409:
                     raise
+            self._publish_slices(d)
             try:
                 self.core.delete_namespaced_config_map(cm.metadata.name, self.namespace)
             except ApiException as exc:
@@ -170,13 +178,45 @@ class KwokProvider:
                     raise
         return left
 
-    def _node_body(self, d: Mapping[str, str]) -> dict[str, Any]:
-        it = self.types[d["instance_type"]]
+    def _spec(self, d: Mapping[str, str]) -> GpuNodeSpec:
         tags: dict[str, str] = json.loads(d.get("tags", "{}"))
-        spec = spec_from_instance(it, d["name"], zone=d["zone"],
+        return spec_from_instance(self.types[d["instance_type"]], d["name"], zone=d["zone"],
                                   capacity_type=d["capacity_type"],
                                   mig_config=tags.get(TAG_MIG_CONFIG))
-        body = node_object(spec)
+
+    def _dra(self) -> bool:
+        """Whether the cluster's GPUs are DRA devices: NVIDIA's ``gpu.nvidia.com`` DeviceClass
+        is installed (``gpufleet lab up`` without ``--classic``). Asked once."""
+        if self._dra_on is None:
+            try:
+                client.ResourceV1Api(self.core.api_client).read_device_class(
+                    GPU_CLASS, _preload_content=False)
+                self._dra_on = True
+            except ApiException as exc:
+                if exc.status not in (403, 404):
+                    raise
+                self._dra_on = False
+        return self._dra_on
+
+    def _publish_slices(self, d: Mapping[str, str]) -> None:
+        """A new Node's ResourceSlices as NVIDIA's kubelet plugin would publish them when it
+        starts (owned by the Node, so they go with it); 409 tolerated, like the Node's."""
+        if not self._dra():
+            return
+        spec = self._spec(d)
+        uid = self.core.read_node(d["name"]).metadata.uid
+        resource = client.ResourceV1Api(self.core.api_client)
+        for body in resource_slices(spec, node_uid=uid,
+                                    nvlink_domains=nvlink_domains_for(spec)):
+            try:
+                resource.create_resource_slice(body, _preload_content=False)
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+
+    def _node_body(self, d: Mapping[str, str]) -> dict[str, Any]:
+        tags: dict[str, str] = json.loads(d.get("tags", "{}"))
+        body = node_object(self._spec(d))
         labels = body["metadata"]["labels"]
         labels.update({k: v for k, v in tags.items() if k != TAG_MIG_CONFIG})
         labels[TAG_MANAGED] = "true"

@@ -23,6 +23,13 @@ p50/p99 of create → bound (client-side clocks: create returned → watch saw `
 and, at the end of each run, the GPUs over-committed on any node, read from the Pods and Nodes
 the API holds (:mod:`gpufleet.k8s.translate.overcommit`: milli per GPU, MIG slots, whole GPUs,
 indices; kube-scheduler's pods by their whole-GPU count) — it must be 0.
+
+``--dra`` (issue 18): the nodes are also published as NVIDIA-shaped ResourceSlices and every GPU
+pod gets a ResourceClaim (:func:`claim_manifest`) that the scheduler allocates — kube-scheduler
+with its own DRA allocator (the MostAllocated profile weighs cpu, memory and ``nvidia.com/gpu``,
+which these pods do not request), gpufleet through ``k8s.schedule.claim_writes``; both write
+finalizer, allocation and reservation before the Binding. Over-commits are then also read from
+the claims (:func:`claim_overcommits`).
 """
 
 from __future__ import annotations
@@ -73,7 +80,27 @@ class BenchResult:
     overcommitted_gpus: int = 0
 
 
-def pod_manifest(name: str, req: ResourceRequest, scheduler: str) -> dict[str, Any]:
+SHARE_BASE_MIB = 16384  # --dra: a fraction's memory request is this share of 16 GiB
+
+
+def claim_manifest(name: str, req: ResourceRequest) -> dict[str, Any]:
+    """``--dra``: the pod's GPUs as a ResourceClaim both schedulers allocate — whole GPUs
+    ``count: N``; a fraction ``f`` one shareable GPU with ``capacity.requests.memory`` =
+    ``f`` × 16 GiB (the smallest openb GPU: on the 32 GiB ones kube-scheduler, which shares by
+    memory alone, may fit twice the pods gpufleet does by milli-GPU)."""
+    exactly: dict[str, Any] = {"deviceClassName": "gpu.nvidia.com", "count": req.num_gpu}
+    if req.is_shared:
+        exactly["capacity"] = {"requests": {
+            "memory": f"{-(-req.gpu_milli * SHARE_BASE_MIB // GPU_MILLI)}Mi"}}
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": name},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}}
+
+
+def pod_manifest(name: str, req: ResourceRequest, scheduler: str,
+                 claim: str | None = None) -> dict[str, Any]:
+    """The pod; with ``claim`` (``--dra``) its GPUs come from that ResourceClaim (gpufleet's
+    fractional pods keep ``gpu-fraction`` for their milli-GPU)."""
     from gpufleet.k8s.translate.node_objects import gfd_product
 
     limits: dict[str, str] = {"cpu": f"{max(req.cpu_milli, 1)}m",
@@ -82,14 +109,18 @@ def pod_manifest(name: str, req: ResourceRequest, scheduler: str) -> dict[str, A
     if req.num_gpu:
         if req.is_shared and scheduler == "gpufleet":
             ann["gpu-fraction"] = f"{req.gpu_milli / GPU_MILLI:.3f}"
-        else:
+        elif claim is None:
             limits["nvidia.com/gpu"] = str(req.num_gpu)
+    container: dict[str, Any] = {"name": "main", "image": "registry.k8s.io/pause:3.10",
+                                 "resources": {"requests": limits, "limits": limits}}
     spec: dict[str, Any] = {
         "schedulerName": "gpufleet" if scheduler == "gpufleet" else "default-scheduler",
         "terminationGracePeriodSeconds": 0,
-        "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
-                        "resources": {"requests": limits, "limits": limits}}],
+        "containers": [container],
     }
+    if claim is not None:
+        spec["resourceClaims"] = [{"name": "gpu", "resourceClaimName": claim}]
+        container["resources"]["claims"] = [{"name": "gpu"}]
     if req.gpu_models and req.num_gpu:
         spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
             "nodeSelectorTerms": [{"matchExpressions": [{
@@ -144,6 +175,7 @@ def run_one(
     settle_s: float = 5.0,
     timeout_s: float = 120.0,  # once every pod exists: give up after this long without a bind
     log: Callable[[str], None] = lambda _m: None,
+    dra: bool = False,
 ) -> BenchResult:
     from kubernetes import client
 
@@ -159,9 +191,9 @@ def run_one(
         info = up(LabOptions(directory=d, nodes=[spec_from_openb(n) for n in nodes],
                              controller=False, kube_scheduler=kube,
                              scheduler_config=MOST_ALLOCATED if kube else {},
-                             # the device-plugin setup the published table was measured on;
-                             # the DRA comparison (issue 18) is its own mode
-                             dra=False, ready_timeout_s=300.0))
+                             # the device-plugin setup the published table was measured on
+                             # unless --dra (slices, and every GPU pod's claim)
+                             dra=dra, ready_timeout_s=300.0))
         try:
             api = api_client(info.kubeconfig)
             core = client.CoreV1Api(api)
@@ -179,8 +211,15 @@ def run_one(
             load_start = os.getloadavg()[0]
             t0 = time.monotonic()
 
+            resource = client.ResourceV1Api(api)
+
             def create(i: int) -> None:
-                core.create_namespaced_pod(ns, pod_manifest(names[i], seq[i], scheduler),
+                claim = None
+                if dra and seq[i].num_gpu:
+                    claim = names[i]
+                    resource.create_namespaced_resource_claim(
+                        ns, claim_manifest(claim, seq[i]), _preload_content=False)
+                core.create_namespaced_pod(ns, pod_manifest(names[i], seq[i], scheduler, claim),
                                            _preload_content=False)
                 created_at[names[i]] = time.monotonic()
 
@@ -201,10 +240,14 @@ def run_one(
             watch.stop.set()
             wall = time.monotonic() - t0
             load_end = os.getloadavg()[0]
-            found = find_overcommits(list_all(core.list_node)[0],
-                                     list_all(core.list_pod_for_all_namespaces)[0])
+            all_nodes = list_all(core.list_node)[0]
+            all_pods = list_all(core.list_pod_for_all_namespaces)[0]
+            found = find_overcommits(all_nodes, all_pods)
             for f in found:
                 log(f"{scheduler}: over-committed: {f}")
+            claims_over = claim_overcommits(resource, all_nodes, all_pods) if dra else []
+            for c in claims_over:
+                log(f"{scheduler}: claim over-committed: {c}")
         finally:
             down(d)
     bound = [names.index(n) for n in watch.bound_at]
@@ -220,8 +263,25 @@ def run_one(
         latency_p99_s=round(float(np.percentile(lat, 99)), 4) if len(lat) else float("nan"),
         wall_s=round(wall, 2),
         load_1m_start=round(load_start, 2), load_1m_end=round(load_end, 2),
-        overcommitted_gpus=overcommitted_gpus(found),
+        overcommitted_gpus=overcommitted_gpus(found) + len(claims_over),
     )
+
+
+def claim_overcommits(resource: Any, nodes: list[dict[str, Any]],
+                      pods: list[dict[str, Any]]) -> list[str]:
+    """``--dra``: every allocated claim booked on the Nodes' slices (whoever allocated it); a
+    device given out beyond what it has (a whole GPU twice, shares over its memory or its
+    milli-GPU, MIG slices twice) is one entry."""
+    from gpufleet.catalog.gpus import default_gpu_catalog
+    from gpufleet.k8s.translate.claim_view import DraWorld
+    from gpufleet.k8s.translate.snapshot import build_snapshot
+    from gpufleet.k8s.watch.informer import list_all
+
+    world = DraWorld.of(list_all(resource.list_resource_slice)[0],
+                        list_all(resource.list_resource_claim_for_all_namespaces)[0],
+                        list_all(resource.list_device_class)[0], default_gpu_catalog())
+    snap = build_snapshot(nodes, pods, dra=world)
+    return [f"{k}: {v}" for k, v in snap.unaccounted.items() if k.startswith("claim ")]
 
 
 def start_controller(directory: Path, kubeconfig: Path, timeout_s: float = 120.0) -> None:
@@ -273,6 +333,7 @@ def run_bench(
     limit: int | None = None,
     seed: int = 42,
     log: Callable[[str], None] = lambda _m: None,
+    dra: bool = False,
 ) -> dict[str, Any]:
     from gpufleet.lab.cluster import CLIENT_BURST, CLIENT_QPS
     from gpufleet.placement.bench.protocol import arrival_sequence
@@ -281,9 +342,9 @@ def run_bench(
     seq = arrival_sequence(pods, capacity, seed, 100)
     if limit is not None:
         seq = seq[:limit]
-    results = [run_one(s, nodes, seq, capacity, log=log) for s in schedulers]
+    results = [run_one(s, nodes, seq, capacity, log=log, dra=dra) for s in schedulers]
     return {
-        "results": [asdict(r) for r in results],
+        "results": [asdict(r) for r in results], "dra": dra,
         "nodes": len(nodes), "gpus": capacity // GPU_MILLI, "seed": seed, "limit": limit,
         "arrived_gpu_pct": round(100.0 * sum(p.total_gpu_milli for p in seq) / capacity, 2),
         "client_qps": CLIENT_QPS, "client_burst": CLIENT_BURST,

@@ -149,6 +149,9 @@ def bench_k8s_packing(
     limit: Annotated[int | None, typer.Option(help="Submit at most this many pods.")] = None,
     seed: Annotated[int, typer.Option(help="Arrival-order seed (packing protocol).")] = 42,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
+    dra: Annotated[bool, typer.Option(
+        "--dra", help="Nodes as ResourceSlices, every GPU pod's GPUs as a ResourceClaim "
+        "both schedulers allocate (Dynamic Resource Allocation).")] = False,
 ) -> None:
     """gpufleet vs kube-scheduler binding openb pods on the real lab cluster (KWOK nodes)."""
     import json
@@ -175,7 +178,7 @@ def bench_k8s_packing(
         raise InputError(reason, field="lab binaries")
     try:
         out = run_bench(chosen, node_rows, pod_reqs, limit=limit, seed=seed,
-                        log=lambda m: console.print(m, highlight=False))
+                        log=lambda m: console.print(m, highlight=False), dra=dra)
     except LabError as exc:
         raise InputError(str(exc), field="lab") from None
     table = Table("scheduler", "submitted", "bound", "unallocated %", "pods/s", "p50 s", "p99 s",
@@ -186,7 +189,8 @@ def bench_k8s_packing(
                       f"{r['latency_p50_s']:.3f}", f"{r['latency_p99_s']:.3f}",
                       str(r["overcommitted_gpus"]))
     Console().print(table)
-    Console().print(f"{out['nodes']} nodes, {out['gpus']} GPUs, arrived GPU load "
+    Console().print(f"{out['nodes']} nodes, {out['gpus']} GPUs{' (DRA)' if dra else ''}, "
+                    f"arrived GPU load "
                     f"{out['arrived_gpu_pct']} %, client qps/burst {out['client_qps']}/"
                     f"{out['client_burst']} for both")
     if json_out is not None:

@@ -9,8 +9,9 @@ consolidation mark and its undoing — ``k8s.disruption.consolidation_mark``; la
 ``k8s.queues.tracker`` (its Events through :meth:`Applier.event`). Evictions of drained and
 consolidated nodes' pods come here, as ``Preempt``.
 
-* ``Bind``: one write, ``pods/binding``, carrying the GPU assignment as the Binding's
-  annotations (the API server copies them onto the pod in the same update that sets
+* ``Bind``: for a pod with ResourceClaims, first its claims (``claim_writes``: finalizer, then
+  allocation and reservation), then one write, ``pods/binding``, carrying the GPU assignment as
+  the Binding's annotations (the API server copies them onto the pod in the same update that sets
   ``nodeName``) and the pod's UID and ``resourceVersion`` as preconditions — so a replica with a
   stale view gets 409 instead of binding or overwriting another's record. A 409 means someone
   else changed or bound the pod: not an error — the next cycle re-reads the world. A 404 means
@@ -37,7 +38,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -48,6 +49,7 @@ from kubernetes.client.exceptions import ApiException
 
 from gpufleet.control.admission import SPOT_TAINT, spot_taint_object
 from gpufleet.decisions import Bind, Preempt, Refuse
+from gpufleet.k8s.schedule.claim_writes import CONFLICT
 from gpufleet.k8s.schedule.telemetry import ControllerMetrics
 from gpufleet.k8s.translate.pods import binding_annotations, parse_time, tolerates
 from gpufleet.k8s.watch.ratelimit import TokenBucket
@@ -84,6 +86,12 @@ class Applier:
         self.component = component
         self.instance = instance or uuid.uuid4().hex[:8]
         self._written: dict[str, str] = {}  # pod key → refusal message we last wrote
+        # DRA: writes a pod's claims before its Binding (claim_writes.ClaimWriter.prebind via
+        # the controller); None: the pod may be bound, CONFLICT or an error message: it is not
+        self.prebind: Callable[[Bind, Mapping[str, Any]], str | Mapping[str, Any] | None] | \
+            None = None
+        # whether a bind's devices are recorded in claims: its Binding carries no annotations
+        self.in_claims: Callable[[Bind], bool] = lambda _d: False
 
     def apply(self, decisions: list, pods: Mapping[str, Mapping[str, Any]],
               spot_nodes: Collection[str] = ()) -> Outcome:
@@ -126,6 +134,18 @@ class Applier:
             return
         meta = pod["metadata"]
         ns, name = meta["namespace"], meta["name"]
+        if self.prebind is not None and (why := self.prebind(d, pod)) is not None:
+            if not isinstance(why, str):  # its claims are written and its status patched
+                pod = why
+                meta = why["metadata"]
+            elif why == CONFLICT:
+                out.conflicts.append(d.job_id)
+                self.metrics.conflicts.inc()
+                self.metrics.attempts.labels(result="conflict").inc()
+                return
+            else:
+                self._error(out, why)
+                return
         version = meta.get("resourceVersion")
         tols = list((pod.get("spec") or {}).get("tolerations") or ())
         if spot and not any(tolerates(t, SPOT_TAINT) for t in tols):
@@ -135,8 +155,8 @@ class Applier:
         body = {"apiVersion": "v1", "kind": "Binding",
                 "metadata": {"name": name, "namespace": ns, "uid": meta.get("uid"),
                              "resourceVersion": version,
-                             "annotations": binding_annotations(
-                                 d, meta.get("annotations") or {})},
+                             "annotations": {} if self.in_claims(d) else
+                             binding_annotations(d, meta.get("annotations") or {})},
                 "target": {"apiVersion": "v1", "kind": "Node", "name": d.node}}
         try:
             self.limiter.take()

@@ -1,7 +1,8 @@
 """The gpufleet scheduler/controller: watch, snapshot, plan, apply — on one active replica.
 
-Threads: one informer per resource (Pods in all namespaces, Nodes, and for team queues GpuQueues
-and Namespaces: ``k8s.queues``), the Lease elector, and the
+Threads: one informer per resource (Pods in all namespaces, Nodes, for team queues GpuQueues
+and Namespaces: ``k8s.queues``, and where the API serves ``resource.k8s.io/v1`` ResourceSlices,
+DeviceClasses and ResourceClaims), the Lease elector, and the
 loop that runs a cycle whenever something changed (or every ``resync_s``) *while this replica
 leads*. Every cycle starts from the informers' objects, never from memory, except for one
 bridge: binds and evictions this replica just made are *assumed*
@@ -27,6 +28,7 @@ import numpy as np
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from gpufleet.catalog.gpus import default_gpu_catalog
 from gpufleet.config import Scenario
 from gpufleet.control.admission import SPOT_TAINT
 from gpufleet.control.policies import backfill_pass, placement_policy
@@ -38,10 +40,13 @@ from gpufleet.k8s.disruption.drain import PROVIDER_FAULTS, Drainer
 from gpufleet.k8s.queues.metrics import QueueCollector
 from gpufleet.k8s.queues.tracker import LiveQuota, QueueTracker
 from gpufleet.k8s.schedule.apply import ApiErrors, Applier, Outcome
+from gpufleet.k8s.schedule.claim_writes import ClaimWriter
 from gpufleet.k8s.schedule.cycle import launch_gates, plan_cycle
 from gpufleet.k8s.schedule.telemetry import ControllerMetrics, pending_reason, serve
 from gpufleet.k8s.settings import apply_levers
 from gpufleet.k8s.translate.assume import AssumeCache
+from gpufleet.k8s.translate.claim_assume import ClaimAssume
+from gpufleet.k8s.translate.claim_view import DeviceCache, DraWorld
 from gpufleet.k8s.translate.snapshot import ParseCache, Snapshot, build_snapshot
 from gpufleet.k8s.watch.connections import BASE_CONNECTIONS, client_with_pool
 from gpufleet.k8s.watch.informer import Informer
@@ -58,6 +63,28 @@ def _key(obj: Mapping[str, Any]) -> str:
 
 def _uid(obj: Mapping[str, Any] | None) -> str:
     return str((obj or {}).get("metadata", {}).get("uid") or "")
+
+
+def serves_dra(resource: Any) -> bool:
+    """Whether the API server serves ``resource.k8s.io/v1`` slices, classes and claims (1.34+;
+    older clusters keep the node-label path alone) and lets this controller read them."""
+    try:
+        listed = resource.get_api_resources()
+    except (*ApiErrors,) as exc:
+        log.info("resource.k8s.io/v1 not served (%s): DRA off", exc)
+        return False
+    served = {r.name for r in listed.resources or ()}
+    if not {"resourceslices", "deviceclasses", "resourceclaims"} <= served:
+        return False
+    try:  # an older chart's RBAC: run without DRA rather than never become ready
+        resource.list_device_class(limit=1, _preload_content=False)
+    except ApiException as exc:
+        if exc.status != 403:
+            raise
+        log.warning("resource.k8s.io/v1 served but not readable (403): DRA off; the chart's "
+                    "RBAC grants it")
+        return False
+    return True
 
 
 def offered_prices(capacity: CapacityController) -> PriceBook | None:
@@ -96,6 +123,7 @@ class Controller:
         capacity_namespace: str | None = None,
         workers: int = 32,
         queue_spend_interval_s: float = 10.0,
+        dra: bool | None = None,
     ) -> None:
         api = client_with_pool(api, workers + BASE_CONNECTIONS)  # no handshake per call
         self.api = api
@@ -109,11 +137,30 @@ class Controller:
                              on_relist=self._relisted)
         self.nodes = Informer("nodes", self.core.list_node, self.changed,
                               on_relist=self._relisted)
+        # DRA (resource.k8s.io/v1): slices, classes and claims, where the API serves them
+        self.resource = client.ResourceV1Api(api)
+        self.dra = serves_dra(self.resource) if dra is None else dra
+        self.dra_informers: list[Informer] = []
+        if self.dra:
+            self.slices = Informer("resourceslices", self.resource.list_resource_slice,
+                                   self.changed, on_relist=self._relisted)
+            self.classes = Informer("deviceclasses", self.resource.list_device_class,
+                                    self.changed, on_relist=self._relisted)
+            self.claims = Informer("resourceclaims",
+                                   self.resource.list_resource_claim_for_all_namespaces,
+                                   self.changed, on_relist=self._relisted)
+            self.dra_informers = [self.slices, self.classes, self.claims]
+        self.claims_assumed = ClaimAssume(assume_ttl_s)
+        self._cycle_dra: Snapshot | None = None
         self.elector = LeaderElector(client.CoordinationV1Api(api), lease_namespace, lease_name,
                                      self.identity, lease_s, renew_deadline_s, retry_s) \
             if leader_elect else None
         self.applier = Applier(self.core, self.metrics, instance=self.identity,
                                limiter=TokenBucket(qps, burst), workers=workers)
+        self.claim_writer = ClaimWriter(self.resource, self.core, self.claims_assumed,
+                                        self.applier.limiter)
+        self.applier.prebind = self._prebind
+        self.applier.in_claims = self._in_claims
         # the live capacity loop, when the scenario names a cloud (k8s.capacity)
         self.capacity = build_capacity(self.core, scenario, capacity_namespace or lease_namespace,
                                        self.metrics.registry)
@@ -136,6 +183,8 @@ class Controller:
         self.assume_ttl_s = assume_ttl_s
         self.preemption = preemption
         self._cache = ParseCache()
+        self._catalog = default_gpu_catalog()
+        self._devices = DeviceCache()
         self.assumed = AssumeCache(assume_ttl_s)
         self._threads: list[threading.Thread] = []
         self._server: ThreadingHTTPServer | None = None
@@ -160,7 +209,8 @@ class Controller:
         return all(t.is_alive() for t in self._threads) and not self.stop_event.is_set()
 
     def ready(self) -> bool:
-        return self.pods.synced.is_set() and self.nodes.synced.is_set() and self.queues.ready()
+        return all(i.synced.is_set() for i in (self.pods, self.nodes, *self.dra_informers)) \
+            and self.queues.ready()
 
     def serve_http(self, host: str, port: int) -> int:
         self._server = serve(self.metrics.registry, host, port, self.healthy, self.ready)
@@ -174,7 +224,7 @@ class Controller:
 
         spawn("informer-pods", self.pods.run, self.stop_event)
         spawn("informer-nodes", self.nodes.run, self.stop_event)
-        for inf in self.queues.informers():
+        for inf in [*self.queues.informers(), *self.dra_informers]:
             spawn(f"informer-{inf.name}", inf.run, self.stop_event)
         if self.elector is not None:
             spawn("leader-election", self.elector.run, self.stop_event, self._leading)
@@ -184,6 +234,7 @@ class Controller:
         self.metrics.leader.set(1 if leading else 0)
         if leading:
             self.assumed.clear()  # a new term starts from the API alone
+            self.claims_assumed.clear()
             self.changed.set()
 
     def stop(self, release: bool = True) -> None:
@@ -222,7 +273,14 @@ class Controller:
         for k in self.drainer.cycle(nodes, pods, now, assumed_on=self.assumed.bound_nodes(),
                                     evicting=self.assumed.evicting()):
             self.assumed.evicted(k, _uid(by_key.get(k)))
-        snap = build_snapshot(nodes, pods, cache=self._cache, assumed=self.assumed)
+        dra = None
+        if self.dra:
+            dra = DraWorld.of(self.slices.objects(),
+                              self.claims_assumed.overlay(self.claims.objects()),
+                              self.classes.objects(), self._catalog, self._devices)
+        snap = build_snapshot(nodes, pods, catalog=self._catalog, cache=self._cache,
+                              assumed=self.assumed, dra=dra)
+        self._cycle_dra = snap
         self._observe_assumed(snap)
         self.fleet.observe_state(snap.state)
         queues = self.queues.observe(snap, nodes, self.fleet.prices.price, now)
@@ -236,8 +294,13 @@ class Controller:
             if not self.is_leader:  # lost the lease while planning: act on nothing
                 return None
             spot = {n.name for n in snap.state.nodes if SPOT_TAINT in n.taints}
-            binds = plan.of(Bind)
-            out = self._apply(plan.decisions, binds, by_key, spot)
+            pinned = [Bind(job_id=k, node=c.pinned) for k, c in snap.claims.items()
+                      if c.pinned is not None and c.pinned in snap.state.index]
+            for k, c in snap.claims.items():  # allocated on a node that is gone: release
+                if c.pinned is not None and c.pinned not in snap.state.index and k in by_key:
+                    self.claim_writer.release(by_key[k], c)
+            binds = [*pinned, *plan.of(Bind)]
+            out = self._apply([*pinned, *plan.decisions], binds, by_key, spot)
             if out.conflicts or out.errors:
                 self.changed.set()  # re-read and retry soon
             reasons: dict[str, int] = {}
@@ -273,6 +336,23 @@ class Controller:
         for k in out.evicted:
             self.assumed.evicted(k, _uid(by_key.get(k)))
         return out
+
+    def _prebind(self, d: Bind, pod: Mapping[str, Any]) -> str | Mapping[str, Any] | None:
+        """The pod's claims written before its Binding (``claim_writes``); pods without
+        claims pass."""
+        snap = self._cycle_dra
+        if snap is None or snap.dra is None:
+            return None
+        claims = snap.claims.get(d.job_id)
+        if claims is None:
+            return None
+        return self.claim_writer.prebind(d, pod, claims, snap.dra, snap.device_only_nodes)
+
+    def _in_claims(self, d: Bind) -> bool:
+        snap = self._cycle_dra
+        claims = snap.claims.get(d.job_id) if snap is not None else None
+        return claims is not None and snap is not None and claims.through_claims(
+            d.node, snap.device_only_nodes)
 
     def _observe_assumed(self, snap: Snapshot) -> None:
         got = snap.assumed

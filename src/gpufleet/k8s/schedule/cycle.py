@@ -59,13 +59,57 @@ def eligible_rows(state: FleetState, selector: Selector,
     return mask
 
 
+def _rows_named(state: FleetState, names: frozenset[str]) -> np.ndarray:
+    mask = np.zeros(state.n, dtype=bool)
+    for name in names:
+        if name in state.index:
+            mask[state.index[name]] = True
+    return mask
+
+
+def device_mask(snap: Snapshot, pod: PodInfo) -> np.ndarray | None:
+    """Where a pod's GPUs can come from: a pod with ResourceClaims only from nodes whose
+    devices are published as slices (its GPUs are written into its claims); a pod asking
+    ``nvidia.com/gpu`` not from nodes that publish their GPUs only as devices (no device plugin
+    there would honour the assignment) unless a DeviceClass maps its resource (then its claim
+    is created there); a MIG device through a claim not from nodes with static MIG instances
+    (:attr:`~gpufleet.k8s.translate.devices.NodeDevices.static_mig`). None: no restriction."""
+    if snap.dra is None:
+        return None
+    mig = pod.request is not None and pod.request.mig_profile is not None
+    if pod.uses_claims:
+        return _rows_named(snap.state, snap.dra_nodes - snap.static_mig_nodes if mig
+                           else snap.dra_nodes)
+    if pod.key in snap.claims:  # extended resources a DeviceClass maps: a claim where needed
+        if mig and snap.static_mig_nodes & snap.device_only_nodes:
+            return ~_rows_named(snap.state, snap.static_mig_nodes & snap.device_only_nodes)
+        return None
+    if pod.request is not None and pod.request.num_gpu and snap.device_only_nodes:
+        return ~_rows_named(snap.state, snap.device_only_nodes)
+    return None
+
+
+def _source(snap: Snapshot, pod: PodInfo) -> int:
+    """Where the pod's GPUs come from (part of its blocked-shape key: the node masks differ):
+    0 the device plugin, 1 its claims, 2 a claim for its mapped extended resources."""
+    return 1 if pod.uses_claims else 2 if pod.key in snap.claims else 0
+
+
+def _and(a: np.ndarray | None, b: np.ndarray | None) -> np.ndarray | None:
+    return b if a is None else a if b is None else a & b
+
+
 def pending_units(snap: Snapshot) -> list[PendingUnit]:
-    """The snapshot's pending pods as the cycle's units (see the module docstring)."""
+    """The snapshot's pending pods as the cycle's units (see the module docstring); a pod
+    pinned to its allocated claims' node is bound there by the driver, not planned."""
     state = snap.state
     masks: dict[Selector, np.ndarray] = {}
     groups: dict[str, list[PodInfo]] = {}
     units: list[PendingUnit] = []
     for p in snap.pending:
+        pod_claims = snap.claims.get(p.key)
+        if pod_claims is not None and pod_claims.pinned is not None:
+            continue
         if p.group is not None:
             groups.setdefault(p.group, []).append(p)
             continue
@@ -76,9 +120,9 @@ def pending_units(snap: Snapshot) -> list[PendingUnit]:
             p.key, req, p.priority, (p.key,), 1, submit_s=p.created_s,
             requeued=p.key in snap.requeued,
             urgent=p.on_demand_only and p.deadline_s is not None,
-            eligible=eligible_rows(state, p.selector, masks),
+            eligible=_and(eligible_rows(state, p.selector, masks), device_mask(snap, p)),
             refusal=p.refusal, preempt_never=p.preempt_never,
-            shape=(req, 1, 1, False, p.selector) if p.refusal is None else None))
+            shape=(req, 1, 1, False, p.selector, _source(snap, p)) if p.refusal is None else None))
     bound: dict[str, int] = {}
     for a in snap.allocations.values():
         if a.pod.group is not None:
@@ -100,19 +144,22 @@ def pending_units(snap: Snapshot) -> list[PendingUnit]:
             g, req, max(p.priority for p in members), keys, need,
             gang=min_available > 1, submit_s=min(p.created_s for p in members),
             requeued=any(k in snap.requeued for k in keys),
-            eligible=eligible_rows(state, members[0].selector, masks), refusal=refusal,
-            shape=(req, len(keys), need, True, members[0].selector) if refusal is None else None))
+            eligible=_and(eligible_rows(state, members[0].selector, masks),
+                          device_mask(snap, members[0])), refusal=refusal,
+            shape=(req, len(keys), need, True, members[0].selector, _source(snap, members[0]))
+            if refusal is None else None))
     return units
 
 
 def victims_of(snap: Snapshot) -> list[Victim]:
-    """Running pods preemption may evict. A pod group's pods carry the group as their
-    ``workload``: priority preemption leaves them alone (a gang is never torn apart) and team
-    reclaim takes a borrowed gang whole (``control.cycle`` step 5), as the simulator's
-    ``gang_victims``."""
+    """Running pods preemption may evict: those without claims (a claim's devices are freed by
+    the controller-manager's deallocation, not by the eviction, so the plan could not count on
+    them). A pod group's pods carry the group as their ``workload``: priority preemption leaves
+    them alone (a gang is never torn apart) and team reclaim takes a borrowed gang whole
+    (``control.cycle`` step 5), as the simulator's ``gang_victims``."""
     return [Victim(a.pod.key, a.pod.priority, a.pod.created_s, a.request, a.bind, a.masks,
                    workload=a.pod.group)
-            for a in snap.allocations.values()]
+            for a in snap.allocations.values() if not a.pod.uses_claims]
 
 
 def evicting(snap: Snapshot) -> bool:

@@ -55,6 +55,7 @@ class NodeSpec:
     mig_compute_slices: int
     info: NodeInfo
     mig_resources: dict[str, int] = field(default_factory=dict)
+    nvlink_domains: tuple[int, ...] = ()  # per GPU (-1: PCIe only); () = unknown (labels)
 
     def add_to(self, state: FleetState) -> int:
         return state.add_node(
@@ -62,6 +63,7 @@ class NodeSpec:
             cpu_milli=self.cpu_milli, memory_mib=self.memory_mib,
             gpu_memory_mib=self.gpu_memory_mib, cuda_driver=self.cuda_driver,
             mig_gpus=self.mig_gpus, info=self.info, mig_compute_slices=self.mig_compute_slices,
+            nvlink_domains=self.nvlink_domains or None,
         )
 
 

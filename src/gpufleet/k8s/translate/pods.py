@@ -37,7 +37,9 @@ from gpufleet.checkpoint.protocol import EXIT_PREEMPTED
 from gpufleet.control.admission import SPOT_TAINT
 from gpufleet.decisions import Bind, MigSlot
 from gpufleet.k8s.translate import names
+from gpufleet.k8s.translate.claims import pod_claim_names
 from gpufleet.k8s.translate.deadlines import parse_deadline
+from gpufleet.k8s.translate.extended_claims import ExtendedRequest, extended_requests
 from gpufleet.k8s.translate.node_selector import Selector, lift_gpu_constraints, selector_of
 from gpufleet.k8s.translate.quantity import count, cpu_milli, memory_mib, quantity
 from gpufleet.state import GPU_MILLI, ResourceRequest
@@ -77,6 +79,13 @@ class PodInfo:
     completion_index: str | None = None  # an Indexed Job's completion index
     interrupted: bool = False  # evicted/preempted (DisruptionTarget) or exited 75
     ignored_failures: int = 0  # the Job controller's count of ignored failures of its index
+    # DRA: the pod's ResourceClaims (names in its namespace); claims_wait says why they are not
+    # all known yet (a template's claim not created). The snapshot reads their devices.
+    uses_claims: bool = False
+    claim_names: tuple[str, ...] = ()
+    claims_wait: str | None = None
+    # extended resources a DeviceClass may map (KEP-5004), for a pod without claims
+    extended: tuple[ExtendedRequest, ...] = ()
 
     @property
     def pending(self) -> bool:
@@ -218,6 +227,7 @@ def pod_info(pod: Mapping[str, Any], catalog: GpuCatalog | None = None) -> PodIn
     if bad_deadline and not refusal:
         request, refusal = None, bad_deadline
     group, min_av = _group(meta)
+    claim_names, claims_wait = pod_claim_names(pod)
     node = spec.get("nodeName") or ""
     cond = next((c for c in status.get("conditions") or () if c.get("type") == "PodScheduled"
                  and c.get("status") == "False"), None)
@@ -243,6 +253,9 @@ def pod_info(pod: Mapping[str, Any], catalog: GpuCatalog | None = None) -> PodIn
         completion_index=ann.get(names.JOB_COMPLETION_INDEX),
         interrupted=_interrupted(status),
         ignored_failures=_count(ann.get(names.JOB_INDEX_IGNORED_FAILURES)),
+        uses_claims=bool(claim_names or claims_wait),
+        claim_names=claim_names, claims_wait=claims_wait,
+        extended=() if claim_names or claims_wait else extended_requests(pod),
     )
 
 

@@ -31,6 +31,12 @@ Two MIG modes, as on real nodes:
   NVIDIA's dynamic MIG): the whole GPU *and* every MIG placement are published, all consuming the
   GPU's counters, so allocating a 3g.20gb leaves no room for the whole GPU and vice versa.
 
+Shares: a GPU not in MIG mode is published with ``allowMultipleAllocations: true`` (consumable
+capacity, KEP-5075, beta in 1.36), so a claim may take a share of it with a ``memory`` capacity
+request; a claim without one consumes the whole ``memory`` and so the whole GPU. NVIDIA's driver
+does not publish this yet (it shares through TimeSlicing/MPS configs on one claim); it is what
+makes a fractional pod's GPU an allocation the API records.
+
 NVLink: NVIDIA's slices carry no NVLink topology. gpufleet publishes
 :data:`ATTR_NVLINK_DOMAIN` (``gpu.gpufleet.io/nvlinkDomain``, an int, the same on every GPU of one
 NVLink island; absent = PCIe only) — a cluster operator sets it with a device-attribute patch or
@@ -231,6 +237,9 @@ def resource_slices(
             "capacity": {"memory": {"value": _mib(model.memory_mib)}},
         }
         if not layout:
+            # shares (consumable capacity): every allocation consumes some of ``memory``; one
+            # without a capacity request consumes all of it, so a whole GPU stays exclusive
+            whole["allowMultipleAllocations"] = True
             devices.append(whole)
             continue
         assert model.mig is not None
@@ -291,27 +300,42 @@ def resource_slices(
     ]
 
 
-def device_classes() -> list[dict[str, Any]]:
-    """The DeviceClasses NVIDIA's chart installs for GPUs (``gpu.nvidia.com`` whole GPUs,
-    ``mig.nvidia.com`` MIG devices: CEL on the driver and the ``type`` attribute). The chart's
-    ComputeDomain and VFIO classes are left out: nothing here publishes those devices.
+EXTENDED_GPU = names.GPU_RESOURCE
 
-    ``gpu.nvidia.com`` also carries ``extendedResourceName: nvidia.com/gpu`` (KEP-5004, beta in
-    1.36): an unchanged pod asking ``nvidia.com/gpu: N`` on a node that has no such allocatable
-    (a DRA-only node) gets its GPUs through a claim the scheduler creates. One class for every
-    MIG profile cannot name each ``nvidia.com/mig-<profile>`` resource, so ``mig.nvidia.com``
-    has none."""
-    classes: list[dict[str, Any]] = []
-    for name, kind in ((GPU_CLASS, "gpu"), (MIG_CLASS, "mig")):
-        spec: dict[str, Any] = {"selectors": [{"cel": {"expression": (
-            f"device.driver == '{DRIVER}' && "
-            f"device.attributes['{DRIVER}'].type == '{kind}'"
-        )}}]}
-        if name == GPU_CLASS:
-            spec["extendedResourceName"] = names.GPU_RESOURCE
-        classes.append({"apiVersion": API_VERSION, "kind": "DeviceClass",
-                        "metadata": {"name": name}, "spec": spec})
-    return classes
+
+def mig_class_name(profile: str) -> str:
+    return f"mig-{profile}.{DRIVER}"
+
+
+def device_classes(catalog: GpuCatalog | None = None) -> list[dict[str, Any]]:
+    """The DeviceClasses NVIDIA's chart installs for GPUs (``gpu.nvidia.com`` whole GPUs,
+    ``mig.nvidia.com`` MIG devices: CEL on the driver and the ``type`` attribute), plus the
+    extended-resource mapping (KEP-5004, beta in 1.36) that lets unchanged pods asking
+    ``nvidia.com/gpu`` or ``nvidia.com/mig-<profile>`` get their devices through DRA on nodes
+    without a device plugin: ``extendedResourceName`` on ``gpu.nvidia.com``, and one class per
+    MIG profile of the catalog's GPUs (``mig-<profile>.gpu.nvidia.com``, selecting the
+    profile). The chart's ComputeDomain and VFIO classes are left out: nothing here publishes
+    those devices."""
+    catalog = catalog or default_gpu_catalog()
+
+    def cls(name: str, terms: list[str], extended: str | None) -> dict[str, Any]:
+        spec: dict[str, Any] = {"selectors": [{"cel": {"expression": " && ".join(
+            [f"device.driver == '{DRIVER}'", *terms])}}]}
+        if extended:
+            spec["extendedResourceName"] = extended
+        return {"apiVersion": API_VERSION, "kind": "DeviceClass", "metadata": {"name": name},
+                "spec": spec}
+
+    def attr(name: str, value: str) -> str:
+        return f"device.attributes['{DRIVER}'].{name} == '{value}'"
+
+    out = [cls(GPU_CLASS, [attr("type", "gpu")], EXTENDED_GPU),
+           cls(MIG_CLASS, [attr("type", "mig")], None)]
+    profiles = sorted({p for m in catalog.models.values() if m.mig is not None
+                       for p in m.mig.profiles})
+    out += [cls(mig_class_name(p), [attr("type", "mig"), attr("profile", p)],
+                f"nvidia.com/mig-{p}") for p in profiles]
+    return out
 
 
 # --- the inverse: slices → inventory --------------------------------------------------------
@@ -336,7 +360,7 @@ class GpuInventory:
             spec, gpu_model=self.gpu_model, num_gpus=self.num_gpus,
             gpu_memory_mib=self.gpu_memory_mib, cuda_driver=self.cuda_driver,
             mig_gpus=self.mig_gpus, mig_compute_slices=self.mig_compute_slices,
-            mig_resources=dict(self.mig_resources),
+            mig_resources=dict(self.mig_resources), nvlink_domains=self.nvlink_domains,
         )
 
 

@@ -19,6 +19,8 @@ import numpy as np
 from gpufleet.catalog.gpus import GpuCatalog, default_gpu_catalog
 from gpufleet.decisions import Bind
 from gpufleet.k8s.translate.assume import AssumeCache, Overlay
+from gpufleet.k8s.translate.claim_view import DraWorld, PodClaims, resolve
+from gpufleet.k8s.translate.claims import holdings
 from gpufleet.k8s.translate.nodes import NodeSpec, node_spec
 from gpufleet.k8s.translate.pods import PodInfo, pod_info, requeued_keys
 from gpufleet.placement.gpu_select import best_fit_gpu
@@ -49,6 +51,13 @@ class Snapshot:
     unaccounted: dict[str, str] = field(default_factory=dict)  # bound pod → why not counted
     assumed: Overlay | None = None  # what the assume cache laid over the informer's pods
     requeued: frozenset[str] = frozenset()  # pending pods that replace an interrupted one
+    # DRA (resource.k8s.io): pending pods' claims to write at bind, pods pinned to the node
+    # their allocated claims name, nodes whose GPUs are devices only (no nvidia.com/gpu)
+    claims: dict[str, PodClaims] = field(default_factory=dict)
+    dra_nodes: frozenset[str] = frozenset()
+    device_only_nodes: frozenset[str] = frozenset()
+    static_mig_nodes: frozenset[str] = frozenset()  # slice nodes with static MIG instances
+    dra: DraWorld | None = None
 
 
 def mig_masks(state: FleetState, bind: Bind, catalog: GpuCatalog) -> MigMasks | None:
@@ -132,16 +141,24 @@ def build_snapshot(
     catalog: GpuCatalog | None = None,
     cache: ParseCache | None = None,
     assumed: AssumeCache | None = None,
+    dra: DraWorld | None = None,
 ) -> Snapshot:
     """The fleet as ``nodes`` and ``pods`` (the API's JSON) show it; ``cache`` re-uses parses of
-    unchanged objects, ``assumed`` adds this replica's writes the informer has not shown yet."""
+    unchanged objects, ``assumed`` adds this replica's writes the informer has not shown yet,
+    ``dra`` the ResourceSlices' devices and the claims' allocations (:mod:`.claim_view`)."""
     cat = catalog or default_gpu_catalog()
     state = FleetState()
     taints: set[str] = set()
     node_list = sorted(nodes, key=lambda n: n["metadata"]["name"])
     pod_list = list(pods)
+    device_only: set[str] = set()
     for node in node_list:
         spec = cache.node(node, cat) if cache is not None else node_spec(node, cat)
+        devices = dra.devices.get(spec.name) if dra is not None else None
+        if devices is not None:  # the slices are the inventory; the labels only what's left
+            if not spec.num_gpus:
+                device_only.add(spec.name)
+            spec = devices.inventory.apply_to(spec)
         spec.add_to(state)
         taints |= spec.info.taints
     infos = [cache.pod(p, cat) if cache is not None else pod_info(p, cat) for p in pod_list]
@@ -152,11 +169,21 @@ def build_snapshot(
         overlay = assumed.overlay(infos)
         infos = overlay.infos
     snap = Snapshot(state=state, pods={}, allocations={}, pending=[], taints=frozenset(taints),
-                    assumed=overlay, requeued=requeued_keys(infos))
+                    assumed=overlay, requeued=requeued_keys(infos), dra=dra,
+                    device_only_nodes=frozenset(device_only))
+    if dra is not None:
+        snap.dra_nodes = frozenset(n for n in dra.devices if n in state.index)
+        snap.static_mig_nodes = frozenset(n for n in snap.dra_nodes
+                                          if dra.devices[n].static_mig)
     later: list[PodInfo] = []
     for info in infos:
         if info.terminal:
             continue
+        if dra is not None and (info.uses_claims or info.extended) and (
+                info.ours or not info.pending):
+            info, claims = resolve(info, dra, cat)
+            if claims is not None:
+                snap.claims[info.key] = claims
         snap.pods[info.key] = info
         if info.pending:
             if info.ours:
@@ -168,9 +195,24 @@ def build_snapshot(
             _account(snap, info, info.assignment, cat)
         else:
             later.append(info)
+    if dra is not None:  # every allocated claim's devices, whoever allocated them
+        _book_claims(snap, dra, cat)
     for info in later:  # pods without our annotations fill what the annotated ones left
         _account(snap, info, None, cat)
     return snap
+
+
+def _book_claims(snap: Snapshot, dra: DraWorld, cat: GpuCatalog) -> None:
+    state = snap.state
+    held, bad = holdings(dra.claims.values(), dra.devices, cat)
+    snap.unaccounted.update({f"claim {k}": v for k, v in bad.items()})
+    for h in held:
+        if h.node not in state.index:
+            continue
+        try:
+            state.allocate(h.request, h.bind, bind_masks(state, h.bind, cat))
+        except ValueError as exc:
+            snap.unaccounted[f"claim {h.claim}"] = str(exc)
 
 
 def _account(snap: Snapshot, info: PodInfo, bind: Bind | None, cat: GpuCatalog) -> None:

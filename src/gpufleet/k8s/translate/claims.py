@@ -1,0 +1,342 @@
+"""ResourceClaims (``resource.k8s.io/v1``) ⇄ the request model and the state's GPU bookings.
+
+Three directions, all pure (the API's JSON in, data out):
+
+* **What a pending pod asks** (:func:`pod_ask`): the pod's claims (``spec.resourceClaims``, a
+  ``resourceClaimName`` or a template whose claim the controller-manager created and named in
+  ``status.resourceClaimStatuses``) hold one GPU device request, read as a
+  :class:`~gpufleet.state.ResourceRequest`'s GPU part:
+
+  - whole GPUs: ``exactly: {deviceClassName: gpu.nvidia.com, count: N}``;
+  - a MIG device: a class whose devices are ``type == 'mig'`` (``mig.nvidia.com``) and a
+    ``profile == '3g.20gb'`` CEL selector (on the request or on the class);
+  - a share of one GPU: ``count: 1`` on the GPU class with ``capacity.requests.memory`` (the
+    consumable-capacity form); the share's milli-GPU is the pod's ``gpu-fraction`` annotation
+    when it has one, else 1 (the device's memory is then the only thing shared).
+
+  The selectors gpufleet reads are ``device.driver == 'gpu.nvidia.com'`` and equality on the
+  driver's ``type``, ``profile`` and ``productName`` attributes; any other CEL is refused with a
+  reason (gpufleet does not evaluate CEL, and allocating a device a selector excludes would be
+  wrong).
+* **What is taken** (:func:`holdings`): every claim with ``status.allocation`` — written by
+  gpufleet or any other scheduler — books its devices on the state's rows: a whole device its
+  GPU (all of a MIG GPU's slices), a MIG device its slot, a share (a result with ``shareID``)
+  its ``consumedCapacity`` of memory and the milli-GPU that is of the device's memory.
+* **What to write** (:func:`allocation`): a ``Bind`` back as ``status.allocation`` — results
+  (request, driver, pool, device; ``shareID`` and ``consumedCapacity`` for a share), the class's
+  and the claim's opaque configs as kube-scheduler copies them, and the node as ``nodeSelector``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gpufleet.catalog.gpus import GpuCatalog
+from gpufleet.decisions import Bind, MigSlot
+from gpufleet.k8s.translate.devices import Device, NodeDevices
+from gpufleet.k8s.translate.quantity import memory_mib
+from gpufleet.k8s.translate.resource_slices import DRIVER
+from gpufleet.state import GPU_MILLI, ResourceRequest
+
+FINALIZER = "resource.kubernetes.io/delete-protection"
+
+_TERM = re.compile(
+    r"""^device\.attributes\[['"]gpu\.nvidia\.com['"]\]\.(\w+)\s*==\s*['"]([^'"]*)['"]$""")
+_DRIVER_TERM = re.compile(r"""^device\.driver\s*==\s*['"]([^'"]*)['"]$""")
+_READ = ("type", "profile", "productName")
+
+
+def claim_key(claim: Mapping[str, Any]) -> str:
+    m = claim.get("metadata") or {}
+    return f"{m.get('namespace')}/{m.get('name')}"
+
+
+def _selector_terms(selectors: Any, where: str) -> tuple[dict[str, str], str | None]:
+    """Attribute equalities of CEL selectors (``&&`` of the terms gpufleet reads), or why not."""
+    out: dict[str, str] = {}
+    for sel in selectors or ():
+        expr = ((sel or {}).get("cel") or {}).get("expression")
+        if not isinstance(expr, str):
+            return out, f"{where}: a selector without a CEL expression"
+        for raw in expr.split("&&"):
+            term = raw.strip().strip("()").strip()
+            if (m := _DRIVER_TERM.match(term)) is not None:
+                if m.group(1) != DRIVER:
+                    return out, f"{where}: selects driver {m.group(1)!r}, not {DRIVER}"
+                continue
+            m = _TERM.match(term)
+            if m is None or m.group(1) not in _READ:
+                return out, (f"{where}: CEL {term!r} is not one gpufleet reads (driver, and "
+                             f"equality on {', '.join(_READ)})")
+            if out.get(m.group(1), m.group(2)) != m.group(2):
+                return out, f"{where}: {m.group(1)} selected twice, differently"
+            out[m.group(1)] = m.group(2)
+    return out, None
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimAsk:
+    """One claim's GPU device request, as placement needs it."""
+
+    claim: str  # namespace/name
+    request: str  # the request's name (what the allocation result names)
+    class_name: str
+    count: int
+    profile: str | None  # MIG
+    share_memory_mib: int  # >0: a share of one GPU with this much memory
+    product: str | None  # productName selected
+
+
+def claim_asks(claim: Mapping[str, Any], classes: Mapping[str, Mapping[str, Any]]
+               ) -> tuple[list[ClaimAsk], str | None]:
+    """The claim's device requests as asks, or why gpufleet cannot allocate it."""
+    key = claim_key(claim)
+    asks: list[ClaimAsk] = []
+    for i, r in enumerate(((claim.get("spec") or {}).get("devices") or {}).get("requests") or ()):
+        where = f"claim {key} request {r.get('name', i)!r}"
+        if key.endswith("/None"):  # not created yet (an extended-resource claim)
+            where = f"extended-resource request {r.get('name', i)!r}"
+        ex = r.get("exactly")
+        if not isinstance(ex, Mapping):
+            return [], f"{where}: only 'exactly' requests are supported (not firstAvailable)"
+        cname = str(ex.get("deviceClassName") or "")
+        dc = classes.get(cname)
+        if dc is None:
+            return [], f"{where}: DeviceClass {cname!r} does not exist"
+        terms, why = _selector_terms((dc.get("spec") or {}).get("selectors"),
+                                     f"DeviceClass {cname}")
+        if why:
+            return [], why
+        more, why = _selector_terms(ex.get("selectors"), where)
+        if why:
+            return [], why
+        if any(terms.get(k, v) != v for k, v in more.items()):
+            return [], f"{where}: its selectors contradict DeviceClass {cname}'s"
+        terms |= more
+        if (ex.get("allocationMode") or "ExactCount") != "ExactCount":
+            return [], f"{where}: allocationMode {ex.get('allocationMode')!r} (only ExactCount)"
+        n = int(ex.get("count") or 1)
+        kind = terms.get("type")
+        cap = ((ex.get("capacity") or {}).get("requests") or {})
+        share = memory_mib(cap.get("memory")) if cap.get("memory") is not None else 0
+        if set(cap) - {"memory"}:
+            return [], f"{where}: capacity {sorted(cap)} (only memory is consumable)"
+        if kind == "mig":
+            if "profile" not in terms:
+                return [], f"{where}: a MIG device needs a profile selector"
+            if n != 1 or share:
+                return [], f"{where}: one MIG device per request, no capacity request"
+        elif kind == "gpu":
+            if "profile" in terms:
+                return [], f"{where}: a whole GPU has no profile"
+            if share and n != 1:
+                return [], f"{where}: a share is of one GPU (count 1)"
+        else:
+            return [], f"{where}: DeviceClass {cname} does not select one device type"
+        asks.append(ClaimAsk(key, str(r.get("name", "")), cname, n, terms.get("profile"),
+                             share, terms.get("productName")))
+    return asks, None
+
+
+# -- pods → claims ------------------------------------------------------------------------------
+
+
+def pod_claim_names(pod: Mapping[str, Any]) -> tuple[tuple[str, ...], str | None]:
+    """The names of the pod's claims in its namespace, or why not all are known yet (a
+    template's claim the controller-manager has not created)."""
+    spec = pod.get("spec") or {}
+    status = {s.get("name"): s.get("resourceClaimName")
+              for s in (pod.get("status") or {}).get("resourceClaimStatuses") or ()}
+    out: list[str] = []
+    for rc in spec.get("resourceClaims") or ():
+        if rc.get("resourceClaimName"):
+            out.append(str(rc["resourceClaimName"]))
+        elif rc.get("resourceClaimTemplateName"):
+            got = status.get(rc.get("name"))
+            if not got:
+                return (), f"waiting for the claim of template {rc['resourceClaimTemplateName']}"
+            out.append(str(got))
+    ext = ((pod.get("status") or {}).get("extendedResourceClaimStatus") or {})
+    if ext.get("resourceClaimName"):
+        out.append(str(ext["resourceClaimName"]))
+    return tuple(out), None
+
+
+def pod_ask(
+    base: ResourceRequest, milli_hint: int | None, claims: Sequence[Mapping[str, Any]],
+    classes: Mapping[str, Mapping[str, Any]], catalog: GpuCatalog,
+) -> tuple[ResourceRequest | None, ClaimAsk | None, str | None]:
+    """The pod's request (``base``: its CPU, memory and node constraints) with the GPU part its
+    claims ask; the one ask it is; or why it cannot be placed."""
+    asks: list[ClaimAsk] = []
+    for c in claims:
+        got, why = claim_asks(c, classes)
+        if why:
+            return None, None, why
+        asks += got
+    if not asks:
+        return base, None, None
+    if len(asks) > 1:
+        return None, None, "gpufleet places one GPU device request per pod"
+    (a,) = asks
+    req = base
+    if a.product is not None:
+        model = catalog.resolve(a.product.replace(" ", "-")) or catalog.resolve(a.product)
+        if model is None:
+            return None, None, f"claim {a.claim}: unknown productName {a.product!r}"
+        req = ResourceRequest(**{**_fields(req), "gpu_models": frozenset({model})})
+    if a.profile is not None:
+        return ResourceRequest(**{**_fields(req), "num_gpu": 1, "mig_profile": a.profile}), a, None
+    if a.share_memory_mib:
+        milli = milli_hint if milli_hint is not None and milli_hint < GPU_MILLI else 1
+        return ResourceRequest(**{**_fields(req), "num_gpu": 1, "gpu_milli": milli,
+                                  "gpu_memory_mib": a.share_memory_mib}), a, None
+    return ResourceRequest(**{**_fields(req), "num_gpu": a.count, "gpu_milli": GPU_MILLI,
+                              "gpu_memory_mib": 0}), a, None
+
+
+def _fields(req: ResourceRequest) -> dict[str, Any]:
+    return {f: getattr(req, f) for f in req.__dataclass_fields__}
+
+
+# -- allocated claims → bookings --------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Holding:
+    """One allocated device as the state books it."""
+
+    claim: str
+    node: str
+    request: ResourceRequest
+    bind: Bind
+
+
+def allocated(claim: Mapping[str, Any]) -> bool:
+    return bool((claim.get("status") or {}).get("allocation"))
+
+
+def reserved_for(claim: Mapping[str, Any]) -> list[str]:
+    """UIDs the claim is reserved for."""
+    return [str(r.get("uid")) for r in (claim.get("status") or {}).get("reservedFor") or ()]
+
+
+def allocation_node(claim: Mapping[str, Any]) -> str | None:
+    """The node an allocation is restricted to (``metadata.name In [node]``), if one."""
+    sel = ((claim.get("status") or {}).get("allocation") or {}).get("nodeSelector") or {}
+    for term in sel.get("nodeSelectorTerms") or ():
+        for f in term.get("matchFields") or ():
+            if f.get("key") == "metadata.name" and f.get("operator") == "In" and f.get("values"):
+                return str(f["values"][0])
+    return None
+
+
+def _full_slot(node: NodeDevices, dev: Device, catalog: GpuCatalog) -> MigSlot | None:
+    """A whole GPU of a MIG GPU takes all of its slices: the largest profile at slice 0."""
+    spec = catalog[node.inventory.gpu_model].mig
+    if spec is None:
+        return None
+    prof = max(spec.profiles.values(), key=lambda p: (p.memory_slices, p.compute))
+    return MigSlot(dev.gpu, prof.name, 0)
+
+
+def holdings(claims: Iterable[Mapping[str, Any]], nodes: Mapping[str, NodeDevices],
+             catalog: GpuCatalog) -> tuple[list[Holding], dict[str, str]]:
+    """The bookings of every allocated claim's ``gpu.nvidia.com`` devices, and the claims (or
+    results) that could not be read, with why (a device no slice publishes any more)."""
+    out: list[Holding] = []
+    bad: dict[str, str] = {}
+    by_pool = {(d.pool, d.name): (n, d) for n in nodes.values() for d in n.by_name.values()}
+    for c in claims:
+        alloc = (c.get("status") or {}).get("allocation")
+        if not alloc:
+            continue
+        key = claim_key(c)
+        for r in ((alloc.get("devices") or {}).get("results") or ()):
+            if r.get("driver") != DRIVER:
+                continue
+            found = by_pool.get((str(r.get("pool")), str(r.get("device"))))
+            if found is None:
+                bad[key] = f"device {r.get('pool')}/{r.get('device')} is not published"
+                continue
+            node, dev = found
+            job = f"claim:{key}/{r.get('device')}"
+            if dev.profile is not None:
+                slot = MigSlot(dev.gpu, dev.profile, dev.start)
+                out.append(Holding(key, node.node,
+                                   ResourceRequest(num_gpu=1, mig_profile=dev.profile),
+                                   Bind(job, node.node, (), 0, (slot,))))
+            elif dev.gpu in node.inventory.mig_gpus:
+                full = _full_slot(node, dev, catalog)
+                if full is not None:
+                    out.append(Holding(key, node.node, ResourceRequest(num_gpu=1,
+                                                                       mig_profile=full.profile),
+                                       Bind(job, node.node, (), 0, (full,))))
+            elif r.get("shareID"):
+                mem = memory_mib(((r.get("consumedCapacity") or {}).get("memory")) or 0)
+                total = dev.memory_mib or node.inventory.gpu_memory_mib
+                milli = max(1, min(GPU_MILLI, math.ceil(mem * GPU_MILLI / max(total, 1))))
+                out.append(Holding(key, node.node,
+                                   ResourceRequest(num_gpu=1, gpu_milli=milli, gpu_memory_mib=mem),
+                                   Bind(job, node.node, (dev.gpu,), milli)))
+            else:
+                out.append(Holding(key, node.node, ResourceRequest(num_gpu=1),
+                                   Bind(job, node.node, (dev.gpu,), GPU_MILLI)))
+    return out, bad
+
+
+# -- Bind → status.allocation -----------------------------------------------------------------
+
+
+def node_selector(node: str) -> dict[str, Any]:
+    return {"nodeSelectorTerms": [{"matchFields": [
+        {"key": "metadata.name", "operator": "In", "values": [node]}]}]}
+
+
+def _mib_quantity(mib: int) -> str:
+    return f"{mib // 1024}Gi" if mib % 1024 == 0 else f"{mib}Mi"
+
+
+def allocation(claim: Mapping[str, Any], ask: ClaimAsk, bind: Bind, node: NodeDevices,
+               classes: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | None:
+    """``status.allocation`` for ``claim`` placed as ``bind`` (None: a device the plan chose is
+    not published — the plan and the slices disagree, so nothing is written)."""
+    results: list[dict[str, Any]] = []
+    if bind.mig:
+        devs = [node.mig.get((s.gpu, s.profile, s.start)) for s in bind.mig]
+    else:
+        devs = [node.whole.get(g) for g in bind.gpus]
+    if any(d is None for d in devs) or not devs:
+        return None
+    for d in devs:
+        assert d is not None
+        res: dict[str, Any] = {"request": ask.request, "driver": DRIVER, "pool": d.pool,
+                               "device": d.name}
+        if ask.share_memory_mib and not d.shareable:
+            return None
+        if d.shareable:  # as kube's allocator: every allocation of such a device is a share
+            used = d.memory_mib
+            if ask.share_memory_mib:
+                used = min(d.memory_mib, max(
+                    ask.share_memory_mib, math.ceil(bind.milli_per_gpu * d.memory_mib / GPU_MILLI)))
+            res["shareID"] = str(uuid.uuid4())
+            res["consumedCapacity"] = {"memory": _mib_quantity(used)}
+        results.append(res)
+    config: list[dict[str, Any]] = []
+    for cfg in ((classes.get(ask.class_name) or {}).get("spec") or {}).get("config") or ():
+        if cfg.get("opaque"):
+            config.append({"source": "FromClass", "requests": [ask.request],
+                           "opaque": cfg["opaque"]})
+    for cfg in ((claim.get("spec") or {}).get("devices") or {}).get("config") or ():
+        if cfg.get("opaque"):
+            config.append({"source": "FromClaim", "requests": list(cfg.get("requests") or ()),
+                           "opaque": cfg["opaque"]})
+    devices: dict[str, Any] = {"results": results}
+    if config:
+        devices["config"] = config
+    return {"devices": devices, "nodeSelector": node_selector(bind.node)}

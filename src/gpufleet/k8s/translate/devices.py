@@ -1,0 +1,116 @@
+"""Each node's ``gpu.nvidia.com`` devices, named, against the FleetState row's GPU indices.
+
+The row of a node with slices is built from :func:`~.resource_slices.inventory_from_slices`
+(GPUs indexed 0..n-1 in ``minor`` order); placement answers in those indices (``Bind.gpus``, a
+``MigSlot``'s GPU and start slice). Writing a claim's allocation needs the way back — index →
+``gpu-<minor>`` in pool ``<node>`` — and reading another scheduler's allocation needs the way
+there (device name → index, MIG profile and start). :class:`NodeDevices` holds both for one node.
+
+A MIG device's start slice is the last part of its name (``gpu-0-mig-3g20gb-9-4`` → 4), as
+NVIDIA's driver names them; its GPU is its ``minor`` attribute (the parent's).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpufleet.catalog.gpus import GpuCatalog, default_gpu_catalog
+from gpufleet.k8s.translate.quantity import memory_mib
+from gpufleet.k8s.translate.resource_slices import (
+    DRIVER,
+    GpuInventory,
+    SliceProblem,
+    device_attribute,
+    inventory_from_slices,
+)
+
+_START = re.compile(r"-(\d+)$")
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """One published device: where it is (pool, name) and what it is to the row."""
+
+    pool: str
+    name: str
+    gpu: int  # the row's GPU index
+    profile: str | None  # MIG profile; None: the whole GPU
+    start: int  # MIG start slice (0 for a whole GPU)
+    memory_mib: int
+    shareable: bool  # allowMultipleAllocations: shares (consumable capacity) may be allocated
+
+
+@dataclass(slots=True)
+class NodeDevices:
+    node: str
+    inventory: GpuInventory
+    by_name: dict[tuple[str, str], Device] = field(default_factory=dict)  # (pool, device)
+    whole: dict[int, Device] = field(default_factory=dict)  # GPU index → its whole device
+    mig: dict[tuple[int, str, int], Device] = field(default_factory=dict)  # (gpu, profile, start)
+
+    @property
+    def static_mig(self) -> bool:
+        """MIG instances fixed by a static mig-parted config: a MIG GPU without its whole
+        device published (dynamic MIG publishes the whole GPU and every placement). Placement
+        may pick a start slice such a config did not create, so gpufleet allocates no MIG
+        device here (other schedulers' allocations are still counted)."""
+        return any(g not in self.whole for g in self.inventory.mig_gpus)
+
+
+def _node_devices(node: str, slices: list[Mapping[str, Any]], cat: GpuCatalog,
+                  problems: list[SliceProblem]) -> NodeDevices | None:
+    got = inventory_from_slices(slices, cat)
+    problems.extend(got.problems)
+    if got.inventory is None:
+        return None
+    minors: set[int] = set()
+    devs: list[tuple[str, Mapping[str, Any]]] = []
+    for s in slices:
+        spec = s["spec"]
+        pool = str((spec.get("pool") or {}).get("name") or node)
+        for d in spec.get("devices") or ():
+            if isinstance(d, Mapping) and isinstance(device_attribute(d, "minor"), int):
+                minors.add(int(device_attribute(d, "minor")))
+                devs.append((pool, d))
+    order = {m: i for i, m in enumerate(sorted(minors))}
+    out = NodeDevices(node, got.inventory)
+    for pool, d in devs:
+        kind, name = device_attribute(d, "type"), str(d.get("name"))
+        mem = memory_mib(((d.get("capacity") or {}).get("memory") or {}).get("value"))
+        gpu = order[int(device_attribute(d, "minor"))]
+        shareable = bool(d.get("allowMultipleAllocations"))
+        if kind == "gpu":
+            dev = Device(pool, name, gpu, None, 0, mem, shareable)
+            out.whole[gpu] = dev
+        elif kind == "mig" and (m := _START.search(name)) is not None:
+            prof = str(device_attribute(d, "profile"))
+            dev = Device(pool, name, gpu, prof, int(m.group(1)), mem, False)
+            out.mig[(gpu, str(dev.profile), dev.start)] = dev
+        else:
+            continue
+        out.by_name[(pool, name)] = dev
+    return out
+
+
+def devices_by_node(
+    slices: Iterable[Mapping[str, Any]], catalog: GpuCatalog | None = None
+) -> tuple[dict[str, NodeDevices], list[SliceProblem]]:
+    """Every node's ``gpu.nvidia.com`` devices (nodes whose slices hold no usable GPU are left
+    out: they keep the label path), and what was wrong in the slices."""
+    cat = catalog or default_gpu_catalog()
+    per_node: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    for s in slices:
+        spec = s.get("spec") if isinstance(s, Mapping) else None
+        if isinstance(spec, Mapping) and spec.get("driver") == DRIVER and spec.get("nodeName"):
+            per_node[str(spec["nodeName"])].append(s)
+    problems: list[SliceProblem] = []
+    out = {}
+    for node, mine in per_node.items():
+        got = _node_devices(node, mine, cat, problems)
+        if got is not None:
+            out[node] = got
+    return out, problems

@@ -1,0 +1,365 @@
+"""ResourceClaims ⇄ requests and bookings, as case tables with hand-worked numbers, and the
+snapshot of a fleet whose GPUs are ResourceSlices (no API server: the JSON the API returns)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from gpufleet.catalog.gpus import default_gpu_catalog
+from gpufleet.catalog.instances import default_instance_catalog
+from gpufleet.decisions import Bind, MigSlot
+from gpufleet.k8s.schedule.cycle import device_mask, pending_units
+from gpufleet.k8s.translate.claim_assume import ClaimAssume
+from gpufleet.k8s.translate.claim_view import DeviceCache, DraWorld
+from gpufleet.k8s.translate.claims import (
+    allocation,
+    allocation_node,
+    claim_asks,
+    holdings,
+    pod_ask,
+    pod_claim_names,
+)
+from gpufleet.k8s.translate.devices import devices_by_node
+from gpufleet.k8s.translate.extended_claims import (
+    ExtendedRequest,
+    extended_claim,
+    extended_classes,
+    extended_mappings,
+    extended_requests,
+)
+from gpufleet.k8s.translate.node_objects import node_object, spec_from_instance
+from gpufleet.k8s.translate.resource_slices import device_classes, resource_slices
+from gpufleet.k8s.translate.snapshot import build_snapshot
+from gpufleet.state import ResourceRequest
+
+CAT = default_gpu_catalog()
+IT = default_instance_catalog()
+CLASSES = {c["metadata"]["name"]: c for c in device_classes()}
+PROFILE = "device.attributes['gpu.nvidia.com'].profile == '{}'"
+
+
+def claim(name: str = "c", cls: str = "gpu.nvidia.com", count: int | None = 1,
+          cel: str | None = None, capacity: dict[str, str] | None = None,
+          status: dict[str, Any] | None = None, **exactly: Any) -> dict[str, Any]:
+    ex: dict[str, Any] = {"deviceClassName": cls, **exactly}
+    if count is not None:
+        ex["count"] = count
+    if cel:
+        ex["selectors"] = [{"cel": {"expression": cel}}]
+    if capacity:
+        ex["capacity"] = {"requests": capacity}
+    return {"metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}",
+                         "resourceVersion": "10"},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": ex}]}},
+            "status": status or {}}
+
+
+def slices(itype: str, name: str, mig: str | None = None) -> list[dict[str, Any]]:
+    spec = spec_from_instance(IT[itype], name, mig_config=mig)
+    return resource_slices(spec, nvlink_domains=IT[itype].nvlink_domain_of())
+
+
+ASKS = [
+    # (claim, count, profile, share MiB, refusal fragment)
+    (claim(count=2), 2, None, 0, None),
+    (claim(count=None), 1, None, 0, None),  # count defaults to 1
+    (claim(cls="mig.nvidia.com", cel=PROFILE.format("3g.20gb")), 1, "3g.20gb", 0, None),
+    (claim(capacity={"memory": "10Gi"}), 1, None, 10240, None),
+    (claim(cls="mig.nvidia.com"), 0, None, 0, "needs a profile selector"),
+    (claim(cls="mig.nvidia.com", count=2, cel=PROFILE.format("1g.5gb")), 0, None, 0,
+     "one MIG device per request"),
+    (claim(count=2, capacity={"memory": "1Gi"}), 0, None, 0, "a share is of one GPU"),
+    (claim(capacity={"cores": "1"}), 0, None, 0, "only memory is consumable"),
+    (claim(cls="nic.example.com"), 0, None, 0, "DeviceClass 'nic.example.com' does not exist"),
+    (claim(cel="device.attributes['gpu.nvidia.com'].minor == 3"), 0, None, 0,
+     "is not one gpufleet reads"),
+    (claim(allocationMode="All"), 0, None, 0, "only ExactCount"),
+    (claim(cel=PROFILE.format("1g.5gb")), 0, None, 0, "a whole GPU has no profile"),
+]
+
+
+@pytest.mark.parametrize(("body", "count", "profile", "share", "why"), ASKS)
+def test_claim_asks(body: dict[str, Any], count: int, profile: str | None, share: int,
+                    why: str | None) -> None:
+    asks, refusal = claim_asks(body, CLASSES)
+    if why is not None:
+        assert refusal is not None and why in refusal and asks == []
+        return
+    assert refusal is None
+    (a,) = asks
+    assert (a.count, a.profile, a.share_memory_mib, a.request, a.claim) == (
+        count, profile, share, "gpu", "ns/c")
+
+
+def test_first_available_is_refused() -> None:
+    body = claim()
+    body["spec"]["devices"]["requests"] = [{"name": "gpu", "firstAvailable": []}]
+    assert "firstAvailable" in str(claim_asks(body, CLASSES)[1])
+
+
+BASE = ResourceRequest(cpu_milli=1000, memory_mib=1024)
+
+
+@pytest.mark.parametrize(("body", "hint", "want"), [
+    (claim(count=2), None, ResourceRequest(cpu_milli=1000, memory_mib=1024, num_gpu=2)),
+    (claim(cls="mig.nvidia.com", cel=PROFILE.format("3g.20gb")), None,
+     ResourceRequest(cpu_milli=1000, memory_mib=1024, num_gpu=1, mig_profile="3g.20gb")),
+    # a share: milli from the pod's gpu-fraction, memory from the capacity request
+    (claim(capacity={"memory": "10Gi"}), 250,
+     ResourceRequest(cpu_milli=1000, memory_mib=1024, num_gpu=1, gpu_milli=250,
+                     gpu_memory_mib=10240)),
+    # without a fraction the device's memory is all that is shared
+    (claim(capacity={"memory": "4Gi"}), None,
+     ResourceRequest(cpu_milli=1000, memory_mib=1024, num_gpu=1, gpu_milli=1,
+                     gpu_memory_mib=4096)),
+    (claim(cel="device.attributes['gpu.nvidia.com'].productName == 'NVIDIA A100-SXM4-40GB'"),
+     None, ResourceRequest(cpu_milli=1000, memory_mib=1024, num_gpu=1,
+                           gpu_models=frozenset({"A100-40GB"}))),
+])
+def test_pod_ask(body: dict[str, Any], hint: int | None, want: ResourceRequest) -> None:
+    req, ask, why = pod_ask(BASE, hint, [body], CLASSES, CAT)
+    assert why is None and ask is not None and req == want
+
+
+def test_pod_ask_refuses_two_device_requests() -> None:
+    _, _, why = pod_ask(BASE, None, [claim("a"), claim("b")], CLASSES, CAT)
+    assert why == "gpufleet places one GPU device request per pod"
+
+
+@pytest.mark.parametrize(("pod", "want"), [
+    ({"spec": {"resourceClaims": [{"name": "g", "resourceClaimName": "mine"}]}}, (("mine",), None)),
+    ({"spec": {"resourceClaims": [{"name": "g", "resourceClaimTemplateName": "t"}]},
+      "status": {"resourceClaimStatuses": [{"name": "g", "resourceClaimName": "p-g-x7"}]}},
+     (("p-g-x7",), None)),
+    ({"spec": {"resourceClaims": [{"name": "g", "resourceClaimTemplateName": "t"}]}},
+     ((), "waiting for the claim of template t")),
+    ({"spec": {}, "status": {"extendedResourceClaimStatus": {
+        "resourceClaimName": "p-extended-resources-abc", "requestMappings": []}}},
+     (("p-extended-resources-abc",), None)),
+    ({"spec": {}}, ((), None)),
+])
+def test_pod_claim_names(pod: dict[str, Any], want: tuple[Any, Any]) -> None:
+    assert pod_claim_names(pod) == want
+
+
+def allocated_claim(name: str, results: list[dict[str, Any]], node: str) -> dict[str, Any]:
+    return claim(name, status={"allocation": {
+        "devices": {"results": results},
+        "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+            {"key": "metadata.name", "operator": "In", "values": [node]}]}]}}})
+
+
+def res(pool: str, device: str, **extra: Any) -> dict[str, Any]:
+    return {"request": "gpu", "driver": "gpu.nvidia.com", "pool": pool, "device": device,
+            **extra}
+
+
+def test_holdings_of_every_kind() -> None:
+    """A100-40GB (40 GiB): a whole GPU, a 10 GiB share (250 milli), a 3g.20gb MIG device on the
+    dynamic-MIG node, and a whole GPU of a MIG GPU (all 8 slices: 7g.40gb at 0)."""
+    nodes, problems = devices_by_node(slices("p4d.24xlarge", "plain")
+                                      + slices("p4d.24xlarge", "mig", "all-enabled"), CAT)
+    assert problems == [] and set(nodes) == {"plain", "mig"}
+    cs = [
+        allocated_claim("whole", [res("plain", "gpu-3", shareID="a", consumedCapacity={
+            "memory": "40Gi"})], "plain"),
+        allocated_claim("share", [res("plain", "gpu-5", shareID="b", consumedCapacity={
+            "memory": "10Gi"})], "plain"),
+        allocated_claim("mig", [res("mig", "gpu-2-mig-3g20gb-9-4")], "mig"),
+        allocated_claim("full", [res("mig", "gpu-6")], "mig"),
+        allocated_claim("gone", [res("plain", "gpu-9")], "plain"),
+        allocated_claim("other", [{**res("plain", "nic-0"), "driver": "nic.example.com"}],
+                        "plain"),
+        claim("unallocated"),
+    ]
+    held, bad = holdings(cs, nodes, CAT)
+    got = {h.claim: (h.node, h.bind.gpus, h.bind.milli_per_gpu, h.bind.mig,
+                     h.request.gpu_memory_mib) for h in held}
+    assert got == {
+        "ns/whole": ("plain", (3,), 1000, (), 40960),
+        "ns/share": ("plain", (5,), 250, (), 10240),
+        "ns/mig": ("mig", (), 0, (MigSlot(2, "3g.20gb", 4),), 0),
+        "ns/full": ("mig", (), 0, (MigSlot(6, "7g.40gb", 0),), 0),
+    }
+    assert bad == {"ns/gone": "device plain/gpu-9 is not published"}
+
+
+def test_allocation_results() -> None:
+    """T4 16 GiB: a whole GPU on a shareable device is a share of all its memory (as kube's
+    allocator writes it); a 0.25 share consumes max(4 GiB asked, 250 × 16 GiB / 1000); MIG
+    devices are not shareable. Class configs come first, then the claim's."""
+    nodes, _ = devices_by_node(slices("g4dn.12xlarge", "t4")
+                               + slices("p4d.24xlarge", "a100", "all-enabled"), CAT)
+    classes = copy.deepcopy(CLASSES)
+    opaque = {"driver": "gpu.nvidia.com", "parameters": {"sharing": {"strategy": "MPS"}}}
+    classes["gpu.nvidia.com"]["spec"]["config"] = [{"opaque": opaque}]
+    whole = claim("w", count=2)
+    (ask,) = claim_asks(whole, classes)[0]
+    got = allocation(whole, ask, Bind("ns/p", "t4", (1, 2)), nodes["t4"], classes)
+    assert got is not None
+    rs = got["devices"]["results"]
+    assert [r["device"] for r in rs] == ["gpu-1", "gpu-2"]
+    assert all(r["consumedCapacity"] == {"memory": "16Gi"} and r["shareID"] for r in rs)
+    assert got["devices"]["config"] == [{"source": "FromClass", "requests": ["gpu"],
+                                         "opaque": opaque}]
+    assert allocation_node({"status": {"allocation": got}}) == "t4"
+
+    share = claim("s", capacity={"memory": "3Gi"})
+    share["spec"]["devices"]["config"] = [{"requests": ["gpu"], "opaque": opaque}]
+    (ask,) = claim_asks(share, CLASSES)[0]
+    got = allocation(share, ask, Bind("ns/p", "t4", (0,), 250), nodes["t4"], CLASSES)
+    assert got is not None
+    (r,) = got["devices"]["results"]
+    assert r["consumedCapacity"] == {"memory": "4Gi"}  # 250 milli of 16 GiB > 3 GiB asked
+    assert got["devices"]["config"] == [{"source": "FromClaim", "requests": ["gpu"],
+                                         "opaque": opaque}]
+
+    mig = claim("m", cls="mig.nvidia.com", cel=PROFILE.format("3g.20gb"))
+    (ask,) = claim_asks(mig, CLASSES)[0]
+    got = allocation(mig, ask, Bind("ns/p", "a100", (), 0, (MigSlot(2, "3g.20gb", 4),)),
+                     nodes["a100"], CLASSES)
+    assert got is not None
+    assert got["devices"]["results"] == [res("a100", "gpu-2-mig-3g20gb-9-4")]
+    # a slot no slice publishes: nothing is written
+    assert allocation(mig, ask, Bind("ns/p", "a100", (), 0, (MigSlot(2, "3g.20gb", 1),)),
+                      nodes["a100"], CLASSES) is None
+
+
+def test_claim_assume_overlay() -> None:
+    t = [0.0]
+    cache = ClaimAssume(ttl_s=30, clock=lambda: t[0])
+    written = allocated_claim("c", [res("n", "gpu-0")], "n")
+    written["metadata"]["resourceVersion"] = "12"
+    cache.assume(written)
+    informer = claim("c")  # rv 10: the informer has not seen our write
+    assert cache.overlay([informer]) == [written]
+    newer = copy.deepcopy(informer)
+    newer["metadata"]["resourceVersion"] = "13"
+    assert cache.overlay([newer]) == [newer] and len(cache) == 0  # confirmed (or superseded)
+    cache.assume(written)
+    replaced = copy.deepcopy(informer)
+    replaced["metadata"]["uid"] = "another"
+    assert cache.overlay([replaced]) == [replaced] and len(cache) == 0
+    cache.assume(written)
+    assert cache.overlay([]) == [written]  # not listed yet (a claim we created)
+    t[0] = 31
+    assert cache.overlay([informer]) == [informer] and len(cache) == 0  # expired
+
+
+def pod(name: str, node: str = "", claims: tuple[str, ...] = (), scheduler: str = "gpufleet",
+        ann: dict[str, str] | None = None, limits: dict[str, str] | None = None
+        ) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}",
+                         "resourceVersion": "1", "annotations": ann or {}},
+            "spec": {"schedulerName": scheduler, "nodeName": node,
+                     "resourceClaims": [{"name": f"g{i}", "resourceClaimName": c}
+                                        for i, c in enumerate(claims)],
+                     "containers": [{"name": "m", "resources": {"limits": {
+                         "cpu": "1", "memory": "1Gi", **(limits or {})}}}]},
+            "status": {"phase": "Running" if node else "Pending"}}
+
+
+def test_snapshot_books_claims_once_and_pins_allocated_pending_pods() -> None:
+    """g4dn.12xlarge (4 T4s) with slices. kube-scheduler's pod holds gpu-0 through its claim;
+    a gpufleet DRA pod bound on gpu-1 (its claim) with stale annotations naming gpu-3 counts
+    gpu-1 only; a pending pod whose claim is allocated on the node is pinned there; a pending
+    pod with an unallocated 2-GPU claim is planned with num_gpu=2 on slice nodes only."""
+    node = node_object(spec_from_instance(IT["g4dn.12xlarge"], "t4"))
+    plain = node_object(spec_from_instance(IT["g4dn.12xlarge"], "labels-only"))
+    world = DraWorld.of(slices("g4dn.12xlarge", "t4"), [
+        allocated_claim("kube", [res("t4", "gpu-0", shareID="x",
+                                     consumedCapacity={"memory": "16Gi"})], "t4"),
+        allocated_claim("ours", [res("t4", "gpu-1", shareID="y",
+                                     consumedCapacity={"memory": "16Gi"})], "t4"),
+        allocated_claim("pinned", [res("t4", "gpu-2", shareID="z",
+                                       consumedCapacity={"memory": "16Gi"})], "t4"),
+        claim("two", count=2),
+    ], device_classes(), CAT)
+    pods = [
+        pod("k", "t4", ("kube",), scheduler="default-scheduler"),
+        pod("o", "t4", ("ours",), ann={"gpufleet.io/node": "t4", "gpufleet.io/gpus": "3",
+                                      "gpufleet.io/gpu-milli": "1000"}),
+        pod("p", claims=("pinned",)),
+        pod("w", claims=("two",)),
+    ]
+    snap = build_snapshot([node, plain], pods, dra=world)
+    row = snap.state.index["t4"]
+    assert snap.unaccounted == {}
+    assert list(snap.state.free_milli[row, :4]) == [0, 0, 0, 1000]
+    assert snap.claims["ns/p"].pinned == "t4"
+    w = next(p for p in snap.pending if p.key == "ns/w")
+    assert w.request is not None and w.request.num_gpu == 2
+    assert snap.dra_nodes == frozenset({"t4"})
+    mask = device_mask(snap, w)
+    assert mask is not None and list(mask) == [False, True]  # rows: labels-only, t4
+    assert [u.members for u in pending_units(snap)] == [("ns/w",)]  # the pinned one is not planned
+
+
+def test_mig_claims_only_on_dynamic_mig_nodes() -> None:
+    """all-balanced (static: the instances mig-parted made, no whole GPU published) vs
+    all-enabled (dynamic: every placement): a MIG claim may go to the dynamic node only, a
+    whole-GPU claim to either (it cannot fit on a static MIG node's MIG GPUs anyway)."""
+    nodes = [node_object(spec_from_instance(IT["p4d.24xlarge"], n, mig_config=m))
+             for n, m in (("static", "all-balanced"), ("dynamic", "all-enabled"))]
+    world = DraWorld.of(slices("p4d.24xlarge", "static", "all-balanced")
+                        + slices("p4d.24xlarge", "dynamic", "all-enabled"),
+                        [claim("m", cls="mig.nvidia.com", cel=PROFILE.format("1g.5gb")),
+                         claim("w")], device_classes(), CAT)
+    assert world.devices["static"].static_mig and not world.devices["dynamic"].static_mig
+    snap = build_snapshot(nodes, [pod("pm", claims=("m",)), pod("pw", claims=("w",))],
+                          dra=world)
+    assert snap.static_mig_nodes == frozenset({"static"})
+    masks = {p.key: device_mask(snap, p) for p in snap.pending}
+    order = [snap.state.nodes[i].name for i in range(snap.state.n)]
+    assert order == ["dynamic", "static"]
+    assert list(masks["ns/pm"]) == [True, False]
+    assert list(masks["ns/pw"]) == [True, True]
+
+
+def test_extended_requests_and_the_claim_kube_scheduler_would_create() -> None:
+    """Request names as kube-scheduler's createRequestsAndMappings: container index counts init
+    containers first; the request index is the resource's place among the container's sorted
+    request names (cpu, memory, nvidia.com/gpu → 2)."""
+    pod_obj = {"metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
+               "spec": {"initContainers": [{"name": "init"}], "containers": [
+                   {"name": "a", "resources": {"limits": {"cpu": "1", "memory": "1Gi",
+                                                          "nvidia.com/gpu": "2"}}},
+                   {"name": "b", "resources": {"requests": {"nvidia.com/mig-3g.20gb": "1"}}},
+                   {"name": "c", "resources": {"limits": {"cpu": "1"}}}]}}
+    reqs = extended_requests(pod_obj)
+    assert reqs == (ExtendedRequest("a", "container-1-request-2", "nvidia.com/gpu", 2),
+                    ExtendedRequest("b", "container-2-request-0", "nvidia.com/mig-3g.20gb", 1))
+    mapping = extended_classes(CLASSES)
+    assert mapping["nvidia.com/gpu"] == "gpu.nvidia.com"
+    assert mapping["nvidia.com/mig-3g.20gb"] == "mig-3g.20gb.gpu.nvidia.com"
+    assert mapping["deviceclass.resource.kubernetes.io/mig.nvidia.com"] == "mig.nvidia.com"
+    body = extended_claim("ns", "p", "u1", reqs[:1], mapping)
+    assert body["metadata"] == {
+        "generateName": "p-extended-resources-", "namespace": "ns",
+        "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "u1",
+                             "controller": True}],
+        "annotations": {"resource.kubernetes.io/extended-resource-claim": "true"}}
+    assert body["spec"]["devices"]["requests"] == [{"name": "container-1-request-2", "exactly": {
+        "deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount", "count": 2}}]
+    (ask,), why = claim_asks(body, CLASSES)
+    assert why is None and ask.count == 2
+    (mig,), _ = claim_asks(extended_claim("ns", "p", "u1", reqs[1:], mapping), CLASSES)
+    assert mig.profile == "3g.20gb"  # the profile comes from the class's selector
+    assert extended_mappings(reqs[:1]) == [{"containerName": "a", "resourceName":
+                                            "nvidia.com/gpu",
+                                            "requestName": "container-1-request-2"}]
+
+
+def test_device_cache_reparses_only_changed_slices() -> None:
+    cache = DeviceCache()
+    sl = slices("g4dn.12xlarge", "t4")
+    for i, s in enumerate(sl):
+        s["metadata"]["resourceVersion"] = str(i)
+    first = cache.devices(sl, CAT)
+    assert cache.devices(copy.deepcopy(sl), CAT) is first
+    sl[0]["metadata"]["resourceVersion"] = "99"
+    again = cache.devices(sl, CAT)
+    assert again is not first and set(again[0]) == {"t4"}

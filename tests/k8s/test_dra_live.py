@@ -1,0 +1,290 @@
+"""gpufleet allocating GPUs through Dynamic Resource Allocation on the lab's real API server
+(kube-apiserver validates every claim and allocation; the controller-manager's claim controller
+creates template claims and deallocates claims of deleted pods; KWOK runs the pods; the lab
+publishes NVIDIA-shaped ResourceSlices). The controller runs in-process, leader election off.
+
+Each test works in its own namespace, on nodes it adds in a zone named after it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from dra_objects import G, Space, V, allocated, claim_body, results
+from kubernetes import client
+from live_controller import running_controller
+from live_wait import wait_for
+
+from gpufleet.k8s.schedule.controller import Controller
+from gpufleet.k8s.translate.claims import FINALIZER
+from gpufleet.k8s.translate.resource_slices import ATTR_NVLINK_DOMAIN
+
+pytestmark = pytest.mark.live
+
+
+@pytest.fixture()
+def space(lab: Any) -> Iterator[Space]:
+    sp = Space(lab)
+    yield sp
+    core = lab.core
+    core.delete_collection_namespaced_pod(sp.name, grace_period_seconds=0)
+    wait_for("the test's pods to go", lambda: not core.list_namespaced_pod(sp.name).items, 60)
+    for n in sp.nodes:
+        core.delete_node(n)
+    core.delete_namespace(sp.name)
+
+
+@pytest.fixture()
+def controller(lab: Any) -> Iterator[Controller]:
+    with running_controller(lab.api) as ctl:
+        assert ctl.dra, "the lab serves resource.k8s.io/v1"
+        yield ctl
+
+
+def test_two_gpus_on_one_nvlink_island(space: Space, controller: Controller) -> None:
+    """p3.16xlarge: two NVLink islands of 4 V100s. A 3-GPU claim takes 3 of one island; the
+    2-GPU claim then gets both GPUs from the other island (the first idle pair would straddle
+    the two), written as the claim's allocation — the binding choice on a real node."""
+    (node,) = space.add("p3.16xlarge")
+    space.claim("three", count=3)
+    space.pod("a", claim="three")
+    wait_for("the 3-GPU pod to bind", lambda: space.bound("a"))
+    space.claim("two", count=2)
+    space.pod("b", claim="two")
+    pod = wait_for("the 2-GPU pod to bind", lambda: space.bound("b"))
+    assert pod["spec"]["nodeName"] == node
+    claim = space.read_claim("two")
+    assert FINALIZER in claim["metadata"]["finalizers"]
+    assert claim["status"]["reservedFor"] == [
+        {"resource": "pods", "name": "b", "uid": pod["metadata"]["uid"]}]
+    sel = claim["status"]["allocation"]["nodeSelector"]["nodeSelectorTerms"][0]["matchFields"]
+    assert sel == [{"key": "metadata.name", "operator": "In", "values": [node]}]
+    two = [r["device"] for r in results(claim)]
+    three = [r["device"] for r in results(space.read_claim("three"))]
+    assert len(set(two) | set(three)) == 5
+    doms = {space.device(node, d)["attributes"][ATTR_NVLINK_DOMAIN]["int"] for d in two}
+    assert len(doms) == 1, two
+    assert not ({space.device(node, d)["attributes"][ATTR_NVLINK_DOMAIN]["int"]
+                 for d in three} & doms)
+    # the claim is the record: no GPU annotations on the pod
+    assert "gpufleet.io/gpus" not in (pod["metadata"].get("annotations") or {})
+
+
+def test_four_quarter_shares_of_one_gpu_then_a_deleted_pods_share_reused(
+        space: Space, controller: Controller) -> None:
+    """g4dn.xlarge: one T4 (16 GiB), published with allowMultipleAllocations. Four pods with
+    ``gpu-fraction: 0.25`` and a 4 GiB capacity claim share it, each allocation its own
+    ``shareID`` and ``consumedCapacity``; a fifth is refused. Deleting one pod lets the
+    controller-manager's claim controller drop the reservation and deallocate the claim, and the
+    fifth pod gets the freed share."""
+    (node,) = space.add("g4dn.xlarge")
+    for i in range(5):
+        space.claim(f"share-{i}", memory="4Gi")
+    for i in range(4):
+        space.pod(f"p{i}", claim=f"share-{i}", ann={"gpu-fraction": "0.25"})
+    for i in range(4):
+        wait_for(f"share {i} to bind", lambda i=i: space.bound(f"p{i}"))
+    got = [results(space.read_claim(f"share-{i}"))[0] for i in range(4)]
+    assert {r["device"] for r in got} == {"gpu-0"} and {r["pool"] for r in got} == {node}
+    assert len({r["shareID"] for r in got}) == 4
+    assert all(r["consumedCapacity"] == {"memory": "4Gi"} for r in got)
+    space.pod("p4", claim="share-4", ann={"gpu-fraction": "0.25"})
+    msg = wait_for("the fifth share to be refused", lambda: space.scheduled_message("p4"))
+    assert msg.startswith("0/")
+    assert space.bound("p4") is None and allocated(space, "share-4") is None
+    space.lab.core.delete_namespaced_pod("p1", space.name, grace_period_seconds=0)
+    wait_for("the controller-manager to deallocate share-1",
+             lambda: allocated(space, "share-1") is None, 60)
+    wait_for("the fifth share to bind", lambda: space.bound("p4"))
+    assert results(space.read_claim("share-4"))[0]["device"] == "gpu-0"
+
+
+def test_mig_through_a_claim_template(space: Space, controller: Controller) -> None:
+    """A p4d.24xlarge in dynamic MIG (every placement published, all on the GPUs' counters).
+    The pod's claim comes from a ResourceClaimTemplate (the controller-manager creates it and
+    names it in the pod's status); gpufleet allocates one 3g.20gb device for it."""
+    (node,) = space.add("p4d.24xlarge", mig_config="all-enabled")
+    space.custom.create_namespaced_custom_object(G, V, space.name, "resourceclaimtemplates", {
+        "apiVersion": f"{G}/{V}", "kind": "ResourceClaimTemplate", "metadata": {"name": "mig"},
+        "spec": {"spec": claim_body("x", "mig.nvidia.com", 1,
+                                    "device.attributes['gpu.nvidia.com'].profile == '3g.20gb'",
+                                    None)["spec"]}})
+    space.pod("m", template="mig")
+    pod = wait_for("the MIG pod to bind", lambda: space.bound("m"))
+    assert pod["spec"]["nodeName"] == node
+    (st,) = pod["status"]["resourceClaimStatuses"]
+    (r,) = results(space.read_claim(st["resourceClaimName"]))
+    dev = space.device(node, r["device"])
+    assert dev["attributes"]["profile"]["string"] == "3g.20gb"
+    assert r["device"].startswith("gpu-") and "-mig-3g20gb-" in r["device"]
+    assert "shareID" not in r
+
+
+def test_kill_9_between_allocation_and_bind(space: Space, lab: Any, tmp_path: Any) -> None:
+    """A controller process, slowed by its client rate limit (one write every 2.5 s), is killed
+    with SIGKILL once it has written both pods' claims (finalizer, allocation, reservedFor) and
+    before it binds either. The next controller binds the surviving pod to the node its claim
+    is allocated on (the allocation untouched), and the controller-manager releases the claim
+    of the pod deleted meanwhile: nothing is leaked."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    (node,) = space.add("g4dn.12xlarge")
+    for name in ("a", "b"):
+        space.claim(f"claim-{name}")
+    log = (tmp_path / "controller.log").open("w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpufleet", "controller", "--kubeconfig", str(lab.kubeconfig),
+         "--no-leader-elect", "--port", "0", "--kube-api-qps", "0.4", "--kube-api-burst", "1"],
+        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        for name in ("a", "b"):
+            space.pod(name, claim=f"claim-{name}")
+        wait_for("both claims allocated", lambda: allocated(space, "claim-a")
+                 and allocated(space, "claim-b"), 90, log=tmp_path / "controller.log",
+                 poll_s=0.05)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert space.bound("a") is None and space.bound("b") is None, "killed after a bind"
+    before = space.read_claim("claim-a")
+    assert FINALIZER in before["metadata"]["finalizers"]
+    lab.core.delete_namespaced_pod("b", space.name, grace_period_seconds=0)
+    with running_controller(lab.api):
+        pod = wait_for("the next controller to bind a", lambda: space.bound("a"))
+        assert pod["spec"]["nodeName"] == node
+        after = space.read_claim("claim-a")
+        assert after["status"]["allocation"] == before["status"]["allocation"]
+        assert [r["uid"] for r in after["status"]["reservedFor"]] == [pod["metadata"]["uid"]]
+        released = wait_for("the controller-manager to release b's claim", lambda: (
+            c := space.read_claim("claim-b"), not c["status"].get("allocation")
+            and FINALIZER not in (c["metadata"].get("finalizers") or ()))[1], 60)
+        assert released
+
+
+def test_plain_gpu_pod_served_through_the_extended_resource_claim(
+        space: Space, controller: Controller) -> None:
+    """A node whose GPUs are devices only (no nvidia.com/gpu in its status: no device plugin)
+    and a pod asking ``nvidia.com/gpu: 2``, unchanged. DeviceClass gpu.nvidia.com maps the
+    resource (extendedResourceName), so gpufleet creates the claim kube-scheduler would —
+    ``<pod>-extended-resources-…``, owned by the pod, annotated — allocates it, names it in the
+    pod's ``status.extendedResourceClaimStatus`` and binds."""
+    (node,) = space.add("p3.8xlarge")
+    space.without_device_plugin(node)
+    space.pod("plain", limits={"nvidia.com/gpu": "2"})
+    pod = wait_for("the plain pod to bind", lambda: space.bound("plain"))
+    assert pod["spec"]["nodeName"] == node
+    st = pod["status"]["extendedResourceClaimStatus"]
+    assert st["requestMappings"] == [{"containerName": "main", "resourceName": "nvidia.com/gpu",
+                                      "requestName": "container-0-request-2"}]
+    claim = space.read_claim(st["resourceClaimName"])
+    assert claim["metadata"]["name"].startswith("plain-extended-resources-")
+    assert claim["metadata"]["annotations"] == {
+        "resource.kubernetes.io/extended-resource-claim": "true"}
+    (owner,) = claim["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["uid"], owner["controller"]) == (
+        "Pod", pod["metadata"]["uid"], True)
+    assert claim["spec"]["devices"]["requests"] == [{"name": "container-0-request-2", "exactly": {
+        "deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount", "count": 2}}]
+    assert [r["request"] for r in results(claim)] == ["container-0-request-2"] * 2
+    assert claim["status"]["reservedFor"][0]["uid"] == pod["metadata"]["uid"]
+    # The over-commit check that follows every live test reads GPUs from Nodes and pod
+    # annotations only (its claim checks are another branch's); on a node without
+    # nvidia.com/gpu it would count this pod's request as over the node's zero. Its devices
+    # were checked above, so the pod goes before that check.
+    space.lab.core.delete_namespaced_pod("plain", space.name, grace_period_seconds=0)
+    wait_for("the plain pod to go", lambda: not space.lab.core.list_namespaced_pod(
+        space.name).items)
+
+
+def test_chart_rbac_is_enough_for_dra(space: Space, lab: Any) -> None:
+    """The controller authenticated as a ServiceAccount holding only the chart's scheduler
+    ClusterRole rules (deploy/kubernetes/10-rbac.yaml): it lists and watches slices, classes
+    and claims, writes a claim's finalizer and its allocation + reservedFor (the API server
+    checks resourceclaims/binding for those fields), creates an extended-resource claim and
+    patches the pod's status, and binds."""
+    import copy
+    from pathlib import Path
+
+    import yaml
+    from kubernetes.client import RbacAuthorizationV1Api
+
+    docs = yaml.safe_load_all((Path(__file__).resolve().parents[2]
+                               / "deploy/kubernetes/10-rbac.yaml").read_text())
+    rules = next(d for d in docs if d and d["kind"] == "ClusterRole")["rules"]
+    rbac, core, ns = RbacAuthorizationV1Api(lab.api), lab.core, space.name
+    role = f"dra-rbac-{ns}"
+    core.create_namespaced_service_account(ns, {"metadata": {"name": "ctl"}})
+    rbac.create_cluster_role({"metadata": {"name": role}, "rules": rules})
+    rbac.create_cluster_role_binding({
+        "metadata": {"name": role},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": role},
+        "subjects": [{"kind": "ServiceAccount", "name": "ctl", "namespace": ns}]})
+    try:
+        token = core.create_namespaced_service_account_token(
+            "ctl", ns, {"spec": {"expirationSeconds": 3600}}).status.token
+        cfg = copy.deepcopy(lab.api.configuration)
+        cfg.cert_file = cfg.key_file = None
+        cfg.api_key = {"BearerToken": token}
+        cfg.api_key_prefix = {"BearerToken": "Bearer"}
+        (node,) = space.add("p3.8xlarge")
+        space.without_device_plugin(node)
+        with running_controller(client.ApiClient(cfg)) as ctl:
+            assert ctl.dra
+            space.claim("two", count=2)
+            space.pod("claimed", claim="two")
+            space.pod("plain", limits={"nvidia.com/gpu": "1"})
+            for name in ("claimed", "plain"):
+                pod = wait_for(f"{name} to bind", lambda name=name: space.bound(name))
+                assert pod["spec"]["nodeName"] == node
+            assert len(results(space.read_claim("two"))) == 2
+            ext = space.read_pod("plain")["status"]["extendedResourceClaimStatus"]
+            assert len(results(space.read_claim(ext["resourceClaimName"]))) == 1
+        # the over-commit check after the test reads no claims (see the extended test above)
+        space.lab.core.delete_namespaced_pod("plain", ns, grace_period_seconds=0)
+        wait_for("the plain pod to go", lambda: not any(
+            p.metadata.name == "plain" for p in core.list_namespaced_pod(ns).items))
+    finally:
+        rbac.delete_cluster_role_binding(role)
+        rbac.delete_cluster_role(role)
+
+
+def test_claim_allocated_on_a_node_that_is_gone_is_released_and_placed_anew(
+        space: Space, lab: Any) -> None:
+    """What a leader killed after allocating leaves, when the node then goes too: the claim
+    allocated (finalizer, allocation on node A, reserved for the pending pod), node A deleted.
+    The next controller releases the claim and places the pod on node B."""
+    import uuid
+
+    a, b = space.add("g4dn.xlarge", 2)
+    space.claim("c")
+    space.pod("p", claim="c")
+    uid = space.read_pod("p")["metadata"]["uid"]
+    claim = space.read_claim("c")
+    claim["metadata"]["finalizers"] = [FINALIZER]
+    claim = dict(space.custom.replace_namespaced_custom_object(
+        G, V, space.name, "resourceclaims", "c", claim))
+    claim["status"] = {"allocation": {
+        "devices": {"results": [{"request": "gpu", "driver": "gpu.nvidia.com", "pool": a,
+                                 "device": "gpu-0", "shareID": str(uuid.uuid4()),
+                                 "consumedCapacity": {"memory": "16Gi"}}]},
+        "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+            {"key": "metadata.name", "operator": "In", "values": [a]}]}]}},
+        "reservedFor": [{"resource": "pods", "name": "p", "uid": uid}]}
+    space.custom.replace_namespaced_custom_object_status(G, V, space.name, "resourceclaims",
+                                                         "c", claim)
+    lab.core.delete_node(a)
+    space.nodes.remove(a)
+    wait_for("node A's slices to go", lambda: not space.slices(a))
+    with running_controller(lab.api):
+        pod = wait_for("the pod to bind on node B", lambda: space.bound("p"))
+    assert pod["spec"]["nodeName"] == b
+    (r,) = results(space.read_claim("c"))
+    assert r["pool"] == b
