@@ -324,7 +324,7 @@ def test_queue_row_against_prometheus_live_controller_metrics(tmp_path: Path) ->
     deadline = time.monotonic() + DEADLINE_S
     metrics = ControllerMetrics()
     metrics.registry.register(QueueCollector(queue_views, lambda: True))
-    server = serve(metrics, "127.0.0.1", 0, lambda: True, lambda: True)
+    server = serve(metrics.registry, "127.0.0.1", 0, lambda: True, lambda: True)
     port = server.server_address[1]
     prom = Prometheus(port, tmp_path)
     try:
