@@ -9,6 +9,9 @@ It starts the default mixed fleet and no gpufleet controller: tests run the cont
 Tests share the cluster, so each works in its own namespace and on nodes it adds itself. A test
 that uses it is marked ``live``.
 
+``share_policy`` applies the gpu-fraction MutatingAdmissionPolicy (``deploy/dra``) for one test
+and removes it after.
+
 Every test on the lab ends with the over-commit check (``tests/support/overcommit.py``): no GPU
 index, MIG slot or milli-GPU given out twice on any node, read from the API objects alone.
 
@@ -63,6 +66,16 @@ def lab(lab_binaries: Path) -> Iterator[LabSession]:
         yield session
     finally:
         release_shared()
+
+
+@pytest.fixture
+def share_policy(lab: LabSession) -> Iterator[None]:
+    policy = Path(__file__).resolve().parents[1] / "deploy" / "dra" / "gpu-share-policy.yaml"
+    lab.kubectl("apply", "-f", str(policy))
+    try:
+        yield
+    finally:
+        lab.kubectl("delete", "--ignore-not-found", "-f", str(policy))
 
 
 @pytest.hookimpl(wrapper=True)

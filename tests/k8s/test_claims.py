@@ -30,7 +30,9 @@ from gpufleet.k8s.translate.extended_claims import (
     extended_mappings,
     extended_requests,
 )
+from gpufleet.k8s.translate.gpu_shares import share_claim_template
 from gpufleet.k8s.translate.node_objects import node_object, spec_from_instance
+from gpufleet.k8s.translate.quantity import memory_mib
 from gpufleet.k8s.translate.resource_slices import device_classes, resource_slices
 from gpufleet.k8s.translate.snapshot import build_snapshot
 from gpufleet.state import ResourceRequest
@@ -94,10 +96,103 @@ def test_claim_asks(body: dict[str, Any], count: int, profile: str | None, share
         count, profile, share, "gpu", "ns/c")
 
 
-def test_first_available_is_refused() -> None:
+SHAREABLE = "device.allowMultipleAllocations == true"
+MEM = "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('{}')) == 0"
+
+
+def sub(name: str, size: str | None, memory: str | None, cls: str = "gpu.nvidia.com",
+        count: int = 1, shareable: bool = True, extra: str | None = None) -> dict[str, Any]:
+    """One subrequest as gpu_shares writes them (or broken in one way)."""
+    terms = [t for t in (SHAREABLE if shareable else None,
+                         MEM.format(size) if size else None, extra) if t]
+    out: dict[str, Any] = {"name": name, "deviceClassName": cls, "count": count}
+    if terms:
+        out["selectors"] = [{"cel": {"expression": " && ".join(terms)}}]
+    if memory:
+        out["capacity"] = {"requests": {"memory": memory}}
+    return out
+
+
+def templated(milli: int) -> dict[str, Any]:
+    """The claim the controller-manager makes from gpu_shares' template ``gpu-share-<milli>``."""
+    return {"metadata": {"name": "c", "namespace": "ns"},
+            "spec": share_claim_template(milli)["spec"]["spec"]}
+
+
+def listed(*subs: dict[str, Any]) -> dict[str, Any]:
     body = claim()
-    body["spec"]["devices"]["requests"] = [{"name": "gpu", "firstAvailable": []}]
-    assert "firstAvailable" in str(claim_asks(body, CLASSES)[1])
+    body["spec"]["devices"]["requests"] = [{"name": "gpu", "firstAvailable": list(subs)}]
+    return body
+
+
+FIRST = [
+    # (claim, (subrequest, device MiB, share MiB) options, refusal fragment)
+    (listed(sub("gpu-16gi", "16Gi", "4Gi"), sub("gpu-40gi", "40Gi", "10Gi")),
+     (("gpu-16gi", 16384, 4096), ("gpu-40gi", 40960, 10240)), None),
+    (templated(250),  # the shipped gpu-share-250: a quarter of each catalog size
+     (("gpu-12gi", 12288, 3072), ("gpu-16gi", 16384, 4096), ("gpu-24gi", 24576, 6144),
+      ("gpu-32gi", 32768, 8192), ("gpu-40gi", 40960, 10240), ("gpu-80gi", 81920, 20480),
+      ("gpu-141gi", 144384, 36096)), None),
+    (listed(), (), "an empty firstAvailable"),
+    (listed(sub("a", "16Gi", None)), (), "lists shares of one GPU"),  # no capacity request
+    (listed(sub("a", None, "4Gi")), (), "lists shares of one GPU"),  # no memory selector
+    (listed(sub("a", "16Gi", "4Gi", shareable=False)), (), "lists shares of one GPU"),
+    (listed(sub("a", "16Gi", "4Gi", count=2)), (), "a share is of one GPU (count 1)"),
+    (listed(sub("a", "16Gi", "4Gi", cls="mig.nvidia.com")), (), "needs a profile selector"),
+    (listed(sub("a", "16Gi", "4Gi"), sub("b", "16Gi", "2Gi")), (),
+     "two subrequests select 16384 MiB devices"),
+    (listed(sub("a", "16Gi", "4Gi", extra="device.attributes['gpu.nvidia.com'].productName "
+                "== 'Tesla T4'"), sub("b", "40Gi", "10Gi")), (),
+     "different DeviceClasses or products"),
+    (listed(sub("a", "16Gi", "4Gi", extra="device.attributes['gpu.nvidia.com'].minor == 0")),
+     (), "is not one gpufleet reads"),
+    (listed(sub("a", "16Gi", "4Gi", cls="nic.example.com")), (), "does not exist"),
+    # the memory and shareable terms are read only inside a firstAvailable share
+    (claim(cel=MEM.format("16Gi"), capacity={"memory": "4Gi"}), (), "only in a firstAvailable"),
+    (claim(cel=SHAREABLE), (), "only in a firstAvailable"),
+]
+
+
+@pytest.mark.parametrize(("body", "options", "why"), FIRST)
+def test_first_available_shares(body: dict[str, Any], options: tuple[Any, ...],
+                                why: str | None) -> None:
+    asks, refusal = claim_asks(body, CLASSES)
+    if why is not None:
+        assert refusal is not None and why in refusal and asks == [], refusal
+        return
+    assert refusal is None
+    (a,) = asks
+    assert (a.request, a.class_name, a.count, a.share_memory_mib, a.product) == (
+        "gpu", "gpu.nvidia.com", 1, 0, None)
+    assert tuple((o.name, o.device_memory_mib, o.share_memory_mib) for o in a.options) == options
+
+
+ALL_MODELS = frozenset(CAT.models)
+
+
+@pytest.mark.parametrize(("milli", "hint", "models", "want_milli", "why"), [
+    # 0.25: every size's quarter is whole MiB (12 GiB → 3072 MiB = 250 milli): the fraction
+    (250, 250, None, 250, None),
+    # 0.05 of 12 GiB is 614.4 → 615 MiB, 615 × 1000 / 12288 = 50.05 → 51 milli: what the
+    # allocated share will book, so placement takes it (no hint: the same)
+    (50, 50, None, 51, None),
+    (50, None, None, 51, None),
+    # a productName on the pod (base) narrows the models to those the sizes allow
+    (250, 250, frozenset({"T4", "X"}), 250, None),
+    (250, 250, frozenset({"X"}), 0, "no GPU model gpufleet knows has the memory"),
+])
+def test_pod_ask_first_available(milli: int, hint: int | None, models: frozenset[str] | None,
+                                 want_milli: int, why: str | None) -> None:
+    body = templated(milli)
+    base = ResourceRequest(cpu_milli=1000, memory_mib=1024, gpu_models=models)
+    req, ask, refusal = pod_ask(base, hint, [body], CLASSES, CAT)
+    if why is not None:
+        assert req is None and refusal is not None and why in refusal
+        return
+    assert refusal is None and ask is not None
+    assert req == ResourceRequest(cpu_milli=1000, memory_mib=1024, num_gpu=1,
+                                  gpu_milli=want_milli, gpu_memory_mib=0,
+                                  gpu_models=ALL_MODELS & (models or ALL_MODELS))
 
 
 BASE = ResourceRequest(cpu_milli=1000, memory_mib=1024)
@@ -226,6 +321,44 @@ def test_allocation_results() -> None:
     # a slot no slice publishes: nothing is written
     assert allocation(mig, ask, Bind("ns/p", "a100", (), 0, (MigSlot(2, "3g.20gb", 1),)),
                       nodes["a100"], CLASSES) is None
+
+
+@pytest.mark.parametrize(("body", "node", "gpu", "named", "memory", "milli"), [
+    # the shipped 0.25 template: the chosen device's size picks the subrequest
+    (templated(250), "t4", 2, "gpu/gpu-16gi", "4Gi", 250),  # T4: 16 GiB / 4
+    (templated(250), "a100", 3, "gpu/gpu-40gi", "10Gi", 250),  # A100-40GB: 40 GiB / 4
+    # ceil(0.05 × 16384) = 820 MiB; booked back as ceil(820 × 1000 / 16384) = 51 milli
+    (templated(50), "t4", 0, "gpu/gpu-16gi", "820Mi", 51),
+    # no subrequest for a 16 GiB device: nothing is written
+    (listed(sub("gpu-80gi", "80Gi", "20Gi")), "t4", 0, None, None, 0),
+])
+def test_first_available_allocation(body: dict[str, Any], node: str, gpu: int,
+                                    named: str | None, memory: str | None, milli: int) -> None:
+    """As kube-scheduler writes a prioritized list's result: ``<request>/<subrequest>``, a
+    shareID, the subrequest's capacity consumed; class configs name the same request; and
+    :func:`holdings` books the written share back as milli-GPU of that device's memory."""
+    nodes, _ = devices_by_node(slices("g4dn.12xlarge", "t4") + slices("p4d.24xlarge", "a100"),
+                               CAT)
+    classes = copy.deepcopy(CLASSES)
+    opaque = {"driver": "gpu.nvidia.com", "parameters": {"sharing": {"strategy": "MPS"}}}
+    classes["gpu.nvidia.com"]["spec"]["config"] = [{"opaque": opaque}]
+    (ask,) = claim_asks(body, classes)[0]
+    bind = Bind("ns/p", node, (gpu,), 250)
+    got = allocation(body, ask, bind, nodes[node], classes)
+    if named is None:
+        assert got is None
+        return
+    assert got is not None
+    (r,) = got["devices"]["results"]
+    assert (r["request"], r["pool"], r["device"], r["consumedCapacity"]) == (
+        named, node, f"gpu-{gpu}", {"memory": memory})
+    again = allocation(body, ask, bind, nodes[node], classes)
+    assert again is not None and again["devices"]["results"][0]["shareID"] != r["shareID"]
+    assert got["devices"]["config"] == [{"source": "FromClass", "requests": [named],
+                                         "opaque": opaque}]
+    (h,) = holdings([{**body, "status": {"allocation": got}}], nodes, CAT)[0]
+    assert (h.bind.gpus, h.bind.milli_per_gpu, h.request.gpu_memory_mib) == (
+        (gpu,), milli, memory_mib(memory))
 
 
 def test_claim_assume_overlay() -> None:

@@ -8,7 +8,9 @@ Each test works in its own namespace, on nodes it adds in a zone named after it.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,9 +21,12 @@ from live_wait import wait_for
 
 from gpufleet.k8s.schedule.controller import Controller
 from gpufleet.k8s.translate.claims import FINALIZER
+from gpufleet.k8s.translate.gpu_shares import CLAIM_NAME, NAMESPACE_LABEL
 from gpufleet.k8s.translate.resource_slices import ATTR_NVLINK_DOMAIN
+from gpufleet.lab.kubelet_check import check_cluster
 
 pytestmark = pytest.mark.live
+TEMPLATES = Path(__file__).resolve().parents[2] / "deploy" / "dra" / "gpu-share-templates.yaml"
 
 
 @pytest.fixture()
@@ -99,6 +104,54 @@ def test_four_quarter_shares_of_one_gpu_then_a_deleted_pods_share_reused(
              lambda: allocated(space, "share-1") is None, 60)
     wait_for("the fifth share to bind", lambda: space.bound("p4"))
     assert results(space.read_claim("share-4"))[0]["device"] == "gpu-0"
+
+
+def test_gpu_fraction_pods_get_shares_through_the_admission_policy(
+        space: Space, controller: Controller, share_policy: None) -> None:
+    """The path that keeps ``gpu-fraction`` working under DRA: in a namespace with the policy's
+    label, pods created with ``gpu-fraction: 0.25`` and no claims get the ``gpu-share-250``
+    template's claim from the API server, the controller-manager creates it, and gpufleet
+    allocates its prioritized list on g4dn.xlarge's one T4 (16 GiB): four shares, each the
+    ``gpu-16gi`` subrequest (``request: gpu/gpu-16gi``, 4 GiB, its own shareID); a fifth is
+    refused; the kubelet stand-in finds nothing wrong."""
+    lab = space.lab
+    (node,) = space.add("g4dn.xlarge")
+    key, value = NAMESPACE_LABEL
+    lab.core.patch_namespace(space.name, {"metadata": {"labels": {key: value}}})
+    lab.kubectl("apply", "-n", space.name, "-f", str(TEMPLATES))
+    probe = {"apiVersion": "v1", "kind": "Pod",
+             "metadata": {"name": "probe", "annotations": {"gpu-fraction": "0.25"}},
+             "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}
+
+    def in_effect() -> bool:  # the API server loads new policies asynchronously
+        got = json.loads(lab.core.create_namespaced_pod(
+            space.name, probe, dry_run="All", _preload_content=False).data)
+        return bool(got["spec"].get("resourceClaims"))
+
+    wait_for("the MutatingAdmissionPolicy in effect", in_effect, timeout=60)
+    for i in range(4):
+        space.pod(f"q{i}", ann={"gpu-fraction": "0.25"})
+    pods = [wait_for(f"share {i} to bind", lambda i=i: space.bound(f"q{i}"), 60)
+            for i in range(4)]
+    got = []
+    for p in pods:
+        assert p["spec"]["nodeName"] == node
+        assert p["spec"]["resourceClaims"] == [
+            {"name": CLAIM_NAME, "resourceClaimTemplateName": "gpu-share-250"}]
+        (st,) = p["status"]["resourceClaimStatuses"]
+        claim = space.read_claim(st["resourceClaimName"])
+        assert claim["status"]["reservedFor"] == [
+            {"resource": "pods", "name": p["metadata"]["name"], "uid": p["metadata"]["uid"]}]
+        got += results(claim)
+    assert {(r["request"], r["pool"], r["device"]) for r in got} == {
+        ("gpu/gpu-16gi", node, "gpu-0")}
+    assert all(r["consumedCapacity"] == {"memory": "4Gi"} for r in got)
+    assert len({r["shareID"] for r in got}) == 4
+    space.pod("q4", ann={"gpu-fraction": "0.25"})
+    msg = wait_for("the fifth share to be refused", lambda: space.scheduled_message("q4"), 60)
+    assert msg.startswith("0/") and space.bound("q4") is None
+    report = check_cluster(lab.api)
+    assert not [line for line in report.lines() if f"{space.name}/" in line], report.lines()
 
 
 def test_mig_through_a_claim_template(space: Space, controller: Controller) -> None:

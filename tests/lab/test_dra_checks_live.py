@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +32,6 @@ from gpufleet.lab.session import LabSession
 
 pytestmark = pytest.mark.live
 REPO = Path(__file__).resolve().parents[2]
-POLICY = REPO / "deploy" / "dra" / "gpu-share-policy.yaml"
 TEMPLATES = REPO / "deploy" / "dra" / "gpu-share-templates.yaml"
 
 
@@ -56,15 +54,6 @@ def _pod(name: str, fraction: str | None = None, claims: list[dict] | None = Non
 
 def _read(lab: LabSession, ns: str, name: str) -> dict:
     return json.loads(lab.core.read_namespaced_pod(name, ns, _preload_content=False).data)
-
-
-@pytest.fixture
-def share_policy(lab: LabSession) -> Iterator[None]:
-    lab.kubectl("apply", "-f", str(POLICY))
-    try:
-        yield
-    finally:
-        lab.kubectl("delete", "--ignore-not-found", "-f", str(POLICY))
 
 
 def test_fraction_pod_gets_its_share_claim(lab: LabSession, share_policy: None) -> None:

@@ -12,12 +12,19 @@ Three directions, all pure (the API's JSON in, data out):
     ``profile == '3g.20gb'`` CEL selector (on the request or on the class);
   - a share of one GPU: ``count: 1`` on the GPU class with ``capacity.requests.memory`` (the
     consumable-capacity form); the share's milli-GPU is the pod's ``gpu-fraction`` annotation
-    when it has one, else 1 (the device's memory is then the only thing shared).
+    when it has one, else 1 (the device's memory is then the only thing shared);
+  - a share as :mod:`.gpu_shares`' templates ask it: a ``firstAvailable`` list whose every
+    subrequest is such a share on a shareable GPU (``device.allowMultipleAllocations == true``)
+    of exactly one memory size (``device.capacity['gpu.nvidia.com'].memory.compareTo(
+    quantity('80Gi')) == 0``). Placement gets any GPU model of those sizes; the device it picks
+    picks the subrequest, written as kube-scheduler writes a prioritized list's result
+    (``request: gpu/gpu-80gi``, that subrequest's capacity consumed). Any other
+    ``firstAvailable`` is refused with the reason.
 
   The selectors gpufleet reads are ``device.driver == 'gpu.nvidia.com'`` and equality on the
-  driver's ``type``, ``profile`` and ``productName`` attributes; any other CEL is refused with a
-  reason (gpufleet does not evaluate CEL, and allocating a device a selector excludes would be
-  wrong).
+  driver's ``type``, ``profile`` and ``productName`` attributes (and, in a ``firstAvailable``
+  share, the two terms above); any other CEL is refused with a reason (gpufleet does not
+  evaluate CEL, and allocating a device a selector excludes would be wrong).
 * **What is taken** (:func:`holdings`): every claim with ``status.allocation`` — written by
   gpufleet or any other scheduler — books its devices on the state's rows: a whole device its
   GPU (all of a MIG GPU's slices), a MIG device its slot, a share (a result with ``shareID``)
@@ -48,7 +55,14 @@ FINALIZER = "resource.kubernetes.io/delete-protection"
 _TERM = re.compile(
     r"""^device\.attributes\[['"]gpu\.nvidia\.com['"]\]\.(\w+)\s*==\s*['"]([^'"]*)['"]$""")
 _DRIVER_TERM = re.compile(r"""^device\.driver\s*==\s*['"]([^'"]*)['"]$""")
+# what gpu_shares' templates select: shareable devices of exactly one memory size
+_MEMORY_TERM = re.compile(
+    r"""^device\.capacity\[['"]gpu\.nvidia\.com['"]\]\.memory\.compareTo\("""
+    r"""\s*quantity\(\s*['"]([^'"]+)['"]\s*\)\s*\)\s*==\s*0$""")
+_SHAREABLE_TERM = re.compile(r"^device\.allowMultipleAllocations\s*==\s*true$")
 _READ = ("type", "profile", "productName")
+# the terms that are no attribute (read only in a firstAvailable share's subrequests)
+MEMORY, SHAREABLE = "capacity.memory", "allowMultipleAllocations"
 
 
 def claim_key(claim: Mapping[str, Any]) -> str:
@@ -57,7 +71,9 @@ def claim_key(claim: Mapping[str, Any]) -> str:
 
 
 def _selector_terms(selectors: Any, where: str) -> tuple[dict[str, str], str | None]:
-    """Attribute equalities of CEL selectors (``&&`` of the terms gpufleet reads), or why not."""
+    """Attribute equalities of CEL selectors (``&&`` of the terms gpufleet reads), or why not.
+    A memory equality comes back as :data:`MEMORY` (MiB), ``allowMultipleAllocations == true``
+    as :data:`SHAREABLE`."""
     out: dict[str, str] = {}
     for sel in selectors or ():
         expr = ((sel or {}).get("cel") or {}).get("expression")
@@ -69,14 +85,30 @@ def _selector_terms(selectors: Any, where: str) -> tuple[dict[str, str], str | N
                 if m.group(1) != DRIVER:
                     return out, f"{where}: selects driver {m.group(1)!r}, not {DRIVER}"
                 continue
-            m = _TERM.match(term)
-            if m is None or m.group(1) not in _READ:
-                return out, (f"{where}: CEL {term!r} is not one gpufleet reads (driver, and "
-                             f"equality on {', '.join(_READ)})")
-            if out.get(m.group(1), m.group(2)) != m.group(2):
-                return out, f"{where}: {m.group(1)} selected twice, differently"
-            out[m.group(1)] = m.group(2)
+            if _SHAREABLE_TERM.match(term):
+                key, value = SHAREABLE, "true"
+            elif (m := _MEMORY_TERM.match(term)) is not None and memory_mib(m.group(1)) > 0:
+                key, value = MEMORY, str(memory_mib(m.group(1)))
+            elif (m := _TERM.match(term)) is not None and m.group(1) in _READ:
+                key, value = m.group(1), m.group(2)
+            else:
+                return out, (f"{where}: CEL {term!r} is not one gpufleet reads (driver, "
+                             f"equality on {', '.join(_READ)}; in a firstAvailable share also "
+                             "allowMultipleAllocations and memory equality)")
+            if out.get(key, value) != value:
+                return out, f"{where}: {key} selected twice, differently"
+            out[key] = value
     return out, None
+
+
+@dataclass(frozen=True, slots=True)
+class ShareOption:
+    """One subrequest of a prioritized-list share: on a device of ``device_memory_mib`` it asks
+    ``share_memory_mib``, and the allocation result names it (``<request>/<name>``)."""
+
+    name: str
+    device_memory_mib: int
+    share_memory_mib: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +122,90 @@ class ClaimAsk:
     profile: str | None  # MIG
     share_memory_mib: int  # >0: a share of one GPU with this much memory
     product: str | None  # productName selected
+    # a firstAvailable share (gpu_shares' templates): one subrequest per device memory size;
+    # share_memory_mib is then 0 and the chosen device's size picks the option
+    options: tuple[ShareOption, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class _Read:
+    """One ``exactly`` request or subrequest as read."""
+
+    class_name: str
+    count: int
+    terms: dict[str, str]
+    share: int  # capacity.requests.memory in MiB (0: none)
+
+
+def _device_request(ex: Mapping[str, Any], classes: Mapping[str, Mapping[str, Any]], where: str
+                    ) -> tuple[_Read | None, str | None]:
+    """A device request (``exactly`` or a subrequest, same fields) checked against the shapes
+    gpufleet places, or why not."""
+    cname = str(ex.get("deviceClassName") or "")
+    dc = classes.get(cname)
+    if dc is None:
+        return None, f"{where}: DeviceClass {cname!r} does not exist"
+    terms, why = _selector_terms((dc.get("spec") or {}).get("selectors"), f"DeviceClass {cname}")
+    if why:
+        return None, why
+    more, why = _selector_terms(ex.get("selectors"), where)
+    if why:
+        return None, why
+    if any(terms.get(k, v) != v for k, v in more.items()):
+        return None, f"{where}: its selectors contradict DeviceClass {cname}'s"
+    terms |= more
+    if (ex.get("allocationMode") or "ExactCount") != "ExactCount":
+        return None, f"{where}: allocationMode {ex.get('allocationMode')!r} (only ExactCount)"
+    n = int(ex.get("count") or 1)
+    kind = terms.get("type")
+    cap = ((ex.get("capacity") or {}).get("requests") or {})
+    share = memory_mib(cap.get("memory")) if cap.get("memory") is not None else 0
+    if set(cap) - {"memory"}:
+        return None, f"{where}: capacity {sorted(cap)} (only memory is consumable)"
+    if kind == "mig":
+        if "profile" not in terms:
+            return None, f"{where}: a MIG device needs a profile selector"
+        if n != 1 or share:
+            return None, f"{where}: one MIG device per request, no capacity request"
+    elif kind == "gpu":
+        if "profile" in terms:
+            return None, f"{where}: a whole GPU has no profile"
+        if share and n != 1:
+            return None, f"{where}: a share is of one GPU (count 1)"
+    else:
+        return None, f"{where}: DeviceClass {cname} does not select one device type"
+    return _Read(cname, n, terms, share), None
+
+
+def _first_available(key: str, name: str, subs: Any, classes: Mapping[str, Mapping[str, Any]],
+                     where: str) -> tuple[ClaimAsk | None, str | None]:
+    """A prioritized list gpufleet allocates: every subrequest a share (count 1, a memory
+    capacity request) of one shareable GPU of exactly one memory size (the sizes distinct), all
+    of one DeviceClass and product — so the device placement picks decides the subrequest."""
+    if not isinstance(subs, list) or not subs:
+        return None, f"{where}: an empty firstAvailable"
+    shape = ("a firstAvailable gpufleet allocates lists shares of one GPU each selecting "
+             "allowMultipleAllocations and exactly one memory size")
+    options: list[ShareOption] = []
+    firsts: set[tuple[str, str | None]] = set()
+    for j, sub in enumerate(subs):
+        sname = str((sub or {}).get("name", j))
+        got, why = _device_request(sub or {}, classes, f"{where} subrequest {sname!r}")
+        if why or got is None:
+            return None, why
+        t = got.terms
+        if t.get("type") != "gpu" or not got.share or got.count != 1 or MEMORY not in t \
+                or t.get(SHAREABLE) != "true":
+            return None, f"{where} subrequest {sname!r}: {shape}"
+        size = int(t[MEMORY])
+        if any(o.device_memory_mib == size for o in options):
+            return None, f"{where}: two subrequests select {size} MiB devices"
+        options.append(ShareOption(sname, size, got.share))
+        firsts.add((got.class_name, t.get("productName")))
+    if len(firsts) != 1:
+        return None, f"{where}: subrequests of different DeviceClasses or products"
+    ((cname, product),) = firsts
+    return ClaimAsk(key, name, cname, 1, None, 0, product, tuple(options)), None
 
 
 def claim_asks(claim: Mapping[str, Any], classes: Mapping[str, Mapping[str, Any]]
@@ -101,45 +217,24 @@ def claim_asks(claim: Mapping[str, Any], classes: Mapping[str, Mapping[str, Any]
         where = f"claim {key} request {r.get('name', i)!r}"
         if key.endswith("/None"):  # not created yet (an extended-resource claim)
             where = f"extended-resource request {r.get('name', i)!r}"
+        name = str(r.get("name", ""))
+        if r.get("firstAvailable") is not None:
+            ask, why = _first_available(key, name, r["firstAvailable"], classes, where)
+            if why or ask is None:
+                return [], why
+            asks.append(ask)
+            continue
         ex = r.get("exactly")
         if not isinstance(ex, Mapping):
-            return [], f"{where}: only 'exactly' requests are supported (not firstAvailable)"
-        cname = str(ex.get("deviceClassName") or "")
-        dc = classes.get(cname)
-        if dc is None:
-            return [], f"{where}: DeviceClass {cname!r} does not exist"
-        terms, why = _selector_terms((dc.get("spec") or {}).get("selectors"),
-                                     f"DeviceClass {cname}")
-        if why:
+            return [], f"{where}: neither 'exactly' nor 'firstAvailable'"
+        got, why = _device_request(ex, classes, where)
+        if why or got is None:
             return [], why
-        more, why = _selector_terms(ex.get("selectors"), where)
-        if why:
-            return [], why
-        if any(terms.get(k, v) != v for k, v in more.items()):
-            return [], f"{where}: its selectors contradict DeviceClass {cname}'s"
-        terms |= more
-        if (ex.get("allocationMode") or "ExactCount") != "ExactCount":
-            return [], f"{where}: allocationMode {ex.get('allocationMode')!r} (only ExactCount)"
-        n = int(ex.get("count") or 1)
-        kind = terms.get("type")
-        cap = ((ex.get("capacity") or {}).get("requests") or {})
-        share = memory_mib(cap.get("memory")) if cap.get("memory") is not None else 0
-        if set(cap) - {"memory"}:
-            return [], f"{where}: capacity {sorted(cap)} (only memory is consumable)"
-        if kind == "mig":
-            if "profile" not in terms:
-                return [], f"{where}: a MIG device needs a profile selector"
-            if n != 1 or share:
-                return [], f"{where}: one MIG device per request, no capacity request"
-        elif kind == "gpu":
-            if "profile" in terms:
-                return [], f"{where}: a whole GPU has no profile"
-            if share and n != 1:
-                return [], f"{where}: a share is of one GPU (count 1)"
-        else:
-            return [], f"{where}: DeviceClass {cname} does not select one device type"
-        asks.append(ClaimAsk(key, str(r.get("name", "")), cname, n, terms.get("profile"),
-                             share, terms.get("productName")))
+        if MEMORY in got.terms or SHAREABLE in got.terms:
+            return [], (f"{where}: memory and allowMultipleAllocations selectors are read only "
+                        "in a firstAvailable share")
+        asks.append(ClaimAsk(key, name, got.class_name, got.count, got.terms.get("profile"),
+                             got.share, got.terms.get("productName")))
     return asks, None
 
 
@@ -192,12 +287,36 @@ def pod_ask(
         req = ResourceRequest(**{**_fields(req), "gpu_models": frozenset({model})})
     if a.profile is not None:
         return ResourceRequest(**{**_fields(req), "num_gpu": 1, "mig_profile": a.profile}), a, None
+    if a.options:
+        return _first_available_ask(req, milli_hint, a, catalog)
     if a.share_memory_mib:
         milli = milli_hint if milli_hint is not None and milli_hint < GPU_MILLI else 1
         return ResourceRequest(**{**_fields(req), "num_gpu": 1, "gpu_milli": milli,
                                   "gpu_memory_mib": a.share_memory_mib}), a, None
     return ResourceRequest(**{**_fields(req), "num_gpu": a.count, "gpu_milli": GPU_MILLI,
                               "gpu_memory_mib": 0}), a, None
+
+
+def _first_available_ask(req: ResourceRequest, milli_hint: int | None, a: ClaimAsk,
+                         catalog: GpuCatalog
+                         ) -> tuple[ResourceRequest | None, ClaimAsk | None, str | None]:
+    """A prioritized-list share: any GPU model of one of the subrequests' memory sizes, and
+    milli-GPU the pod's fraction — at least the largest fraction of its device any subrequest
+    asks (``ceil(memory × 1000 / size)``, what :func:`holdings` books once it is allocated), so
+    milli fitting on a GPU means its memory fits too, whichever subrequest the device picks."""
+    sizes = {o.device_memory_mib for o in a.options}
+    models = frozenset(n for n, m in catalog.models.items() if m.memory_mib in sizes)
+    if req.gpu_models is not None:
+        models &= req.gpu_models
+    if not models:
+        return None, None, (f"claim {a.claim}: no GPU model gpufleet knows has the memory its "
+                            f"subrequests select ({', '.join(f'{s} MiB' for s in sorted(sizes))})")
+    least = max(math.ceil(o.share_memory_mib * GPU_MILLI / o.device_memory_mib)
+                for o in a.options)
+    hint = milli_hint if milli_hint is not None and milli_hint < GPU_MILLI else 0
+    milli = min(GPU_MILLI, max(1, least, hint))
+    return ResourceRequest(**{**_fields(req), "num_gpu": 1, "gpu_milli": milli,
+                              "gpu_memory_mib": 0, "gpu_models": models}), a, None
 
 
 def _fields(req: ResourceRequest) -> dict[str, Any]:
@@ -313,24 +432,33 @@ def allocation(claim: Mapping[str, Any], ask: ClaimAsk, bind: Bind, node: NodeDe
         devs = [node.whole.get(g) for g in bind.gpus]
     if any(d is None for d in devs) or not devs:
         return None
+    request = ask.request
     for d in devs:
         assert d is not None
-        res: dict[str, Any] = {"request": ask.request, "driver": DRIVER, "pool": d.pool,
+        share = ask.share_memory_mib
+        if ask.options:  # the subrequest of the chosen device's size, named as kube names it
+            opt = next((o for o in ask.options if o.device_memory_mib == d.memory_mib), None)
+            if opt is None or len(devs) != 1:
+                return None
+            request, share = f"{ask.request}/{opt.name}", opt.share_memory_mib
+        res: dict[str, Any] = {"request": request, "driver": DRIVER, "pool": d.pool,
                                "device": d.name}
-        if ask.share_memory_mib and not d.shareable:
+        if share and not d.shareable:
             return None
         if d.shareable:  # as kube's allocator: every allocation of such a device is a share
             used = d.memory_mib
-            if ask.share_memory_mib:
+            if ask.options:  # what the subrequest asks (placement's milli covers it)
+                used = min(d.memory_mib, share)
+            elif share:
                 used = min(d.memory_mib, max(
-                    ask.share_memory_mib, math.ceil(bind.milli_per_gpu * d.memory_mib / GPU_MILLI)))
+                    share, math.ceil(bind.milli_per_gpu * d.memory_mib / GPU_MILLI)))
             res["shareID"] = str(uuid.uuid4())
             res["consumedCapacity"] = {"memory": _mib_quantity(used)}
         results.append(res)
     config: list[dict[str, Any]] = []
     for cfg in ((classes.get(ask.class_name) or {}).get("spec") or {}).get("config") or ():
         if cfg.get("opaque"):
-            config.append({"source": "FromClass", "requests": [ask.request],
+            config.append({"source": "FromClass", "requests": [request],
                            "opaque": cfg["opaque"]})
     for cfg in ((claim.get("spec") or {}).get("devices") or {}).get("config") or ():
         if cfg.get("opaque"):
