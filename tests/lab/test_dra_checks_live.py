@@ -149,10 +149,13 @@ def test_kubelet_check_on_claims_allocated_by_hand(lab: LabSession) -> None:
         report = check_cluster(lab.api)
         assert not _mine(report.lines(), ns), report.lines()
 
-        _allocate(res, ns, "c2", node, "gpu-0", None)  # gpu-0 again: not shareable
+        # gpu-0 again. The lab publishes whole GPUs as shareable (allowMultipleAllocations, so
+        # shares and whole GPUs exclude each other by memory); an allocation without
+        # consumedCapacity takes all of it: two of them consume 32Gi of the T4's 16Gi
+        _allocate(res, ns, "c2", node, "gpu-0", None)
         report = check_cluster(lab.api)
         (dup,) = _mine(report.lines(), ns)
-        assert f"{node} GPU 0: exclusive: device gpu-0" in dup
+        assert f"{node} GPU 0: capacity: device gpu-0 memory: 32Gi consumed of 16Gi" in dup
         assert f"claim {ns}/c1" in dup and f"claim {ns}/c2" in dup
         cli = subprocess.run([sys.executable, "-m", "gpufleet", "lab", "check", "--dir",
                               str(lab.directory)], capture_output=True, text=True, timeout=120,
