@@ -334,6 +334,28 @@ def test_an_invalid_update_keeps_the_last_valid_spec_and_config_queues_count() -
     assert t.observe(snap, [], lambda *a: 0.0, DAY + 2).settings["a"].gpus == 9
 
 
+def test_enforce_quotas_off_measures_but_does_not_act() -> None:
+    """``teams.enforce_quotas: false`` in --config is the simulator's dry run: the cycle gets
+    an empty book (a's second pod binds beyond its quota of 1), status and metrics still see
+    the quota and the usage (1 of 1)."""
+    t, _ = tracker({"enforce_quotas": False, "queues": [{"name": "a", "gpus": 1}]})
+    put(t.namespaces, [{"metadata": {"name": "ns-a", "labels": {"gpufleet.io/queue": "a"}}}])
+    snap = build_snapshot([node("t4", 4)], [kpod("ns-a", "r0", GPU1, node_name="t4"),
+                                            kpod("ns-a", "a1", GPU1, t=1)])
+    live = t.observe(snap, [], lambda *a: 0.0, DAY)
+    assert live.input is not None and live.input.book.teams == {}
+    assert live.nominal is not None and live.nominal.usage == {"a": 1000}
+    assert live.nominal.teams["a"].nominal_milli == 1000
+    plan = plan_cycle(snap, POLICY, np.random.default_rng(0), quota=live)
+    assert [b.job_id for b in plan.of(Bind)] == ["ns-a/a1"]
+    t.sync(live, snap, DAY, leader=False)
+    assert (t.views["a"].usage_milli, t.views["a"].nominal_milli) == (1000, 1000)
+    on, _ = tracker({"queues": [{"name": "a", "gpus": 1}]})
+    on.namespaces._store, on.queues._store = t.namespaces._store, {}  # type: ignore[attr-defined]
+    acting = on.observe(snap, [], lambda *a: 0.0, DAY)
+    assert not plan_cycle(snap, POLICY, np.random.default_rng(0), quota=acting).of(Bind)
+
+
 def test_without_queues_the_cycle_gets_no_quota() -> None:
     t, _ = tracker()
     snap = build_snapshot([node("t4", 4)], [])

@@ -95,6 +95,8 @@ class LiveQuota:
     settings: dict[str, QueueSettings]
     parsed: list[Parsed] = field(default_factory=list)
     spends: dict[str, Spend] = field(default_factory=dict)  # this period's, per queue
+    # every queue's nominal quota and usage, acting or not (what status and metrics show)
+    nominal: QuotaBook | None = None
 
 
 class QueueTracker:
@@ -115,6 +117,9 @@ class QueueTracker:
         teams = scenario.teams
         self.config_queues = {q.name: q for q in (teams.queues if teams else ())}
         self.half_life_s = teams.half_life_s if teams else DEFAULT_HALF_LIFE_S
+        # False (``teams.enforce_quotas`` in --config): a dry run, as in the simulator — usage
+        # against each quota is measured and shown in status, nothing is refused or reclaimed
+        self.enforce_quotas = teams.enforce_quotas if teams else True
         self.history: UsageHistory | None = None
         self.ledger = SpendLedger()
         self.parses = QueueParses()
@@ -168,7 +173,9 @@ class QueueTracker:
             {n: s.budget.build() for n, s in settings.items() if s.budget is not None},
             {n: sp.spent_micro for n, sp in spends.items()},
             {n: sp.rate_micro_per_s for n, sp in spends.items()}, now_s))
-        return LiveQuota(QuotaInput(book, self.history, held), teams, settings, parsed, spends)
+        acting = book if self.enforce_quotas else QuotaBook([])
+        return LiveQuota(QuotaInput(acting, self.history, held), teams, settings, parsed, spends,
+                         nominal=book)
 
     # -- status, events, metrics ---------------------------------------------------------------
     def sync(self, live: LiveQuota, snap: Snapshot, now_s: float, leader: bool) -> None:
@@ -179,7 +186,7 @@ class QueueTracker:
                 self.views = {}
             return
         objs = {str(o["metadata"]["name"]): o for o in self.queues.objects()}
-        book = live.input.book if live.input is not None else QuotaBook([])
+        book = live.nominal if live.nominal is not None else QuotaBook([])
         spends = live.spends
         pending = pending_by_queue(snap, live.teams)
         views: dict[str, st.QueueView] = {}
