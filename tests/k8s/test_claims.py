@@ -323,6 +323,43 @@ def test_allocation_results() -> None:
                       nodes["a100"], CLASSES) is None
 
 
+@pytest.mark.parametrize(("itype", "millis", "memories"), [
+    # V100-32GB (32,768 MiB), the bench's claim asking f × 16 GiB: the planned milli in memory,
+    # rounded down — 10,911 + 10,911 + 10,944 = 32,766 MiB; rounded up it was 32,769 > 32,768
+    ("p3dn.24xlarge", (333, 333, 334), (10911, 10911, 10944)),
+    # T4 (16,384 MiB): what the claim asks, ⌈333 × 16,384 / 1000⌉ = 5,456, is above the
+    # milli's 5,455 — the claim's request wins, and all three still fit (16,368 MiB)
+    ("g4dn.12xlarge", (333, 333, 333), (5456, 5456, 5456)),
+])
+def test_share_memory_never_sums_above_the_device(itype: str, millis: tuple[int, ...],
+                                                  memories: tuple[int, ...]) -> None:
+    """Shares gpufleet planned to 1000 milli or less on one GPU are written as memory that
+    sums to at most the device's (the over-commit checker judges that memory exactly), and
+    each milli-derived share reads back (:func:`holdings`) as the milli that was planned."""
+    nodes, _ = devices_by_node(slices(itype, "n"), CAT)
+    dev_mib = nodes["n"].whole[0].memory_mib
+    got = []
+    for i, m in enumerate(millis):
+        body = claim(f"s{i}", capacity={"memory": f"{-(-m * 16384 // 1000)}Mi"})
+        (ask,) = claim_asks(body, CLASSES)[0]
+        alloc = allocation(body, ask, Bind(f"ns/p{i}", "n", (0,), m), nodes["n"], CLASSES)
+        assert alloc is not None
+        (r,) = alloc["devices"]["results"]
+        got.append(memory_mib(r["consumedCapacity"]["memory"]))
+        (h,) = holdings([{**body, "status": {"allocation": alloc}}], nodes, CAT)[0]
+        if memory_mib(r["consumedCapacity"]["memory"]) == m * dev_mib // 1000:
+            assert h.bind.milli_per_gpu == m
+    assert tuple(got) == memories and sum(got) <= dev_mib
+
+
+@pytest.mark.parametrize("dev_mib", [12288, 16384, 24576, 32768, 40960, 81920, 144384])
+def test_a_milli_share_written_as_memory_reads_back_as_that_milli(dev_mib: int) -> None:
+    """⌈⌊m·M/1000⌋ · 1000 / M⌉ = m for every milli m and every device memory M ≥ 1000 MiB:
+    the snapshot books a written share as exactly what placement planned."""
+    import math
+    assert all(math.ceil((m * dev_mib // 1000) * 1000 / dev_mib) == m for m in range(1, 1001))
+
+
 @pytest.mark.parametrize(("body", "node", "gpu", "named", "memory", "milli"), [
     # the shipped 0.25 template: the chosen device's size picks the subrequest
     (templated(250), "t4", 2, "gpu/gpu-16gi", "4Gi", 250),  # T4: 16 GiB / 4
@@ -429,6 +466,23 @@ def test_snapshot_books_claims_once_and_pins_allocated_pending_pods() -> None:
     mask = device_mask(snap, w)
     assert mask is not None and list(mask) == [False, True]  # rows: labels-only, t4
     assert [u.members for u in pending_units(snap)] == [("ns/w",)]  # the pinned one is not planned
+
+
+def test_a_claim_the_state_cannot_fit_still_holds_what_is_left_of_its_gpu() -> None:
+    """Two claims written by someone else hold 600 and 700 milli (by memory) of one T4: the
+    second is reported (the state has 400 left, not 700) and books those 400, so the GPU is
+    full to placement rather than looking 400 free."""
+    node = node_object(spec_from_instance(IT["g4dn.12xlarge"], "t4"))
+    world = DraWorld.of(slices("g4dn.12xlarge", "t4"), [
+        allocated_claim("a", [res("t4", "gpu-0", shareID="x",
+                                  consumedCapacity={"memory": f"{16384 * 6 // 10}Mi"})], "t4"),
+        allocated_claim("b", [res("t4", "gpu-0", shareID="y",
+                                  consumedCapacity={"memory": f"{16384 * 7 // 10}Mi"})], "t4"),
+    ], device_classes(), CAT)
+    snap = build_snapshot([node], [], dra=world)
+    assert list(snap.unaccounted) == ["claim ns/b"]
+    row = snap.state.index["t4"]
+    assert list(snap.state.free_milli[row, :4]) == [0, 1000, 1000, 1000]
 
 
 def test_mig_claims_only_on_dynamic_mig_nodes() -> None:

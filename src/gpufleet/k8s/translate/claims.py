@@ -449,9 +449,11 @@ def allocation(claim: Mapping[str, Any], ask: ClaimAsk, bind: Bind, node: NodeDe
             used = d.memory_mib
             if ask.options:  # what the subrequest asks (placement's milli covers it)
                 used = min(d.memory_mib, share)
-            elif share:
+            elif share:  # the planned milli in memory, rounded down: n shares of milli
+                # summing to 1000 then never sum above the device's memory (rounded up, three
+                # 333s of 32 GiB took 32,769 MiB), and :func:`holdings` reads back that milli
                 used = min(d.memory_mib, max(
-                    share, math.ceil(bind.milli_per_gpu * d.memory_mib / GPU_MILLI)))
+                    share, bind.milli_per_gpu * d.memory_mib // GPU_MILLI))
             res["shareID"] = str(uuid.uuid4())
             res["consumedCapacity"] = {"memory": _mib_quantity(used)}
         results.append(res)

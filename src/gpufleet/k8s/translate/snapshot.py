@@ -11,7 +11,7 @@ yet (:mod:`.assume`), laid over the parsed pods.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -213,6 +213,22 @@ def _book_claims(snap: Snapshot, dra: DraWorld, cat: GpuCatalog) -> None:
             state.allocate(h.request, h.bind, bind_masks(state, h.bind, cat))
         except ValueError as exc:
             snap.unaccounted[f"claim {h.claim}"] = str(exc)
+            _book_rest(state, h.request, h.bind)
+
+
+def _book_rest(state: FleetState, req: ResourceRequest, bind: Bind) -> None:
+    """An allocated device the state cannot fit (over-committed by whoever wrote it) still
+    holds its GPU: book what is left of it, so placement never hands out the room the claim
+    has. Left unbooked, the GPU would look freer than it is. MIG slices already taken are
+    counted by their first holder."""
+    if not bind.gpus:
+        return
+    i = state.index[bind.node]
+    for g in bind.gpus:
+        left = int(state.free_milli[i, g])
+        if left > 0:
+            part = Bind(bind.job_id, bind.node, (g,), min(left, bind.milli_per_gpu))
+            state.allocate(replace(req, cpu_milli=0, memory_mib=0, num_gpu=1), part)
 
 
 def _account(snap: Snapshot, info: PodInfo, bind: Bind | None, cat: GpuCatalog) -> None:
