@@ -4,6 +4,7 @@ snapshot of a fleet whose GPUs are ResourceSlices (no API server: the JSON the A
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any
 
 import pytest
@@ -323,22 +324,24 @@ def test_allocation_results() -> None:
                       nodes["a100"], CLASSES) is None
 
 
-@pytest.mark.parametrize(("itype", "millis", "memories"), [
+@pytest.mark.parametrize(("itype", "millis", "memories", "read_back"), [
     # V100-32GB (32,768 MiB), the bench's claim asking f × 16 GiB: the planned milli in memory,
     # rounded down — 10,911 + 10,911 + 10,944 = 32,766 MiB; rounded up it was 32,769 > 32,768
-    ("p3dn.24xlarge", (333, 333, 334), (10911, 10911, 10944)),
+    ("p3dn.24xlarge", (333, 333, 334), (10911, 10911, 10944), (333, 333, 334)),
     # T4 (16,384 MiB): what the claim asks, ⌈333 × 16,384 / 1000⌉ = 5,456, is above the
-    # milli's 5,455 — the claim's request wins, and all three still fit (16,368 MiB)
-    ("g4dn.12xlarge", (333, 333, 333), (5456, 5456, 5456)),
+    # milli's 5,455 — the claim's request wins, all three still fit (16,368 MiB), and each
+    # reads back one milli high (5,456 of 16,384 is 333.008): booked more, never less
+    ("g4dn.12xlarge", (333, 333, 333), (5456, 5456, 5456), (334, 334, 334)),
 ])
 def test_share_memory_never_sums_above_the_device(itype: str, millis: tuple[int, ...],
-                                                  memories: tuple[int, ...]) -> None:
+                                                  memories: tuple[int, ...],
+                                                  read_back: tuple[int, ...]) -> None:
     """Shares gpufleet planned to 1000 milli or less on one GPU are written as memory that
     sums to at most the device's (the over-commit checker judges that memory exactly), and
     each milli-derived share reads back (:func:`holdings`) as the milli that was planned."""
     nodes, _ = devices_by_node(slices(itype, "n"), CAT)
     dev_mib = nodes["n"].whole[0].memory_mib
-    got = []
+    got, back = [], []
     for i, m in enumerate(millis):
         body = claim(f"s{i}", capacity={"memory": f"{-(-m * 16384 // 1000)}Mi"})
         (ask,) = claim_asks(body, CLASSES)[0]
@@ -347,16 +350,15 @@ def test_share_memory_never_sums_above_the_device(itype: str, millis: tuple[int,
         (r,) = alloc["devices"]["results"]
         got.append(memory_mib(r["consumedCapacity"]["memory"]))
         (h,) = holdings([{**body, "status": {"allocation": alloc}}], nodes, CAT)[0]
-        if memory_mib(r["consumedCapacity"]["memory"]) == m * dev_mib // 1000:
-            assert h.bind.milli_per_gpu == m
+        back.append(h.bind.milli_per_gpu)
     assert tuple(got) == memories and sum(got) <= dev_mib
+    assert tuple(back) == read_back
 
 
 @pytest.mark.parametrize("dev_mib", [12288, 16384, 24576, 32768, 40960, 81920, 144384])
 def test_a_milli_share_written_as_memory_reads_back_as_that_milli(dev_mib: int) -> None:
     """⌈⌊m·M/1000⌋ · 1000 / M⌉ = m for every milli m and every device memory M ≥ 1000 MiB:
     the snapshot books a written share as exactly what placement planned."""
-    import math
     assert all(math.ceil((m * dev_mib // 1000) * 1000 / dev_mib) == m for m in range(1, 1001))
 
 

@@ -351,7 +351,7 @@ def test_enforce_quotas_off_measures_but_does_not_act() -> None:
     t.sync(live, snap, DAY, leader=False)
     assert (t.views["a"].usage_milli, t.views["a"].nominal_milli) == (1000, 1000)
     on, _ = tracker({"queues": [{"name": "a", "gpus": 1}]})
-    on.namespaces._store, on.queues._store = t.namespaces._store, {}  # type: ignore[attr-defined]
+    put(on.namespaces, t.namespaces.objects())
     acting = on.observe(snap, [], lambda *a: 0.0, DAY)
     assert not plan_cycle(snap, POLICY, np.random.default_rng(0), quota=acting).of(Bind)
 

@@ -242,16 +242,15 @@ def run_one(
             load_end = os.getloadavg()[0]
             all_nodes = list_all(core.list_node)[0]
             all_pods = list_all(core.list_pod_for_all_namespaces)[0]
-            if dra:  # the claims judged exactly against the slices, annotations beside them
-                found = find_overcommits(
-                    all_nodes, all_pods,
-                    claims=list_all(resource.list_resource_claim_for_all_namespaces)[0],
-                    slices=list_all(resource.list_resource_slice)[0])
-            else:
-                found = find_overcommits(all_nodes, all_pods)
+            # --dra: the claims judged exactly against the slices, annotations beside them
+            claims = list_all(resource.list_resource_claim_for_all_namespaces)[0] if dra else []
+            slices = list_all(resource.list_resource_slice)[0] if dra else []
+            found = find_overcommits(all_nodes, all_pods, claims=claims, slices=slices)
             for f in found:
                 log(f"{scheduler}: over-committed: {f}")
-            for c in claim_overcommits(resource, all_nodes, all_pods) if dra else []:
+            partial = (claim_overcommits(resource, all_nodes, all_pods, claims, slices)
+                       if dra else [])
+            for c in partial:
                 log(f"{scheduler}: a claim gpufleet's snapshot books only in part: {c}")
         finally:
             down(d)
@@ -272,8 +271,8 @@ def run_one(
     )
 
 
-def claim_overcommits(resource: Any, nodes: list[dict[str, Any]],
-                      pods: list[dict[str, Any]]) -> list[str]:
+def claim_overcommits(resource: Any, nodes: list[dict[str, Any]], pods: list[dict[str, Any]],
+                      claims: list[dict[str, Any]], slices: list[dict[str, Any]]) -> list[str]:
     """``--dra``: the allocated claims gpufleet's snapshot could not book whole (a device given
     out beyond what it has in the state's integer milli-GPU: a whole GPU twice, MIG slices twice,
     shares over 1000 milli read back from memory). Logged, not counted: the over-commit
@@ -283,9 +282,8 @@ def claim_overcommits(resource: Any, nodes: list[dict[str, Any]],
     from gpufleet.k8s.translate.snapshot import build_snapshot
     from gpufleet.k8s.watch.informer import list_all
 
-    world = DraWorld.of(list_all(resource.list_resource_slice)[0],
-                        list_all(resource.list_resource_claim_for_all_namespaces)[0],
-                        list_all(resource.list_device_class)[0], default_gpu_catalog())
+    world = DraWorld.of(slices, claims, list_all(resource.list_device_class)[0],
+                        default_gpu_catalog())
     snap = build_snapshot(nodes, pods, dra=world)
     return [f"{k}: {v}" for k, v in snap.unaccounted.items() if k.startswith("claim ")]
 

@@ -11,7 +11,7 @@ yet (:mod:`.assume`), laid over the parsed pods.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -228,7 +228,7 @@ def _book_rest(state: FleetState, req: ResourceRequest, bind: Bind) -> None:
         left = int(state.free_milli[i, g])
         if left > 0:
             part = Bind(bind.job_id, bind.node, (g,), min(left, bind.milli_per_gpu))
-            state.allocate(replace(req, cpu_milli=0, memory_mib=0, num_gpu=1), part)
+            state.allocate(req, part)  # a holding's request: one GPU, no cpu or memory
 
 
 def _account(snap: Snapshot, info: PodInfo, bind: Bind | None, cat: GpuCatalog) -> None:
