@@ -6,24 +6,31 @@ submitted in ``[start_day, start_day + days)`` of the trace, their submit times 
 at 0 (so the window lies in the first calendar month of the simulated clock and a monthly
 budget covers it whole). Every job of the window runs to completion.
 
-Part 1, quotas (a fixed on-demand fleet, sized at ``--fleet-quantile`` of the window's
-concurrent GPU demand, so that teams compete; gpufleet's levers otherwise on). Each team's
+Part 1, quotas (a fixed on-demand fleet; gpufleet's levers otherwise on). Each team's
 nominal quota is its **median demand**: the time-weighted median, over the window, of the GPUs
-its jobs would hold if each ran from its submit time for its duration. Three runs of one
-workload:
+its jobs would hold if each ran from its submit time for its duration. The fleet is sized at
+the lowest quantile of the window's concurrent GPU demand, from ``--fleet-quantile`` up, that
+covers the **sum of the quotas**: a quota is a guarantee, and a platform that sells more
+guarantees than it has GPUs cannot deliver them whatever its scheduler does (with
+``--oversold`` the fleet is the plain ``--fleet-quantile`` one, smaller than the quotas on
+Philly, the previous table's setting). Three runs of one workload:
 
 * ``no quotas``: FIFO/priority only (``enforce_quotas: false`` — quotas measured, not acted on);
 * ``borrowing``: every team in one cohort, no borrowing limit (idle quota lent, reclaimed);
 * ``strict``: the same quotas, no cohort — a team never exceeds its quota.
 
-Figures (``sim.summary``): utilisation (allocated / provisioned GPU-time); the worst team's
+Figures (``sim.summary``): utilisation (allocated / provisioned GPU-time, until the last job
+ends — on a fixed fleet a long tail of a few jobs lowers it); utilisation while jobs wait (the
+same over the report's samples at which some job is pending: capacity left idle while work
+waits); the worst team's
 ``entitled_delivered`` (∫ min(used, quota) / ∫ min(demand, quota): the share of its entitlement
 delivered while it had demand); Jain's index over those ratios; mean JCT slowdown (JCT /
 duration); mean queueing delay; jobs that never finished.
 
 Part 2, budgets (the default autoscaled gpufleet fleet, spot on). A run with budget-only
 queues and no budget gives each team's spend S; then every team gets a monthly budget of
-70 % × S with action ``hold`` (and again with ``spot-only``). Figures per run: the largest
+70 % × S with action ``hold`` (and again with ``hold-and-drain`` and ``spot-only``). Figures
+per run: the largest
 overspend over any team in hours of that team's spend rate when its budget's action first
 applied, total spend, and the JCT cost: mean JCT of the budgeted teams' jobs against the
 no-budget run.
@@ -31,7 +38,8 @@ no-budget run.
 Usage:
 
     GPUFLEET_DATA=/work/shared/data .venv/bin/python benchmarks/bench_teams.py \\
-        [--start-day 35] [--days 7] [--fleet-quantile 0.8] [--skip-budgets] [--json PATH]
+        [--start-day 35] [--days 7] [--fleet-quantile 0.8] [--oversold] [--skip-budgets]
+        [--json PATH]
 
 Without the Philly trace it prints why and exits 0 (``make bench`` runs every script).
 """
@@ -51,6 +59,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gpufleet.config import Scenario, default_scenario
+from gpufleet.control.sizing import demand_quantile_milli
 from gpufleet.datapaths import data_dir
 from gpufleet.queueing.teams.settings import TeamsSettings
 from gpufleet.sim.runner import Simulation
@@ -92,10 +101,31 @@ def median_demand(jobs: list[JobSpec], horizon_s: float) -> dict[str, float]:
 
 def run(sc: Scenario, jobs: list[JobSpec], label: str, console: Console) -> dict[str, Any]:
     t0 = time.perf_counter()
-    s = Simulation(sc, 0, jobs).run()
+    sim = Simulation(sc, 0, jobs)
+    s = sim.run()
     console.print(f"  {label}: {time.perf_counter() - t0:.0f} s wall, "
                   f"{s['jobs_finished']:,}/{s['jobs_total']:,} jobs finished", highlight=False)
+    # utilisation while some job waits (the report's samples, evenly spaced): GPUs idle then
+    # are capacity the policy left unused; idle while nothing waits is nobody's to use
+    ser = sim.sim.series
+    busy = [i for i, p in enumerate(ser.pending) if p > 0]
+    prov = sum(ser.od_gpus[i] + ser.spot_gpus[i] for i in busy)
+    s["utilization_while_waiting"] = (sum(ser.alloc_gpus[i] for i in busy) / prov
+                                      if prov else None)
     return s
+
+
+def covering_quantile(jobs: list[JobSpec], gpus: float, lo: float) -> float:
+    """The lowest quantile ≥ ``lo`` (to 0.001) of concurrent demand that is ≥ ``gpus`` GPUs
+    (1.0, the peak, when none is lower)."""
+    need = gpus * 1000
+    if demand_quantile_milli(jobs, False, lo) >= need:
+        return lo
+    a, b = lo, 1.0
+    while b - a > 1e-3:
+        mid = (a + b) / 2
+        a, b = (a, mid) if demand_quantile_milli(jobs, False, mid) >= need else (mid, b)
+    return b
 
 
 def quota_part(jobs: list[JobSpec], quotas: dict[str, float], quantile: float,
@@ -126,7 +156,7 @@ def budget_part(jobs: list[JobSpec], console: Console) -> dict[str, dict[str, An
         {"queues": [{"name": t} for t in teams]})}), jobs, "no budget", console)
     spend = {t: free["teams"]["per_team"][t]["spend_usd"] for t in teams}
     out = {"no budget": free}
-    for action in ("hold", "spot-only"):
+    for action in ("hold", "hold-and-drain", "spot-only"):
         spec = {"queues": [
             {"name": t, **({"budget": {"usd": 0.7 * spend[t], "period": "month",
                                        "action": action}} if spend[t] > 0 else {})}
@@ -138,7 +168,8 @@ def budget_part(jobs: list[JobSpec], console: Console) -> dict[str, dict[str, An
 
 def quota_table(res: dict[str, dict[str, Any]], title: str) -> Table:
     t = Table(title=title)
-    for col in ("run", "utilisation", "worst team delivered/entitled", "Jain (delivered)",
+    for col in ("run", "utilisation", "utilisation while jobs wait",
+                "worst team delivered/entitled", "Jain (delivered)",
                 "JCT slowdown mean", "JCT mean h", "queueing mean h", "jobs unfinished"):
         t.add_column(col, justify="left" if col == "run" else "right")
     for label, s in res.items():
@@ -146,7 +177,8 @@ def quota_table(res: dict[str, dict[str, Any]], title: str) -> Table:
         label = f"{label} ({s['provisioned_gpu_hours'] / max(s['makespan_s'] / 3600, 1e-9):.0f}"\
             " GPUs)"
         worst = tm["worst_entitled_delivered"]
-        t.add_row(label, f"{s['utilization']:.1%}",
+        busy = s.get("utilization_while_waiting")
+        t.add_row(label, f"{s['utilization']:.1%}", "-" if busy is None else f"{busy:.1%}",
                   "-" if worst is None else f"{worst:.3f}", f"{tm['jain_index_delivered']:.3f}",
                   f"{tm['slowdown_mean']:.2f}", f"{s['jct_mean_s'] / 3600:.2f}",
                   f"{s['queue_mean_s'] / 3600:.2f}", f"{s['jobs_lost']:,}")
@@ -201,6 +233,9 @@ def main() -> int:
     ap.add_argument("--start-day", type=float, default=35.0)
     ap.add_argument("--days", type=float, default=7.0)
     ap.add_argument("--fleet-quantile", type=float, default=0.8)
+    ap.add_argument("--oversold", action="store_true",
+                    help="size the quota runs' fleet at --fleet-quantile even when the quotas "
+                         "sum to more")
     ap.add_argument("--skip-budgets", action="store_true")
     ap.add_argument("--json", type=Path, default=None, help="write every summary here")
     a = ap.parse_args()
@@ -215,16 +250,20 @@ def main() -> int:
         console.print("skipped: no Philly job in the window")
         return 0
     quotas = median_demand(jobs, a.days * DAY)
+    q = a.fleet_quantile if a.oversold else covering_quantile(
+        jobs, sum(quotas.values()), a.fleet_quantile)
     console.print(f"Philly window: days [{a.start_day:g}, {a.start_day + a.days:g}) of the "
                   f"trace, {len(jobs):,} jobs, {len(quotas)} teams (virtual clusters); quotas "
                   f"= median demand: {sum(quotas.values()):g} GPUs in all; fixed fleet at the "
-                  f"{a.fleet_quantile:g} quantile of concurrent demand", highlight=False)
+                  f"{q:.3f} quantile of concurrent demand "
+                  f"({demand_quantile_milli(jobs, False, q) / 1000:g} GPUs)", highlight=False)
     console.print("quotas: " + ", ".join(f"{t} {q:g}" for t, q in sorted(
         quotas.items(), key=lambda x: -x[1])), highlight=False)
-    res = quota_part(jobs, quotas, a.fleet_quantile, console)
+    res = quota_part(jobs, quotas, q, console)
     console.print(quota_table(res, "quotas (fixed on-demand fleet)"))
     console.print(team_table(res, quotas))
-    out: dict[str, Any] = {"window": [a.start_day, a.days], "quotas": quotas, "quota_runs": res}
+    out: dict[str, Any] = {"window": [a.start_day, a.days], "quotas": quotas,
+                           "fleet_quantile": q, "quota_runs": res}
     if not a.skip_budgets:
         bres = budget_part(jobs, console)
         console.print(budget_table(bres, "budgets at 70 % of each team's no-budget spend "

@@ -53,6 +53,7 @@ class Case:
     kw: dict = field(default_factory=dict)
     gangs: dict[str, str] = field(default_factory=dict)  # running job → its gang (workload)
     budgets: dict[str, str] = field(default_factory=dict)  # team → its budget's action now
+    budget_state: BudgetState = BudgetState.EXHAUSTED  # every budget's ($12 of $10: spent)
     spot_b: bool = False  # node b is a spot node (tainted)
 
 
@@ -108,6 +109,49 @@ CASES_Q = [
          running=[("x0", "x", "a", (0,), 0), ("x1", "x", "a", (1,), 10),
                   ("x2", "x", "b", (0,), 20), ("x3", "x", "b", (1,), 30)],
          evicted=[("x3", "reclaim: team x borrowed"), ("x2", "reclaim: team x borrowed")]),
+    Case("two lenders' units in one cycle: y1 and y2 (1 GPU each, within y's 2) → x3 for y1,"
+         " then x2 for y2, planned on the fleet x3 has left and y1 has taken",
+         [unit("y1", "y", 40), unit("y2", "y", 41)], {}, {"y1": "0/2", "y2": "0/2"},
+         running=[("x0", "x", "a", (0,), 0), ("x1", "x", "a", (1,), 10),
+                  ("x2", "x", "b", (0,), 20), ("x3", "x", "b", (1,), 30)],
+         evicted=[("x3", "reclaim: team x borrowed"), ("x2", "reclaim: team x borrowed")]),
+    Case("physical room: with z (2 GPUs, idle) in the cohort its quota has room for y1, but"
+         " x's borrowing fills the fleet → the node whose newest borrowed pod frees a GPU: b"
+         " (x3, started 30, beats a's x1, started 10)",
+         [unit("y1", "y", 40)], {}, {"y1": "0/2 nodes are available"},
+         running=[("x0", "x", "a", (0,), 0), ("x1", "x", "a", (1,), 10),
+                  ("x2", "x", "b", (0,), 20), ("x3", "x", "b", (1,), 30)],
+         teams=WITH_Z, evicted=[("x3", "reclaim: team x borrowed")]),
+    Case("physical room for two GPUs: a needs x1 and x0, b x3 and x2 (2 GPUs each); b's"
+         " oldest victim (x2, 20) is newer → x3 and x2",
+         [unit("y1", "y", 40, TWO)], {}, {"y1": "0/2 nodes are available"},
+         running=[("x0", "x", "a", (0,), 0), ("x1", "x", "a", (1,), 10),
+                  ("x2", "x", "b", (0,), 20), ("x3", "x", "b", (1,), 30)],
+         teams=WITH_Z, evicted=[("x3", "reclaim: team x borrowed"),
+                                ("x2", "reclaim: team x borrowed")]),
+    Case("physical room never takes a team below its nominal: x runs 3 (1 borrowed), u0 is"
+         " unmanaged; y1 needs 2 GPUs on one node — each node could give back only one of x's"
+         " pods → nothing evicted",
+         [unit("y1", "y", 40, TWO)], {}, {"y1": "0/2 nodes are available"},
+         running=[("x0", "x", "a", (0,), 0), ("x1", "x", "a", (1,), 10),
+                  ("x2", "x", "b", (0,), 20), ("u0", None, "b", (1,), 0)],
+         teams=WITH_Z),
+    Case("a gang's room, node by node: y's two 1-GPU members; the cohort has quota room, the"
+         " fleet is full of x's borrowing; a and b could each be emptied (2 GPUs), b holds the"
+         " newest → x3 and x2 (neither can be reprieved)",
+         [PendingUnit("yg", ONE, 0, ("yg#0", "yg#1"), 2, submit_s=40, team="y", milli=2000)],
+         {}, {"yg#0": "pod group yg"},
+         running=[("x0", "x", "a", (0,), 0), ("x1", "x", "a", (1,), 10),
+                  ("x2", "x", "b", (0,), 20), ("x3", "x", "b", (1,), 30)],
+         teams=WITH_Z, evicted=[("x3", "reclaim: team x borrowed"),
+                                ("x2", "reclaim: team x borrowed")]),
+    Case("newest-first victims that scatter: y1 needs 2 GPUs on one node, the cohort is 2 short;"
+         " x's newest two are x3 on b and x1 on a (one GPU free on each: no fit) → node by"
+         " node: b (x3, x2) empties it; no victim can be reprieved",
+         [unit("y1", "y", 40, TWO)], {}, {"y1": "0/2 nodes are available"},
+         running=[("x0", "x", "a", (0,), 0), ("x1", "x", "a", (1,), 25),
+                  ("x2", "x", "b", (0,), 20), ("x3", "x", "b", (1,), 30)],
+         evicted=[("x3", "reclaim: team x borrowed"), ("x2", "reclaim: team x borrowed")]),
     Case("no reclaim while an eviction is in progress",
          [unit("y1", "y", 40)], {}, {"y1": "0/2 nodes are available"},
          running=[("x0", "x", "a", (0,), 0), ("x1", "x", "a", (1,), 10),
@@ -161,6 +205,33 @@ CASES_Q = [
          running=[("x0", "x", "a", (0,), 0), ("x1", "x", "a", (1,), 10),
                   ("x2", "x", "b", (0,), 20), ("x3", "x", "b", (1,), 30)],
          budgets={"y": "hold"}),
+    Case("hold-and-drain, spent: x1 waits, y1 binds, and x's running x0 is evicted (the drain"
+         " stops spend; it does not wait for room)",
+         [unit("x1", "x", 1), unit("y1", "y", 2)], {"y1": ("a", (1,))},
+         {"x1": "new work waits until the period renews; running work is evicted"},
+         running=[("x0", "x", "a", (0,), 0), ("y0", "y", "b", (0,), 0)],
+         evicted=[("x0", "budget drain: team x: budget $12.00 of $10.00 spent; new work waits "
+                   "until the period renews; running work is evicted")],
+         budgets={"x": "hold-and-drain"}),
+    Case("hold-and-drain, low but not spent: x1 waits as under hold; x0 keeps running",
+         [unit("x1", "x", 1)], {}, {"x1": "will run out within the look-ahead"},
+         running=[("x0", "x", "a", (0,), 0)], budgets={"x": "hold-and-drain"},
+         budget_state=BudgetState.LOW),
+    Case("the drain runs with nothing pending, and takes a running gang's members each once"
+         " under its own id (a live pod group) and a budget-only team's work too",
+         [], {}, running=[("x0", "x", "a", (0, 1), 0), ("h0", "h", "b", (0,), 0),
+                          ("h1", "h", "b", (1,), 0)],
+         gangs={"h0": "gh", "h1": "gh"},
+         evicted=[("h0", "budget drain: team h"), ("h1", "budget drain: team h")],
+         budgets={"h": "hold-and-drain"}),
+    Case("a drain replaces this cycle's reclaim: the first reclaim case (x3 reclaimed for y1)"
+         " with x's budget spent under hold-and-drain → all four of x's pods go; y1 waits for"
+         " the room they free",
+         [unit("y1", "y", 40)], {}, {"y1": "0/2 nodes are available"},
+         running=[("x0", "x", "a", (0,), 0), ("x1", "x", "a", (1,), 10),
+                  ("x2", "x", "b", (0,), 20), ("x3", "x", "b", (1,), 30)],
+         evicted=[(f"x{i}", "budget drain: team x") for i in range(4)],
+         budgets={"x": "hold-and-drain"}),
     Case("notify changes nothing: x1 binds a's GPU 0 as without a budget",
          [unit("x1", "x", 1)], {"x1": ("a", (0,))}, budgets={"x": "notify"}),
     Case("spot-only: b is spot; x1 (no spot toleration of its own) goes to b, where without"
@@ -193,16 +264,19 @@ def test_cycle_quota_case(case: Case) -> None:
         history = UsageHistory(last_s=0.0)
         history.decayed = {t: {"gpu": v} for t, v in case.history.items()}
     before = (s.free_milli.copy(), dict(book.usage))
-    budgets = {t: BudgetVerdict(t, BudgetState.EXHAUSTED, a, 12 * MICRO, 10 * MICRO, 0.0, 0.0)
+    spent = 12 if case.budget_state is BudgetState.EXHAUSTED else 9
+    budgets = {t: BudgetVerdict(t, case.budget_state, a, spent * MICRO, 10 * MICRO, 3600.0, 0.0)
                for t, a in case.budgets.items()}  # type: ignore[arg-type]
     plan = plan_cycle(s, case.pending, POLICY, np.random.default_rng(0), victims=victims,
                       quota=QuotaInput(book, history, budgets), **case.kw)
     assert {b.job_id: (b.node, b.gpus) for b in plan.binds} == case.binds
-    assert [(e.job_id, e.reason) for e in plan.evictions] == case.evicted
+    assert [e.job_id for e in plan.evictions] == [j for j, _ in case.evicted]
+    for e, (_, reason) in zip(plan.evictions, case.evicted, strict=True):
+        assert e.reason.startswith(reason), (e.reason, reason)
     refused = {r.job_id: r.message for r in plan.refusals}
     for job, part in case.refused.items():
         assert part in refused[job], (job, refused[job])
-    assert set(refused) == {u.id for u in case.pending} - set(case.binds)
+    assert set(refused) == {m for u in case.pending for m in u.placed_ids} - set(case.binds)
     # neither the state nor the caller's book changes: the driver applies the plan
     assert np.array_equal(before[0], s.free_milli) and before[1] == book.usage
 

@@ -35,6 +35,8 @@ def verdicts(actions: dict[str, str]) -> dict[str, BudgetVerdict]:
         ([("y", 1000), ("y", 1000), ("y", 1000)], {"y": 2000}, {}, [ANY, ANY, SKIP]),
         # hold: nothing for the team, even within quota; others unaffected
         ([("y", 1000), ("z", 1000)], {}, {"y": "hold"}, [SKIP, ANY]),
+        # hold-and-drain holds new work as hold does: no launch for it
+        ([("y", 1000), ("z", 1000)], {}, {"y": "hold-and-drain"}, [SKIP, ANY]),
         # notify changes nothing; a team with no quota and no budget is as before
         ([("y", 1000), (None, 8000), ("u", 8000)], {}, {"y": "notify"}, [ANY, ANY, ANY]),
         # a budget-only team (no quota) that is spot-only

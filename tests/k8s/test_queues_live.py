@@ -1,5 +1,6 @@
 """Team queues (``GpuQueue``) on the real API server: cohort borrowing and reclaim, MIG and
-fractions counted by their shares, a bad spec reported on the object, and a kill -9'd
+fractions counted by their shares, a bad spec reported on the object, budget actions (notify,
+spot-only, hold, hold-and-drain), and a kill -9'd
 controller's successor rebuilding usage and spend from the API.
 
 Each test has its own namespaces, queues (names with the test's tag) and nodes in a zone named
@@ -345,6 +346,38 @@ def test_a_budget_hold_keeps_new_pods_pending_with_the_reason(
     assert not after["spec"].get("nodeName")
     (before,) = teams.pods(ns, "before")
     assert bound(before) and before["spec"]["nodeName"] == od
+
+
+def test_a_budget_hold_and_drain_evicts_running_pods_once_spent(
+        teams: Teams, controller: Controller) -> None:
+    """``hold-and-drain``: a checkpointing Job's pod binds while nothing is spent; its node's
+    $3.91/h spends the 2 cents in about 18 s, and then the pod is evicted (a ``Preempted``
+    Event with the drain's reason), the Job recreates it, and the new pod waits with the
+    hold reason — nothing of the queue runs while its budget is spent."""
+    q, ns, od, _ = budget_crossed(teams, "hold-and-drain")
+    wait_for("the controller to see the queue", lambda: seen_by(controller, ns, q))
+    teams.batch.create_namespaced_job(ns, checkpointing_job("d", 1, teams.zone))
+    (first,) = wait_for("the Job's pod to bind", lambda: [p for p in teams.pods(ns, "d")
+                                                          if bound(p)])
+    assert first["spec"]["nodeName"] == od
+    uid = first["metadata"]["uid"]
+    wait_for("the budget to be spent", lambda: teams.status(q).get("budgetState")
+             == "exhausted", 60)
+    evs = wait_for("the drain's eviction", lambda: [
+        e for e in teams.core.list_namespaced_event(ns).items if e.reason == "Preempted"], 30)
+    assert evs[0].involved_object.uid == uid
+    assert evs[0].message.startswith(f"budget drain: team {q}: budget $0.0")
+    assert evs[0].message.endswith("spent; new work waits until the period renews; running "
+                                   "work is evicted")
+    msg = wait_for("the recreated pod to wait with the hold reason", lambda: next(
+        (m for p in teams.pods(ns, "d") if p["metadata"]["uid"] != uid
+         and (m := scheduled_false(p))), None), 60)
+    assert msg.startswith(f"team {q}: budget $0.0") and msg.endswith(
+        "spent; new work waits until the period renews; running work is evicted")
+    time.sleep(1.5)  # several cycles: nothing of the queue is bound again
+    assert not any(bound(p) for p in teams.pods(ns))
+    assert len([e for e in teams.core.list_namespaced_event(ns).items
+                if e.reason == "Preempted"]) == 1
 
 
 def run_controller(lab: Any, log: Path) -> subprocess.Popen:

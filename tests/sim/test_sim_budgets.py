@@ -16,6 +16,14 @@ At 600 a has spent 0.526 × 360 / 3600 = $0.0526, and 0.0526 + 0.526 × 1 h ≥ 
   renews with nothing running (rate 0: ok), a scan launches a node, j2 binds at 86,580. Day 1:
   j1's 2 h × $0.526 = $1.052 (the peak period), so the overspend is $0.552 = 1.049 h of the
   $0.526/h rate at which the hold applied.
+* ``hold-and-drain`` (j1 and j2 checkpoint in 30 s): j2 is held as under ``hold``; j1 keeps
+  running until the day's budget is spent: $0.50 at $0.526/h from 240 is 3,422.05 s, so the
+  pass the simulator schedules at the next whole second (``exhaustion_s``), 3,663, evicts it;
+  it writes its checkpoint and leaves at 3,693 (day 1: $0.526 × 3,453 s = $0.5045). At
+  midnight both bind (86,580, two nodes: $1.052/h), spend $0.50 by 86,580 + ⌈1,711.03⌉ =
+  88,292 and are drained again, leaving at 88,322 (day 2: $1.052 × 1,742 s = $0.5090, the
+  peak); the same on day 3; j2 (1 h of work, 1,712 s a day) and j1 finish on day 4. Nothing
+  is lost (every eviction saves first) and no day overspends by more than a checkpoint write.
 """
 
 from __future__ import annotations
@@ -32,14 +40,16 @@ ONE_T4 = ResourceRequest(cpu_milli=1000, memory_mib=1024, num_gpu=1,
                          gpu_models=frozenset({"T4"}))
 
 
-def run(action: str | None) -> tuple[dict, dict, list]:
+def run(action: str | None, ckpt_s: float = 0.0) -> tuple[dict, dict, list]:
     teams = None if action is None else TeamsSettings.model_validate({"queues": [
         {"name": "a", "budget": {"usd": 0.5, "period": "day", "action": action}}]})
     sc = default_scenario().model_copy(update={
         "spot_market": "price", "gpu_mtbf_hours": None, "deadline_policy": None,
         "instance_types": ("g4dn.xlarge",), "teams": teams})
-    jobs = [JobSpec("j1", 0.0, 7200.0, ONE_T4, tenant="a", interruptible=False),
-            JobSpec("j2", 600.0, 3600.0, ONE_T4, tenant="a", interruptible=False)]
+    jobs = [JobSpec("j1", 0.0, 7200.0, ONE_T4, tenant="a", interruptible=False,
+                    checkpoint_cost_s=ckpt_s),
+            JobSpec("j2", 600.0, 3600.0, ONE_T4, tenant="a", interruptible=False,
+                    checkpoint_cost_s=ckpt_s)]
     sim = Simulation(sc, 0, jobs)
     s = sim.run()
     assert s["jobs_lost"] == 0
@@ -84,3 +94,21 @@ def test_hold_keeps_new_work_pending_until_the_period_renews() -> None:
     assert a["overspend_usd"] == pytest.approx(2 * 0.526 - 0.5)
     assert a["overspend_hours"] == pytest.approx((2 * 0.526 - 0.5) / 0.526)
     assert a["queue_mean_s"] == pytest.approx((240 + 86580 - 600) / 2)
+
+
+def test_hold_and_drain_evicts_running_work_once_the_budget_is_spent() -> None:
+    s, by, nodes = run("hold-and-drain", ckpt_s=30.0)
+    day = 86400.0
+    assert by["j1"].first_start_s == 240.0 and by["j2"].first_start_s == day + 180
+    assert (by["j1"].interruptions, by["j2"].interruptions) == (3, 2)  # days 1–3 / 2–3
+    assert all(3 * day < (by[j].finish_s or 0) < 4 * day for j in ("j1", "j2"))
+    # j2 was held on day 1 and no node was bought for it then; two a day from day 2 on
+    assert [n.launched_s for n in nodes] == [60.0, day, day, 2 * day, 2 * day, 3 * day,
+                                             3 * day]
+    assert s["jobs_lost"] == 0 and s["lost_gpu_hours"] == 0.0
+    a = s["teams"]["per_team"]["a"]
+    peak = 2 * 0.526 * 1742 / 3600  # day 2 (and 3): both, 86,580 → 88,322
+    assert a["budget_peak_spend_usd"] == pytest.approx(peak)
+    assert a["overspend_usd"] == pytest.approx(peak - 0.5)
+    # one checkpoint write's spend, against hold's 1.049 h: the overspend is bounded
+    assert a["overspend_hours"] is not None and a["overspend_hours"] < 0.02

@@ -30,11 +30,21 @@ returned :class:`CyclePlan`. In order:
    pass reaches a unit its team's ``verdict`` is asked against the book as updated by the units
    admitted so far: a BLOCKED unit is refused with the verdict's reason and skipped — it never
    enters backfill, so it neither blocks a shape nor stops the pass for another team. If no
-   preemption was chosen and none is in progress, the first unplaced within-quota unit whose
-   room is held by other teams' borrowed work gets one *reclaim*: ``reclaim_victims`` (newest
-   borrowed first) among the victims, kept only if the unit then fits (``Preempt`` reasons
-   "reclaim: team X borrowed"). Priority preemption (step 4) then stays within a team, so
-   another team's work is evicted only by reclaim, and only what it borrowed. A running gang
+   preemption was chosen and none is in progress, the unplaced within-quota units whose room
+   is held by other teams' borrowed work get *reclaims*, in queue order, each planned on the
+   fleet as the reclaims before it leave it (their victims released, their units placed, the
+   book updated), so a lender whose work comes back gets all of its room in one cycle rather
+   than one eviction per checkpoint write. For each unit: ``reclaim_victims`` (newest
+   borrowed first) when the cohort's quota is short, kept only if the unit then fits; when
+   the cohort has quota room but the fleet has no *physical* room for a lone unit (free GPUs
+   scattered, or held by borrowers beyond the cohort's total), the node whose borrowed
+   workloads — newest first, a team giving back only while it stays above its nominal quota —
+   free room for the unit with the fewest milli-GPU evicted; for a gang, or when the
+   newest-first victims leave the freed room scattered, borrowed workloads node by node (the
+   nodes that could be emptied most first) until the unit fits, then each reprieved that is
+   not needed (``_node_reclaim``). ``Preempt`` reasons "reclaim: team X borrowed". Priority
+   preemption (step 4) then stays within a team, so another team's work is evicted only by
+   reclaim, and only what it borrowed. A running gang
    (victims sharing a ``workload``) is one borrowed workload: reclaim takes all of its members
    or none, and priority preemption never takes a member. Per-GPU-model quotas
    (``TeamQuota.models``): as the pass reaches a unit of such a team, the rows of every GPU
@@ -47,7 +57,12 @@ returned :class:`CyclePlan`. In order:
    toleration) and may use only spot rows — the eligibility mask is cut to nodes whose capacity
    type is spot, and the pin is spot (a deadline guard's pin to on-demand gives way: the budget
    is the harder limit). Every pending unit counts as new work, a requeued one too: it would
-   start again and spend again.
+   start again and spend again. ``hold-and-drain`` holds new work as ``hold`` does, and once
+   the team's budget is spent (``BudgetVerdict.draining``) every running victim of the team is
+   evicted (``Preempt`` with the verdict's reason; a gang's members all, its id once) — with
+   or without pending units, whatever else is evicting (the drain does not wait for room to
+   free: it stops spend), so a driver runs the cycle while a team drains even with an empty
+   queue. Victims already leaving are the driver's to leave out (they are not evicted twice).
 
 Placed units are allocated into the state as the pass goes — one ``queueing.statement``
 ``Statement``, so later units see them — and the statement is discarded before returning: the
@@ -78,7 +93,7 @@ from gpufleet.queueing import BackfillPass, queue_key
 from gpufleet.queueing.gang import place_gang
 from gpufleet.queueing.preemption import Victim, plan_preemption
 from gpufleet.queueing.statement import Statement
-from gpufleet.queueing.teams.budget import BudgetVerdict
+from gpufleet.queueing.teams.budget import HOLDING, BudgetVerdict
 from gpufleet.queueing.teams.fairshare import UsageHistory, fair_order
 from gpufleet.queueing.teams.quota import Admission, QuotaBook, Running, reclaim_victims
 from gpufleet.state import FleetState, ResourceRequest
@@ -154,7 +169,8 @@ class QuotaInput:
     """The quota side of a cycle: the book (nominal quotas and the usage of running work, in
     milli-GPU-equivalents; copied, never changed), the decayed usage history that orders
     borrowing teams (None: every team's share is 0, so borrowing teams go by name) and the
-    budget verdicts of the teams whose new work is restricted (``hold`` / ``spot-only``, step 6;
+    budget verdicts of the teams whose new work is restricted (``hold``, ``hold-and-drain``,
+    ``spot-only``, step 6;
     other actions are ignored). A team may have a budget and no quota (not in the book)."""
 
     book: QuotaBook
@@ -240,15 +256,17 @@ def plan_cycle(
     """
     order = sorted(units, key=_key)
     plan = CyclePlan()
+    drained = _drain(quota, victims)
     if not order:
         plan.blocked = set(blocked or ())
+        plan.evictions = drained
         return plan
     book = None
     held: dict[str, str] = {}  # team → why its new work waits (budget hold)
     if quota is not None:
         book = QuotaBook(quota.book.teams.values(), quota.book.usage, quota.book.model_usage)
         order = _quota_order(order, book, quota.history)
-        held = {t: v.reason for t, v in quota.budgets.items() if v.action == "hold"}
+        held = {t: v.reason for t, v in quota.budgets.items() if v.action in HOLDING}
         spot = {t for t, v in quota.budgets.items() if v.action == "spot-only"}
         if spot:
             order = on_spot_only(state, order, spot)
@@ -306,13 +324,29 @@ def plan_cycle(
                     (f"waiting behind {stopped}, which has starved past the limit", False)
                     if stopped is not None else ("not tried this cycle", False))
                 plan.refusals.extend(Refuse(m, msg, never) for m in order[i].placed_ids)
-        if victims and not evicting:
+        if victims and not evicting and not drained:
             plan.evictions = _preempt(state, [order[i] for i in left if i not in over],
                                       victims, policy, book)
             if book is not None and not plan.evictions:
                 plan.evictions = _reclaim(state, [order[i] for i in left if i not in over],
                                           victims, policy, book, rng)
+    plan.evictions = drained + plan.evictions
     return plan
+
+
+def _drain(quota: QuotaInput | None, victims: Sequence[Victim]) -> list[Preempt]:
+    """Step 6's drain: a ``Preempt`` for every running workload of a team whose budget says
+    ``hold-and-drain`` and is spent, in victim order, each workload once."""
+    if quota is None:
+        return []
+    why = {t: v.reason for t, v in quota.budgets.items() if v.draining}
+    if not why:
+        return []
+    out: dict[str, Preempt] = {}
+    for v in victims:
+        if v.team in why and v.job_id not in out:
+            out[v.job_id] = Preempt(v.job_id, f"budget drain: {why[v.team]}")
+    return list(out.values())
 
 
 def _quota_order(order: list[PendingUnit], book: QuotaBook,
@@ -389,10 +423,10 @@ def _managed(book: QuotaBook, team: str | None) -> str | None:
 
 def _reclaim(state: FleetState, left: list[PendingUnit], victims: Sequence[Victim],
              policy: Policy, book: QuotaBook, rng: np.random.Generator) -> list[Preempt]:
-    """One reclaim, for the first unplaced within-quota unit whose room other teams' borrowed
-    work holds: ``reclaim_victims`` among the running workloads (a gang — victims sharing a
-    ``workload`` — is one, its size the sum of its members'), kept only if the unit then fits
-    with every member of each chosen workload released."""
+    """Reclaims for the unplaced within-quota units whose room other teams' borrowed work
+    holds (step 5): in queue order, each on the fleet and book as the reclaims before it leave
+    them. A running gang (victims sharing a ``workload``) is one workload, its size the sum of
+    its members', released whole."""
     members: dict[str, list[Victim]] = {}
     for v in victims:
         if v.team is not None:
@@ -402,28 +436,158 @@ def _reclaim(state: FleetState, left: list[PendingUnit], victims: Sequence[Victi
     running = sorted((Running(key, vs[0].team or "", sum(v.milli for v in vs),
                               max(v.started_s for v in vs)) for key, vs in members.items()),
                      key=lambda r: (-r.started_s, r.key))  # reclaim's order: sorted once
-    tried: set[Hashable] = set()  # (team, milli, shape) already asked: the same answer
-    for u in left:
-        if (u.team is None or u.request is None or u.refusal is not None
-                or book.verdict(u.team, u.milli).admission is not Admission.WITHIN):
-            continue
-        ask = (u.team, u.milli, unit_shape(u))
-        if ask in tried:
-            continue
-        tried.add(ask)
-        got = reclaim_victims(book, u.team, u.milli, running)
-        if not got:
-            continue
-        with Statement(state) as what_if:
+    plan = QuotaBook(book.teams.values(), book.usage, book.model_usage)
+    taken: set[str] = set()
+    out: dict[str, Preempt] = {}
+    failed: set[Hashable] = set()  # (team, milli, shape) that found no reclaim: the same answer
+    with Statement(state) as after:
+        for u in left:
+            if (u.team is None or u.request is None or u.refusal is not None
+                    or plan.verdict(u.team, u.milli).admission is not Admission.WITHIN):
+                continue
+            ask = (u.team, u.milli, unit_shape(u))
+            if ask in failed:
+                continue
+            avail = [r for r in running if r.key not in taken]
+            got = reclaim_victims(plan, u.team, u.milli, avail)
+            binds: list[Bind] | None = None
+            if got:
+                binds = _place_without(state, u, got, members, policy, rng, u.eligible)
+            if got is not None and binds is None:
+                if got or u.is_gang:
+                    got, binds = _node_reclaim(state, u, plan, avail, members, policy, rng)
+                else:
+                    got, binds = _room_reclaim(state, u, plan, avail, members, policy, rng)
+            if not got or binds is None:
+                failed.add(ask)
+                continue
             for r in got:
+                taken.add(r.key)
+                plan.release(r.team, r.milli)
                 for v in members[r.key]:
-                    what_if.release(v.request, v.bind, v.masks)
-            fits = _place(state, u, policy, rng, {}, ("reclaim", u.id)) is not None
-        if fits:
-            out = {v.job_id: Preempt(v.job_id, f"reclaim: team {r.team} borrowed")
-                   for r in got for v in members[r.key]}
-            return list(out.values())
-    return []
+                    after.release(v.request, v.bind, v.masks)
+                    out.setdefault(v.job_id, Preempt(v.job_id, f"reclaim: team {r.team} borrowed"))
+            for b in binds:
+                after.allocate(_request(u), b, bind_masks(state, b, policy.catalog))
+            plan.admit(u.team, u.milli)
+    return list(out.values())
+
+
+def _place_without(state: FleetState, u: PendingUnit, got: Sequence[Running],
+                   members: Mapping[str, list[Victim]], policy: Policy,
+                   rng: np.random.Generator, eligible: np.ndarray | None) -> list[Bind] | None:
+    """The unit's binds on the fleet with every member of ``got`` released (a what-if; the
+    state comes back unchanged), restricted to ``eligible`` rows; None if it does not fit."""
+    with Statement(state) as what_if:
+        for r in got:
+            for v in members[r.key]:
+                what_if.release(v.request, v.bind, v.masks)
+        return _place(state, replace(u, eligible=eligible), policy, rng, {}, ("reclaim", u.id))
+
+
+def _node_reclaim(state: FleetState, u: PendingUnit, book: QuotaBook, running: list[Running],
+                  members: Mapping[str, list[Victim]], policy: Policy, rng: np.random.Generator
+                  ) -> tuple[list[Running], list[Bind] | None]:
+    """Room for a within-quota unit that the newest-first victims do not make (step 5): a
+    gang, or a unit whose newest-first victims leave the freed GPUs scattered over nodes. The
+    cohort's borrowed workloads are taken node by node — the nodes that borrowed work and free
+    room could empty the most first (ties: the node with the newest such workload, then row
+    order), newest first on each (a team gives back only while above
+    its nominal quota) — until they cover the cohort's quota shortfall and the unit fits;
+    then each victim is reprieved, last taken first, if the unit still fits and the shortfall
+    is still covered without it (kube-scheduler's reprieve). ([], None) when no set does."""
+    assert u.team is not None
+    cohort = book.teams[u.team].cohort
+    if cohort is None:
+        return [], None
+    short = max(0, u.milli - book.cohort_room(cohort))
+    excess = {m.name: book.borrowed(m.name) for m in book.members(cohort) if m.name != u.team}
+    on: dict[int, list[Running]] = {}
+    for r in running:
+        if excess.get(r.team, 0) > 0:
+            for row in {state.index[v.bind.node] for v in members[r.key]
+                        if v.bind.node in state.index}:
+                on.setdefault(row, []).append(r)
+    if not on:
+        return [], None
+    free = state.free_milli[:state.n]
+    room = {row: int(free[row][free[row] > 0].sum()) + sum(r.milli for r in rs)
+            for row, rs in on.items()}
+    left = dict(excess)
+    chosen: list[Running] = []
+    keys: set[str] = set()
+    cost = 0
+    binds: list[Bind] | None = None
+    newest = {row: max(r.started_s for r in rs) for row, rs in on.items()}
+    for row in sorted(on, key=lambda row: (-room[row], -newest[row], row)):
+        for r in on[row]:
+            if r.key in keys or left[r.team] <= 0:
+                continue
+            chosen.append(r)
+            keys.add(r.key)
+            left[r.team] -= r.milli
+            cost += r.milli
+        if cost >= short:
+            binds = _place_without(state, u, chosen, members, policy, rng, u.eligible)
+            if binds is not None:
+                break
+    if binds is None:
+        return [], None
+    for r in reversed(list(chosen)):
+        trial = [x for x in chosen if x is not r]
+        if trial and cost - r.milli >= short:
+            got = _place_without(state, u, trial, members, policy, rng, u.eligible)
+            if got is not None:
+                chosen, binds, cost = trial, got, cost - r.milli
+    return chosen, binds
+
+
+def _room_reclaim(state: FleetState, u: PendingUnit, book: QuotaBook, running: list[Running],
+                  members: Mapping[str, list[Victim]], policy: Policy, rng: np.random.Generator
+                  ) -> tuple[list[Running], list[Bind] | None]:
+    """Physical room for a lone within-quota unit whose cohort has quota room (step 5): per
+    node, the cohort's borrowed workloads on it, newest first, taken one by one (a team gives
+    back only while it is above its nominal quota) until the unit fits on that node; the node
+    that needs the fewest milli-GPU evicted wins (ties: the one whose oldest victim started
+    latest — newest first, as ``reclaim_victims`` — then the state's row order). ``running``
+    is newest first. ([], None) when no node can be made to fit."""
+    assert u.team is not None
+    cohort = book.teams[u.team].cohort
+    if cohort is None:
+        return [], None
+    excess = {m.name: book.borrowed(m.name) for m in book.members(cohort) if m.name != u.team}
+    on: dict[int, list[Running]] = {}
+    for r in running:
+        if excess.get(r.team, 0) <= 0:
+            continue
+        for row in sorted({state.index[v.bind.node] for v in members[r.key]
+                           if v.bind.node in state.index}):
+            on.setdefault(row, []).append(r)
+    n = state.n
+    best: tuple[tuple[int, float], list[Running], list[Bind]] | None = None
+    for row in sorted(on):
+        if u.eligible is not None and not u.eligible[row]:
+            continue
+        only = np.zeros(n, bool)
+        only[row] = True
+        left = dict(excess)
+        chosen: list[Running] = []
+        cost = 0
+        for r in on[row]:
+            if left[r.team] <= 0:
+                continue
+            if best is not None and cost + r.milli > best[0][0]:
+                break
+            chosen.append(r)
+            left[r.team] -= r.milli
+            cost += r.milli
+            binds = _place_without(state, u, chosen, members, policy, rng, only)
+            if binds is not None:
+                key = (cost, -r.started_s)  # r: the oldest chosen (newest first)
+                if best is None or key < best[0]:
+                    best = (key, list(chosen), binds)
+                break
+    return ([], None) if best is None else (best[1], best[2])
 
 
 def _key(u: PendingUnit) -> UnitKey:

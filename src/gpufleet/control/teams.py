@@ -5,7 +5,8 @@ quota or its budget says so; scale-up must agree, or it would buy nodes for work
 allowed to run on them (they would sit empty until scale-down, billed to no one). The rule,
 walked in queue order over the pending jobs with a copy of the quota book:
 
-* a job of a team whose budget says ``hold`` → :attr:`Gate.SKIP` (no launch);
+* a job of a team whose budget says ``hold`` or ``hold-and-drain`` → :attr:`Gate.SKIP` (no
+  launch);
 * a job whose quota verdict is BLOCKED, counting the jobs before it in the walk as admitted
   (so ten 1-GPU jobs of a team with 4 GPUs of quota and no cohort launch for four) →
   :attr:`Gate.SKIP`;
@@ -22,7 +23,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping, Sequence
 
-from gpufleet.queueing.teams.budget import BudgetVerdict
+from gpufleet.queueing.teams.budget import HOLDING, BudgetVerdict
 from gpufleet.queueing.teams.quota import QuotaBook
 
 
@@ -41,7 +42,7 @@ def scale_up_gates(pending: Sequence[tuple[str | None, int]], book: QuotaBook | 
     out: list[Gate] = []
     for team, milli in pending:
         action = None if team is None or team not in budgets else budgets[team].action
-        if action == "hold":
+        if action in HOLDING:
             out.append(Gate.SKIP)
             continue
         if plan is not None and team is not None:

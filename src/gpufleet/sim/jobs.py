@@ -34,7 +34,13 @@ from gpufleet.control.teams import Gate, scale_up_gates
 from gpufleet.decisions import Bind, CapacityType, Decision, Requeue
 from gpufleet.placement.mig import bind_masks
 from gpufleet.queueing.preemption import Victim
-from gpufleet.queueing.teams.budget import BudgetVerdict, budget_verdicts, restrictions
+from gpufleet.queueing.teams.budget import (
+    HOLDING,
+    BudgetVerdict,
+    budget_verdicts,
+    exhaustion_s,
+    restrictions,
+)
 from gpufleet.queueing.teams.fairshare import UsageHistory
 from gpufleet.queueing.teams.quota import QuotaBook
 from gpufleet.queueing.teams.shares import gpu_equivalent_milli
@@ -164,6 +170,11 @@ class JobLifecycle:
         self.verdicts: dict[str, BudgetVerdict] = {}
         self.budget_triggers: dict[tuple[str, float], float] = {}
         self._renew_at: float | None = None
+        # when a ``hold-and-drain`` budget is next spent at the current rates (a pass is due
+        # then: the spend crosses the amount between events, and the drain must not wait)
+        self._drain_budgets = {t: b for t, b in self.budgets.items()
+                               if b.action == "hold-and-drain"}
+        self._drain_at: float | None = None
 
     @property
     def now(self) -> float:
@@ -300,6 +311,15 @@ class JobLifecycle:
         for t, v in self.verdicts.items():
             if v.action is not None:
                 self.budget_triggers.setdefault((t, v.period_end_s), v.rate_micro_per_s)
+        if self._drain_budgets:
+            ats = [exhaustion_s(b, self.verdicts[t].spent_micro,
+                                self.verdicts[t].rate_micro_per_s, now)
+                   for t, b in self._drain_budgets.items() if not self.verdicts[t].draining]
+            at = min((a for a in ats if a is not None and a > now), default=None)
+            if at is not None and (self._drain_at is None or self._drain_at <= now
+                                   or at < self._drain_at):
+                self._drain_at = at
+                self._at(at, PASS)
         return self.verdicts
 
     def gates(self, jobs: list[JobRun]) -> list[Gate] | None:
@@ -460,7 +480,8 @@ class JobLifecycle:
         was freed since the last pass, else only the new arrivals (a shape that failed stays
         blocked until capacity grows). None when there is nothing to try."""
         self._pass_at = None
-        if not self.pending:
+        draining = any(v.draining for v in self.budget_now().values())
+        if not self.pending and not draining:
             self._new.clear()
             return None
         if self._renew_at is not None and self.now >= self._renew_at:
@@ -475,17 +496,17 @@ class JobLifecycle:
         else:
             cand = [jobs[i] for i in dict.fromkeys(self._new) if jobs[i].state == PENDING]
         self._new.clear()
-        if not cand:
+        if not cand and not draining:
             return None
         victims: list[Victim] = []
         leaving = False
         quota = None
         if self.quotas is not None:
             self.team_usage()
-            held = restrictions(self.budget_now())
+            held = restrictions(self.verdicts)
             quota = QuotaInput(QuotaBook(self.quotas, self.team_milli, self.team_model_milli),
                                self.history, held)
-            ends = [v.period_end_s for v in held.values() if v.action == "hold"]
+            ends = [v.period_end_s for v in held.values() if v.action in HOLDING]
             if ends and self._renew_at is None:
                 self._renew_at = min(ends)
                 self._at(self._renew_at, PASS)

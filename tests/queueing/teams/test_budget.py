@@ -12,6 +12,7 @@ from gpufleet.queueing.teams.budget import (
     BudgetState,
     budget_state,
     budget_verdicts,
+    exhaustion_s,
     period_window,
     restriction,
     restrictions,
@@ -87,3 +88,49 @@ def test_budget_verdicts_per_team() -> None:
     # notify restricts nothing even when exhausted
     ex = budget_verdicts({"n": budgets["n"]}, {"n": 2000 * MICRO}, {}, now)
     assert ex["n"].action == "notify" and restrictions(ex) == {}
+
+
+@pytest.mark.parametrize(
+    ("spent", "rate_per_h", "now", "at"),
+    [
+        # $1,000/day, $900 spent at $100/h from 12:00 → spent at 13:00
+        (900, 100, ts(2026, 12, 3, 12), ts(2026, 12, 3, 13)),
+        # $1 left at $7/h: 514.28… s → the next whole second, 515 s
+        (999, 7, ts(2026, 12, 3, 12), ts(2026, 12, 3, 12) + 515),
+        (1000, 0, ts(2026, 12, 3, 12), ts(2026, 12, 3, 12)),  # spent already: now
+        (1200, 50, ts(2026, 12, 3, 12), ts(2026, 12, 3, 12)),
+        (900, 0, ts(2026, 12, 3, 12), None),  # nothing running: never
+        # $100 left at $10/h would take 10 h, but the day renews at midnight (2 h away)
+        (900, 10, ts(2026, 12, 3, 22), None),
+    ],
+)
+def test_exhaustion_s(spent: int, rate_per_h: float, now: float, at: float | None) -> None:
+    assert exhaustion_s(B, spent * MICRO, rate_per_h * MICRO / 3600, now) == at
+
+
+@pytest.mark.parametrize(
+    ("spent", "rate_per_h", "state", "action", "draining", "why"),
+    [
+        (1200, 0, BudgetState.EXHAUSTED, "hold-and-drain", True,
+         "team d: budget $1,200.00 of $1,000.00 spent; new work waits until the period renews;"
+         " running work is evicted"),
+        # low, not spent: new work is held, running work stays
+        (950, 100, BudgetState.LOW, "hold-and-drain", False,
+         "team d: budget $950.00 of $1,000.00 will run out within the look-ahead at $100.00/h;"
+         " new work waits until the period renews"),
+        (1200, 0, BudgetState.EXHAUSTED, "hold", False,
+         "team d: budget $1,200.00 of $1,000.00 spent; new work waits until the period renews"),
+        (500, 100, BudgetState.OK, None, False, ""),
+    ],
+)
+def test_hold_and_drain_verdict(spent: int, rate_per_h: float, state: BudgetState,
+                                action: str | None, draining: bool, why: str) -> None:
+    """``hold-and-drain`` holds new work from the look-ahead on, as ``hold`` does, and drains
+    running work only once the budget is spent; a plain ``hold`` never drains."""
+    kind = "hold" if action == "hold" else "hold-and-drain"
+    b = Budget(1000 * MICRO, "day", kind)  # type: ignore[arg-type]
+    now = ts(2026, 12, 3, 12)
+    v = budget_verdicts({"d": b}, {"d": spent * MICRO}, {"d": rate_per_h * MICRO / 3600},
+                        now)["d"]
+    assert (v.state, v.action, v.draining, v.reason) == (state, action, draining, why)
+    assert set(restrictions({"d": v})) == (set() if action is None else {"d"})

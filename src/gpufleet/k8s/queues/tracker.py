@@ -98,6 +98,12 @@ class LiveQuota:
     # every queue's nominal quota and usage, acting or not (what status and metrics show)
     nominal: QuotaBook | None = None
 
+    @property
+    def draining(self) -> bool:
+        """Whether a queue's spent ``hold-and-drain`` budget evicts its running pods: the cycle
+        must run even with nothing pending (``control.cycle`` step 6)."""
+        return self.input is not None and any(v.draining for v in self.input.budgets.values())
+
 
 class QueueTracker:
     def __init__(self, api: client.ApiClient, changed: threading.Event, scenario: Scenario,
@@ -142,7 +148,8 @@ class QueueTracker:
         """The queues as they stand before this cycle plans: specs, usage (per GPU model too,
         for per-model quotas), each queue's spend, and the quota input — with the budget
         verdicts that restrict new work (``budget_verdicts`` on this period's spend and rate,
-        ``restrictions``: ``hold`` and ``spot-only``), the calls the simulator makes."""
+        ``restrictions``: ``hold``, ``hold-and-drain`` and ``spot-only``), the calls the simulator
+        makes."""
         parsed = self.parses.parse_all(self.queues.objects())
         settings = dict(self.config_queues)
         for p in parsed:

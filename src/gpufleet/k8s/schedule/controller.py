@@ -287,7 +287,7 @@ class Controller:
         out: Outcome | None = None
         refused: list[str] = []
         binds: list[Bind] = []
-        if snap.pending:
+        if snap.pending or queues.draining:
             apply_levers(snap, self.scenario)
             plan = plan_cycle(snap, self.policy, self.rng, self.backfill, now, self.preemption,
                               quota=queues)

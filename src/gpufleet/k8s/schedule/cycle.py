@@ -154,12 +154,15 @@ def pending_units(snap: Snapshot) -> list[PendingUnit]:
 def victims_of(snap: Snapshot) -> list[Victim]:
     """Running pods preemption may evict: those without claims (a claim's devices are freed by
     the controller-manager's deallocation, not by the eviction, so the plan could not count on
-    them). A pod group's pods carry the group as their ``workload``: priority preemption leaves
-    them alone (a gang is never torn apart) and team reclaim takes a borrowed gang whole
+    them), and not terminating already (evicted, or an eviction the assume cache holds: a
+    budget drain, ``control.cycle`` step 6, runs whatever else is evicting and must not evict
+    one twice). A pod group's pods carry the group as their ``workload``: priority preemption
+    leaves them alone (a gang is never torn apart) and team reclaim takes a borrowed gang whole
     (``control.cycle`` step 5), as the simulator's ``gang_victims``."""
     return [Victim(a.pod.key, a.pod.priority, a.pod.created_s, a.request, a.bind, a.masks,
                    workload=a.pod.group)
-            for a in snap.allocations.values() if not a.pod.uses_claims]
+            for a in snap.allocations.values() if not a.pod.uses_claims
+            and not a.pod.terminating]
 
 
 def evicting(snap: Snapshot) -> bool:

@@ -8,21 +8,31 @@ of spend when running work is left to finish. The team's action then applies to 
 
 * ``spot-only``: new work may run only on spot capacity (the cheaper rate keeps it going);
 * ``hold``: new work waits until the next period; running work finishes;
+* ``hold-and-drain``: as ``hold``, and once the budget is **spent** the team's running work is
+  evicted too (checkpointing jobs save and requeue, then wait for the period to renew) — Kueue's
+  ``stopPolicy: HoldAndDrain``. ``hold`` cannot bound the overspend: a multi-day job started
+  before the look-ahead keeps spending until it ends; draining bounds it to the look-ahead's
+  new work plus the eviction grace (the checkpoint write);
 * ``notify``: nothing is held; metrics and events say so.
 
 Pure: the caller passes the clock, the spend so far in the period and the current rate.
+:func:`exhaustion_s` says when the current rate would spend the budget, so that a driver with
+no clock tick of its own (the simulator) can look again then.
 """
 
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
 Period = Literal["day", "week", "month"]
-Action = Literal["spot-only", "hold", "notify"]
+Action = Literal["spot-only", "hold", "hold-and-drain", "notify"]
+# the actions that keep a team's new work pending
+HOLDING: frozenset[str] = frozenset({"hold", "hold-and-drain"})
 MICRO = 1_000_000
 DEFAULT_LOOKAHEAD_S = 3600.0
 
@@ -100,6 +110,11 @@ class BudgetVerdict:
         return max(0, self.amount_micro - self.spent_micro)
 
     @property
+    def draining(self) -> bool:
+        """Whether the team's running work must leave now (``hold-and-drain``, spent)."""
+        return self.action == "hold-and-drain" and self.state is BudgetState.EXHAUSTED
+
+    @property
     def reason(self) -> str:
         """Why the team's new work is restricted ("" when it is not)."""
         if self.action is None:
@@ -109,6 +124,8 @@ class BudgetVerdict:
             f"will run out within the look-ahead at ${self.rate_micro_per_s * 3600 / MICRO:,.2f}"
             "/h")
         what = {"hold": "new work waits until the period renews",
+                "hold-and-drain": "new work waits until the period renews"
+                + ("; running work is evicted" if self.draining else ""),
                 "spot-only": "new work runs on spot only",
                 "notify": "notified only"}[self.action]
         return (f"team {self.team}: budget ${spent:,.2f} of ${amount:,.2f} {how}; {what}")
@@ -135,6 +152,24 @@ def budget_verdicts(budgets: Mapping[str, Budget], spent_micro: Mapping[str, int
 
 
 def restrictions(verdicts: Mapping[str, BudgetVerdict]) -> dict[str, BudgetVerdict]:
-    """The verdicts that change what a team's new work may do (``hold``, ``spot-only``);
-    ``notify`` is for metrics and events only, so the scheduling pass never sees it."""
-    return {t: v for t, v in verdicts.items() if v.action in ("hold", "spot-only")}
+    """The verdicts that change what a team's new work (or, draining, its running work) may do
+    (``hold``, ``hold-and-drain``, ``spot-only``); ``notify`` is for metrics and events only,
+    so the scheduling pass never sees it."""
+    return {t: v for t, v in verdicts.items()
+            if v.action in ("hold", "hold-and-drain", "spot-only")}
+
+
+def exhaustion_s(budget: Budget, spent_micro: int, rate_micro_per_s: float,
+                 now_s: float) -> float | None:
+    """When the budget is spent if the rate stays as it is: the first whole second at which
+    ``spent + rate × (t − now)`` reaches the amount; ``now_s`` when it is spent already; None
+    when nothing is spent (rate 0) or the period renews first.
+
+    Example: $10 budget, $9 spent, $3.6/h (1,000 micro-$/s), now 0 → 1,000 s."""
+    left = budget.amount_micro - spent_micro
+    if left <= 0:
+        return now_s
+    if rate_micro_per_s <= 0:
+        return None
+    at = now_s + math.ceil(left / rate_micro_per_s)
+    return at if at < period_window(now_s, budget.period)[1] else None

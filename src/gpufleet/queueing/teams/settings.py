@@ -12,7 +12,7 @@ teams:
       borrowing_limit: 8         # at most this many GPU-equivalents above nominal (omit: any)
       weight: 1                  # fair-share weight above quota
       models: {H100-80GB: 4}     # per-GPU-model nominal within the total (unlisted: total only)
-      budget: {usd: 5000, period: month, action: spot-only}   # or hold / notify
+      budget: {usd: 5000, period: month, action: spot-only}   # or hold / hold-and-drain / notify
 ```
 
 Amounts are GPUs in the file (what people write) and milli-GPU inside (what placement counts);
@@ -36,7 +36,7 @@ class BudgetSettings(BaseModel):
 
     usd: float = Field(gt=0, le=1e12)
     period: Literal["day", "week", "month"] = "month"
-    action: Literal["spot-only", "hold", "notify"] = "notify"
+    action: Literal["spot-only", "hold", "hold-and-drain", "notify"] = "notify"
     lookahead_s: float = Field(default=3600.0, ge=0, le=31 * 86400)
 
     def build(self) -> Budget:
