@@ -507,3 +507,32 @@ def test_launch_gates(bound: tuple[str, ...], budget: str | None,
                                                                      gates=got)}
     assert asked == {k: (g is Gate.SPOT, g is Gate.SPOT) for k, g in got.items()
                      if g is not Gate.SKIP} | {"ns-c/c1": (False, False)}
+
+
+def test_a_restarted_tracker_goes_on_from_the_saved_fair_share() -> None:
+    """Queue ``a`` saved 5,000,000 milli-GPU·s of decayed usage 60 s before this controller's
+    first cycle and runs one GPU (1,000 milli) now: it goes on from 5,000,000 × keep(60 s) +
+    1,000 × gain(60 s) (a 7-day half-life: ≈ 5,059,650); ``b``, with no saved value, from 0.
+    The next status write carries the value as of its ``asOf``."""
+    from gpufleet.k8s.queues import status as st
+    from gpufleet.queueing.teams.fairshare import decay
+
+    t, _ = tracker()
+    put(t.namespaces, [{"metadata": {"name": "ns-a", "labels": {"gpufleet.io/queue": "a"}}},
+                       {"metadata": {"name": "ns-b", "labels": {"gpufleet.io/queue": "b"}}}])
+    qa = obj("a", {"gpus": 2})
+    qa["status"] = {"ledger": {**ledger_status(0)["ledger"], "asOf": "2026-12-04T00:00:00Z",
+                               "decayedGpuMilliSeconds": 5e6}}
+    put(t.queues, [qa, obj("b", {"gpus": 2}, uid="u2")])
+    snap = build_snapshot([node("t4", 4)], [kpod("ns-a", "r", GPU1, node_name="t4")])
+    live = t.observe(snap, [node("t4", 4)], lambda *a: 3.6, DAY + 60)
+    keep, gain = decay(60.0, 7 * 86400.0)
+    assert live.input is not None and live.input.history is not None
+    got = live.input.history.decayed
+    assert got["a"]["gpu"] == pytest.approx(5e6 * keep + 1000 * gain)
+    assert got["a"]["gpu"] == pytest.approx(5_059_650, abs=5)
+    assert "b" not in got or got["b"]["gpu"] == 0.0
+    assert st.saved_fair_share(qa) == (5e6, DAY)
+    led = st.ledger(Spend(DAY, DAY + 86400, 0, 0.0), DAY + 60, got["a"]["gpu"])
+    assert led["decayedGpuMilliSeconds"] == got["a"]["gpu"]
+    assert st.saved_fair_share({"status": {"ledger": led}}) == (got["a"]["gpu"], DAY + 60)

@@ -393,7 +393,8 @@ def test_kill_9_the_controller_and_its_successor_rebuilds_usage_and_spend(
     """Two 4-GPU pods share a p4d (half its price each); one finishes, so the other pays the
     whole node. The controller is killed with SIGKILL; the next one shows the same usage and
     goes on from the spend in status.ledger — the spend then plus the rate then over the
-    outage — neither losing what was spent nor counting it twice."""
+    outage — neither losing what was spent nor counting it twice; the same for the queue's
+    fair-share usage history."""
     q = f"q-{teams.tag}"
     ns = teams.namespace(q)
     teams.add("p4d.24xlarge")  # 8 A100s
@@ -430,6 +431,12 @@ def test_kill_9_the_controller_and_its_successor_rebuilds_usage_and_spend(
         assert a["spentMicro"] == pytest.approx(b["spentMicro"] + node_rate * gone,
                                                 abs=node_rate)
         assert a["rateMicroPerS"] == pytest.approx(node_rate)
+        # the fair-share history goes on too: the saved value plus the 4 GPUs (4,000 milli)
+        # held over the outage and since (a 7-day half-life decays nothing in seconds); a
+        # lost history would show only the successor's own few seconds
+        assert a["decayedGpuMilliSeconds"] == pytest.approx(
+            b["decayedGpuMilliSeconds"] + 4000 * gone, abs=4000)
+        assert b["decayedGpuMilliSeconds"] > 4000 * 3  # long alone for ≥ 3 s (the spend says)
         assert float(after["budgetLeft"]) == pytest.approx(1000 - float(after["spend"]),
                                                            abs=0.011)
         out = lab.kubectl("get", "gpuqueues", q).stdout

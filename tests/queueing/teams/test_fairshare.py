@@ -6,7 +6,13 @@ import math
 
 import pytest
 
-from gpufleet.queueing.teams.fairshare import UsageHistory, dominant_share, fair_order
+from gpufleet.queueing.teams.fairshare import (
+    UsageHistory,
+    carried,
+    decay,
+    dominant_share,
+    fair_order,
+)
 
 H = 3600.0  # one-hour half-life keeps the numbers readable
 
@@ -64,3 +70,24 @@ def test_time_cannot_go_backwards() -> None:
     h.advance(10.0, {})
     with pytest.raises(ValueError, match="time went backwards"):
         h.advance(5.0, {})
+
+
+@pytest.mark.parametrize(("saved", "dt", "usage", "want"), [
+    (1000.0, 0.0, 5.0, 1000.0),  # no time passed: as saved
+    (1000.0, 7 * 86400.0, 0.0, 500.0),  # one half-life, nothing running: halved
+    (0.0, 7 * 86400.0, 1.0, 7 * 86400.0 / 2 / math.log(2)),  # a rate of 1 over one half-life
+    (1000.0, -5.0, 3.0, 1000.0),  # a clock behind the saved asOf: nothing decays or adds
+])
+def test_carried_over_an_outage(saved: float, dt: float, usage: float, want: float) -> None:
+    assert carried(saved, 100.0, 100.0 + dt, usage, 7 * 86400.0) == pytest.approx(want)
+
+
+def test_carried_is_what_advance_would_have_added() -> None:
+    """A restart that finds the same usage running as before it ends where an uninterrupted
+    history would have."""
+    h = UsageHistory(3600.0, last_s=0.0)
+    h.advance(100.0, {"a": {"gpu": 2.0}})
+    saved = h.decayed["a"]["gpu"]
+    h.advance(700.0, {"a": {"gpu": 2.0}})
+    assert carried(saved, 100.0, 700.0, 2.0, 3600.0) == pytest.approx(h.decayed["a"]["gpu"])
+    assert decay(3600.0, 3600.0)[0] == pytest.approx(0.5)

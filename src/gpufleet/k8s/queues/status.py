@@ -107,9 +107,25 @@ def render(obj: Mapping[str, Any], v: QueueView, now_s: float) -> dict[str, Any]
     return out
 
 
-def ledger(spend: Spend, now_s: float) -> dict[str, Any]:
-    return {"periodStart": iso(spend.period_start_s), "asOf": iso(now_s, micro=True),
-            "spentMicro": spend.spent_micro, "rateMicroPerS": spend.rate_micro_per_s}
+def ledger(spend: Spend, now_s: float, fair_share: float | None = None) -> dict[str, Any]:
+    """``status.ledger``: the spend integral and (``fair_share``) the queue's decayed usage
+    history in milli-GPU·seconds, both as of ``asOf`` — what a restarted controller goes on
+    from (``saved_ledger``, ``saved_fair_share``)."""
+    out: dict[str, Any] = {"periodStart": iso(spend.period_start_s),
+                           "asOf": iso(now_s, micro=True), "spentMicro": spend.spent_micro,
+                           "rateMicroPerS": spend.rate_micro_per_s}
+    if fair_share is not None:
+        out["decayedGpuMilliSeconds"] = fair_share
+    return out
+
+
+def saved_fair_share(obj: Mapping[str, Any]) -> tuple[float, float] | None:
+    """(decayed milli-GPU·seconds, as of) from ``status.ledger``; None when absent or bad."""
+    led = (obj.get("status") or {}).get("ledger") or {}
+    try:
+        return float(led["decayedGpuMilliSeconds"]), parse_time(led["asOf"])
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _without(status: Mapping[str, Any], *keys: str) -> dict[str, Any]:

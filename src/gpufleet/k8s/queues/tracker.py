@@ -9,9 +9,12 @@ the same input the simulator builds from its jobs. Queues from the controller's 
 turns invalid keeps its last valid spec (the object says ``Valid=False`` and why, and an Event
 says it once); one never valid manages nothing, so its namespaces' pods schedule as before.
 
-The one thing held in memory across cycles besides the ledger's cache is the fair-share usage
-history (``queueing.teams.fairshare``), which only orders borrowing teams among themselves; a
-restart starts it afresh.
+Held across cycles besides the ledger's cache: the fair-share usage history
+(``queueing.teams.fairshare``), which orders borrowing teams among themselves. Each queue's
+decayed usage is written with its spend ledger (``status.ledger.decayedGpuMilliSeconds``, as of
+``asOf``), and a new controller goes on from it — decayed over the outage, plus the usage it
+finds running held all the while (``carried``), the ledger's own estimate. Queues only in
+``--config`` have no status: their history starts afresh.
 
 Without the CRD installed (or without the RBAC to read GpuQueues and Namespaces) the informers
 list nothing and retry, so such a cluster schedules exactly as before.
@@ -56,7 +59,7 @@ from gpufleet.k8s.queues.usage import (
 from gpufleet.k8s.translate.snapshot import Snapshot
 from gpufleet.k8s.watch.informer import Informer
 from gpufleet.queueing.teams.budget import BudgetState, budget_verdicts, restrictions
-from gpufleet.queueing.teams.fairshare import DEFAULT_HALF_LIFE_S, UsageHistory
+from gpufleet.queueing.teams.fairshare import DEFAULT_HALF_LIFE_S, UsageHistory, carried
 from gpufleet.queueing.teams.quota import QuotaBook
 from gpufleet.queueing.teams.settings import QueueSettings
 
@@ -165,8 +168,14 @@ class QueueTracker:
         if not settings:
             return LiveQuota(None, teams, settings, parsed)
         usage = usage_by_queue(snap, teams, self.catalog)
-        if self.history is None:
+        if self.history is None:  # first cycle (a restart too): go on from the saved history
             self.history = UsageHistory(self.half_life_s, last_s=now_s)
+            for o in self.queues.objects():
+                name = str(o["metadata"]["name"])
+                got = st.saved_fair_share(o)
+                if got is not None and name in settings:
+                    self.history.decayed[name] = {"gpu": carried(
+                        got[0], got[1], now_s, float(usage.get(name, 0)), self.half_life_s)}
         self.history.advance(max(now_s, self.history.last_s),
                              {t: {"gpu": float(m)} for t, m in usage.items()})
         periods = {n: (s.budget.period if s.budget is not None else "month")
@@ -223,7 +232,9 @@ class QueueTracker:
         body_status: dict[str, Any] = {k: None for k in current if k not in want}
         body_status.update(want)
         if v.spend is not None and v.settings is not None:
-            body_status["ledger"] = st.ledger(v.spend, now_s)
+            fair = None if self.history is None else self.history.decayed.get(name, {}).get(
+                "gpu", 0.0)
+            body_status["ledger"] = st.ledger(v.spend, now_s, fair)
         body = {"metadata": {"resourceVersion": obj["metadata"].get("resourceVersion")},
                 "status": body_status}
         try:

@@ -45,9 +45,7 @@ class UsageHistory:
         self.last_s = now_s
         if dt == 0:
             return
-        k = math.log(2) / self.half_life_s
-        keep = math.exp(-k * dt)
-        gain = (1 - keep) / k  # ∫₀^dt e^{-k(dt-s)} ds
+        keep, gain = decay(dt, self.half_life_s)
         for res in self.decayed.values():
             for r in res:
                 res[r] *= keep
@@ -55,6 +53,30 @@ class UsageHistory:
             res = self.decayed.setdefault(team, {})
             for r, a in amounts.items():
                 res[r] = res.get(r, 0.0) + a * gain
+
+
+def decay(dt: float, half_life_s: float) -> tuple[float, float]:
+    """Over ``dt`` seconds: what is left of 1 (``keep``) and what a rate of 1 held all along
+    adds (``gain`` = ∫₀^dt e^{-k(dt-s)} ds, k = ln 2 / half-life).
+
+    >>> decay(604800.0, 604800.0)[0]
+    0.5
+    """
+    k = math.log(2) / half_life_s
+    keep = math.exp(-k * dt)
+    return keep, (1 - keep) / k
+
+
+def carried(saved: float, as_of_s: float, now_s: float, usage: float,
+            half_life_s: float) -> float:
+    """A team's decayed usage brought from a saved value (``as_of_s``) to ``now_s``, with
+    ``usage`` taken as held all the while — what a restarted controller goes on from (the
+    usage during the outage is unknown; the usage it finds running is the estimate, as the
+    spend ledger takes its rate). Example: 1,000 GPU·s saved, 10 s ago, 2 GPUs running, a
+    half-life long against 10 s → about 1,020."""
+    dt = max(0.0, now_s - as_of_s)
+    keep, gain = decay(dt, half_life_s)
+    return saved * keep + usage * gain
 
 
 def dominant_share(history: UsageHistory, team: str, capacity: Mapping[str, float],
