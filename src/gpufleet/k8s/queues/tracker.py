@@ -172,10 +172,10 @@ class QueueTracker:
             self.history = UsageHistory(self.half_life_s, last_s=now_s)
             for o in self.queues.objects():
                 name = str(o["metadata"]["name"])
-                got = st.saved_fair_share(o)
-                if got is not None and name in settings:
+                fair = st.saved_fair_share(o)
+                if fair is not None and name in settings:
                     self.history.decayed[name] = {"gpu": carried(
-                        got[0], got[1], now_s, float(usage.get(name, 0)), self.half_life_s)}
+                        fair[0], fair[1], now_s, float(usage.get(name, 0)), self.half_life_s)}
         self.history.advance(max(now_s, self.history.last_s),
                              {t: {"gpu": float(m)} for t, m in usage.items()})
         periods = {n: (s.budget.period if s.budget is not None else "month")
