@@ -95,7 +95,13 @@ from gpufleet.queueing.preemption import Victim, plan_preemption
 from gpufleet.queueing.statement import Statement
 from gpufleet.queueing.teams.budget import HOLDING, BudgetVerdict
 from gpufleet.queueing.teams.fairshare import UsageHistory, fair_order
-from gpufleet.queueing.teams.quota import Admission, QuotaBook, Running, reclaim_victims
+from gpufleet.queueing.teams.quota import (
+    Admission,
+    QuotaBook,
+    Running,
+    Verdict,
+    reclaim_victims,
+)
 from gpufleet.state import FleetState, ResourceRequest
 
 # the queue key (``queueing.queue_key``) followed by the unit's id, so that ties are total
@@ -273,6 +279,9 @@ def plan_cycle(
     shapes = [unit_shape(u) for u in order]
     reasons: dict[Hashable, tuple[str, bool]] = {}
     over: dict[int, str] = {}  # unit index → the quota verdict's reason
+    # verdicts by (team, milli) since the book last changed: a long queue asks the same
+    # question of thousands of units, and only an admission changes the answer
+    asked: dict[tuple[str, int], Verdict] = {}
     with Statement(state) as cycle:
 
         def try_place(i: int) -> bool:
@@ -287,6 +296,7 @@ def plan_cycle(
                 row = state.index[binds[0].node]
                 mid = int(state.model_id[row])
                 book.admit(u.team, u.milli, state.model_names[mid] if mid >= 0 else None)
+                asked.clear()
             return True
 
         def walk() -> Iterator[tuple[int, Hashable, float]]:
@@ -297,7 +307,9 @@ def plan_cycle(
                     over[i] = held[u.team]
                     continue
                 if book is not None and u.team is not None:
-                    v = book.verdict(u.team, u.milli)
+                    v = asked.get((u.team, u.milli))
+                    if v is None:
+                        v = asked[(u.team, u.milli)] = book.verdict(u.team, u.milli)
                     if not v.admitted:
                         over[i] = v.reason
                         continue
@@ -519,26 +531,36 @@ def _node_reclaim(state: FleetState, u: PendingUnit, book: QuotaBook, running: l
     cost = 0
     binds: list[Bind] | None = None
     newest = {row: max(r.started_s for r in rs) for row, rs in on.items()}
-    for row in sorted(on, key=lambda row: (-room[row], -newest[row], row)):
-        for r in on[row]:
-            if r.key in keys or left[r.team] <= 0:
-                continue
-            chosen.append(r)
-            keys.add(r.key)
-            left[r.team] -= r.milli
-            cost += r.milli
-        if cost >= short:
-            binds = _place_without(state, u, chosen, members, policy, rng, u.eligible)
-            if binds is not None:
-                break
-    if binds is None:
-        return [], None
-    for r in reversed(list(chosen)):
-        trial = [x for x in chosen if x is not r]
-        if trial and cost - r.milli >= short:
-            got = _place_without(state, u, trial, members, policy, rng, u.eligible)
-            if got is not None:
-                chosen, binds, cost = trial, got, cost - r.milli
+    # one what-if, released into as victims are taken (each trial placement sees the fleet
+    # less every victim so far), and a victim reprieved is allocated back into it
+    with Statement(state) as freed:
+        for row in sorted(on, key=lambda row: (-room[row], -newest[row], row)):
+            for r in on[row]:
+                if r.key in keys or left[r.team] <= 0:
+                    continue
+                chosen.append(r)
+                keys.add(r.key)
+                left[r.team] -= r.milli
+                cost += r.milli
+                for v in members[r.key]:
+                    freed.release(v.request, v.bind, v.masks)
+            if cost >= short:
+                binds = _place(state, u, policy, rng, {}, ("reclaim", u.id))
+                if binds is not None:
+                    break
+        if binds is None:
+            return [], None
+        for r in reversed(list(chosen)):
+            if len(chosen) > 1 and cost - r.milli >= short:
+                with Statement(state) as back:
+                    for v in members[r.key]:
+                        back.allocate(v.request, v.bind, v.masks)
+                    got = _place(state, u, policy, rng, {}, ("reclaim", u.id))
+                if got is not None:
+                    for v in members[r.key]:
+                        freed.allocate(v.request, v.bind, v.masks)
+                    chosen = [x for x in chosen if x is not r]
+                    binds, cost = got, cost - r.milli
     return chosen, binds
 
 
@@ -570,23 +592,27 @@ def _room_reclaim(state: FleetState, u: PendingUnit, book: QuotaBook, running: l
             continue
         only = np.zeros(n, bool)
         only[row] = True
+        one = replace(u, eligible=only)
         left = dict(excess)
         chosen: list[Running] = []
         cost = 0
-        for r in on[row]:
-            if left[r.team] <= 0:
-                continue
-            if best is not None and cost + r.milli > best[0][0]:
-                break
-            chosen.append(r)
-            left[r.team] -= r.milli
-            cost += r.milli
-            binds = _place_without(state, u, chosen, members, policy, rng, only)
-            if binds is not None:
-                key = (cost, -r.started_s)  # r: the oldest chosen (newest first)
-                if best is None or key < best[0]:
-                    best = (key, list(chosen), binds)
-                break
+        with Statement(state) as freed:  # the row's victims so far released
+            for r in on[row]:
+                if left[r.team] <= 0:
+                    continue
+                if best is not None and cost + r.milli > best[0][0]:
+                    break
+                chosen.append(r)
+                left[r.team] -= r.milli
+                cost += r.milli
+                for v in members[r.key]:
+                    freed.release(v.request, v.bind, v.masks)
+                binds = _place(state, one, policy, rng, {}, ("reclaim", u.id))
+                if binds is not None:
+                    key = (cost, -r.started_s)  # r: the oldest chosen (newest first)
+                    if best is None or key < best[0]:
+                        best = (key, list(chosen), binds)
+                    break
     return ([], None) if best is None else (best[1], best[2])
 
 
