@@ -29,6 +29,10 @@ TWO = ResourceRequest(cpu_milli=1000, num_gpu=2)
 POLICY = get_policy("bestfit", tie_seed=0)
 TEAMS = [TeamQuota("x", 2000, "lab"), TeamQuota("y", 2000, "lab"), TeamQuota("s", 1000)]
 WITH_Z = [*TEAMS, TeamQuota("z", 2000, "lab")]
+# x runs on every GPU of the fleet (2 of them borrowed), started at 0, 10, 20 and 30: the
+# running work of the reclaim and drain cases
+X_FULL = [("x0", "x", "a", (0,), 0), ("x1", "x", "a", (1,), 10),
+          ("x2", "x", "b", (0,), 20), ("x3", "x", "b", (1,), 30)]
 
 
 def unit(uid: str, team: str | None, t: float, req: ResourceRequest = ONE,
@@ -101,32 +105,27 @@ CASES_Q = [
     Case("reclaim: x runs 4 GPUs (2 borrowed), the fleet is full; y1 is within y's quota"
          " (0 + 1 ≤ 2), the cohort is 1 short → x's newest pod x3 (started 30) goes",
          [unit("y1", "y", 40)], {}, {"y1": "0/2 nodes are available"},
-         running=[("x0", "x", "a", (0,), 0), ("x1", "x", "a", (1,), 10),
-                  ("x2", "x", "b", (0,), 20), ("x3", "x", "b", (1,), 30)],
+         running=X_FULL,
          evicted=[("x3", "reclaim: team x borrowed")]),
     Case("reclaim for two GPUs: x2 and x3 (the newest two, both on b) go",
          [unit("y1", "y", 40, TWO)], {}, {"y1": "0/2 nodes are available"},
-         running=[("x0", "x", "a", (0,), 0), ("x1", "x", "a", (1,), 10),
-                  ("x2", "x", "b", (0,), 20), ("x3", "x", "b", (1,), 30)],
+         running=X_FULL,
          evicted=[("x3", "reclaim: team x borrowed"), ("x2", "reclaim: team x borrowed")]),
     Case("two lenders' units in one cycle: y1 and y2 (1 GPU each, within y's 2) → x3 for y1,"
          " then x2 for y2, planned on the fleet x3 has left and y1 has taken",
          [unit("y1", "y", 40), unit("y2", "y", 41)], {}, {"y1": "0/2", "y2": "0/2"},
-         running=[("x0", "x", "a", (0,), 0), ("x1", "x", "a", (1,), 10),
-                  ("x2", "x", "b", (0,), 20), ("x3", "x", "b", (1,), 30)],
+         running=X_FULL,
          evicted=[("x3", "reclaim: team x borrowed"), ("x2", "reclaim: team x borrowed")]),
     Case("physical room: with z (2 GPUs, idle) in the cohort its quota has room for y1, but"
          " x's borrowing fills the fleet → the node whose newest borrowed pod frees a GPU: b"
          " (x3, started 30, beats a's x1, started 10)",
          [unit("y1", "y", 40)], {}, {"y1": "0/2 nodes are available"},
-         running=[("x0", "x", "a", (0,), 0), ("x1", "x", "a", (1,), 10),
-                  ("x2", "x", "b", (0,), 20), ("x3", "x", "b", (1,), 30)],
+         running=X_FULL,
          teams=WITH_Z, evicted=[("x3", "reclaim: team x borrowed")]),
     Case("physical room for two GPUs: a needs x1 and x0, b x3 and x2 (2 GPUs each); b's"
          " oldest victim (x2, 20) is newer → x3 and x2",
          [unit("y1", "y", 40, TWO)], {}, {"y1": "0/2 nodes are available"},
-         running=[("x0", "x", "a", (0,), 0), ("x1", "x", "a", (1,), 10),
-                  ("x2", "x", "b", (0,), 20), ("x3", "x", "b", (1,), 30)],
+         running=X_FULL,
          teams=WITH_Z, evicted=[("x3", "reclaim: team x borrowed"),
                                 ("x2", "reclaim: team x borrowed")]),
     Case("physical room never takes a team below its nominal: x runs 3 (1 borrowed), u0 is"
@@ -141,8 +140,7 @@ CASES_Q = [
          " newest → x3 and x2 (neither can be reprieved)",
          [PendingUnit("yg", ONE, 0, ("yg#0", "yg#1"), 2, submit_s=40, team="y", milli=2000)],
          {}, {"yg#0": "pod group yg"},
-         running=[("x0", "x", "a", (0,), 0), ("x1", "x", "a", (1,), 10),
-                  ("x2", "x", "b", (0,), 20), ("x3", "x", "b", (1,), 30)],
+         running=X_FULL,
          teams=WITH_Z, evicted=[("x3", "reclaim: team x borrowed"),
                                 ("x2", "reclaim: team x borrowed")]),
     Case("newest-first victims that scatter: y1 needs 2 GPUs on one node, the cohort is 2 short;"
@@ -154,8 +152,7 @@ CASES_Q = [
          evicted=[("x3", "reclaim: team x borrowed"), ("x2", "reclaim: team x borrowed")]),
     Case("no reclaim while an eviction is in progress",
          [unit("y1", "y", 40)], {}, {"y1": "0/2 nodes are available"},
-         running=[("x0", "x", "a", (0,), 0), ("x1", "x", "a", (1,), 10),
-                  ("x2", "x", "b", (0,), 20), ("x3", "x", "b", (1,), 30)],
+         running=X_FULL,
          kw={"evicting": True}),
     Case("work beyond its own quota never reclaims: y runs 1, x 3 (1 borrowed); y's 2-GPU unit"
          " would take y to 3 > 2 and the cohort has no idle quota → refused, nothing evicted",
@@ -202,8 +199,7 @@ CASES_Q = [
     Case("a held unit is never a reclaim's beneficiary: y1 is within y's quota and x borrowed"
          " (the first reclaim case) but y is held → nothing evicted",
          [unit("y1", "y", 40)], {}, {"y1": "new work waits"},
-         running=[("x0", "x", "a", (0,), 0), ("x1", "x", "a", (1,), 10),
-                  ("x2", "x", "b", (0,), 20), ("x3", "x", "b", (1,), 30)],
+         running=X_FULL,
          budgets={"y": "hold"}),
     Case("hold-and-drain, spent: x1 waits, y1 binds, and x's running x0 is evicted (the drain"
          " stops spend; it does not wait for room)",
@@ -228,8 +224,7 @@ CASES_Q = [
          " with x's budget spent under hold-and-drain → all four of x's pods go; y1 waits for"
          " the room they free",
          [unit("y1", "y", 40)], {}, {"y1": "0/2 nodes are available"},
-         running=[("x0", "x", "a", (0,), 0), ("x1", "x", "a", (1,), 10),
-                  ("x2", "x", "b", (0,), 20), ("x3", "x", "b", (1,), 30)],
+         running=X_FULL,
          evicted=[(f"x{i}", "budget drain: team x") for i in range(4)],
          budgets={"x": "hold-and-drain"}),
     Case("notify changes nothing: x1 binds a's GPU 0 as without a budget",

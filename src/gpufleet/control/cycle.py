@@ -497,6 +497,27 @@ def _place_without(state: FleetState, u: PendingUnit, got: Sequence[Running],
         return _place(state, replace(u, eligible=eligible), policy, rng, {}, ("reclaim", u.id))
 
 
+def _borrowed_by_row(state: FleetState, u: PendingUnit, book: QuotaBook,
+                     running: list[Running], members: Mapping[str, list[Victim]]
+                     ) -> tuple[str, dict[str, int], dict[int, list[Running]]] | None:
+    """What physical reclaim may take for ``u``: its team's cohort, how much each other member
+    of it has borrowed (``excess``), and per state row the workloads on it of the teams that
+    borrowed, in ``running``'s order (newest first; a gang on several rows is on each). None
+    when the team has no cohort (nothing to reclaim from)."""
+    assert u.team is not None
+    cohort = book.teams[u.team].cohort
+    if cohort is None:
+        return None
+    excess = {m.name: book.borrowed(m.name) for m in book.members(cohort) if m.name != u.team}
+    on: dict[int, list[Running]] = {}
+    for r in running:
+        if excess.get(r.team, 0) > 0:
+            for row in sorted({state.index[v.bind.node] for v in members[r.key]
+                               if v.bind.node in state.index}):
+                on.setdefault(row, []).append(r)
+    return cohort, excess, on
+
+
 def _node_reclaim(state: FleetState, u: PendingUnit, book: QuotaBook, running: list[Running],
                   members: Mapping[str, list[Victim]], policy: Policy, rng: np.random.Generator
                   ) -> tuple[list[Running], list[Bind] | None]:
@@ -508,18 +529,11 @@ def _node_reclaim(state: FleetState, u: PendingUnit, book: QuotaBook, running: l
     its nominal quota) — until they cover the cohort's quota shortfall and the unit fits;
     then each victim is reprieved, last taken first, if the unit still fits and the shortfall
     is still covered without it (kube-scheduler's reprieve). ([], None) when no set does."""
-    assert u.team is not None
-    cohort = book.teams[u.team].cohort
-    if cohort is None:
+    borrowed = _borrowed_by_row(state, u, book, running, members)
+    if borrowed is None:
         return [], None
+    cohort, excess, on = borrowed
     short = max(0, u.milli - book.cohort_room(cohort))
-    excess = {m.name: book.borrowed(m.name) for m in book.members(cohort) if m.name != u.team}
-    on: dict[int, list[Running]] = {}
-    for r in running:
-        if excess.get(r.team, 0) > 0:
-            for row in {state.index[v.bind.node] for v in members[r.key]
-                        if v.bind.node in state.index}:
-                on.setdefault(row, []).append(r)
     if not on:
         return [], None
     free = state.free_milli[:state.n]
@@ -573,18 +587,10 @@ def _room_reclaim(state: FleetState, u: PendingUnit, book: QuotaBook, running: l
     that needs the fewest milli-GPU evicted wins (ties: the one whose oldest victim started
     latest — newest first, as ``reclaim_victims`` — then the state's row order). ``running``
     is newest first. ([], None) when no node can be made to fit."""
-    assert u.team is not None
-    cohort = book.teams[u.team].cohort
-    if cohort is None:
+    borrowed = _borrowed_by_row(state, u, book, running, members)
+    if borrowed is None:
         return [], None
-    excess = {m.name: book.borrowed(m.name) for m in book.members(cohort) if m.name != u.team}
-    on: dict[int, list[Running]] = {}
-    for r in running:
-        if excess.get(r.team, 0) <= 0:
-            continue
-        for row in sorted({state.index[v.bind.node] for v in members[r.key]
-                           if v.bind.node in state.index}):
-            on.setdefault(row, []).append(r)
+    _, excess, on = borrowed
     n = state.n
     best: tuple[tuple[int, float], list[Running], list[Bind]] | None = None
     for row in sorted(on):
