@@ -145,6 +145,67 @@ def test_kwok_provider_launches_idempotently_and_replays_a_reclaim(lab: Any,
         core.delete_namespace(ns)
 
 
+class StaleReads:
+    """The real CoreV1Api, except that each of the first ``stale`` Node reads is followed by a
+    real write to that Node (a label bump, as KWOK's heartbeat or the node lifecycle controller
+    would make), so the read's resourceVersion is out of date when the caller patches with it:
+    the API server answers 409 Conflict itself."""
+
+    def __init__(self, core: client.CoreV1Api, stale: int) -> None:
+        self.core, self.stale, self.conflicts = core, stale, 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.core, name)
+
+    def read_node(self, name: str) -> Any:
+        node = self.core.read_node(name)
+        if self.stale > 0:
+            self.stale -= 1
+            self.conflicts += 1
+            self.core.patch_node(name, {"metadata": {"labels": {
+                "gpufleet.io/test-bump": str(self.conflicts)}}})
+        return node
+
+
+def test_a_reclaim_announced_during_a_concurrent_node_write_is_written_after_a_retry(
+        lab: Any, tmp_path: Path) -> None:
+    """The CI of stop 25 lost a reclaim deadline: the trace's drop came while another writer
+    touched the Node, the resourceVersion-guarded patch got 409 and the announcement was
+    dropped. Now a conflict re-reads and retries (bounded), and the deadline reported is the
+    one the Node carries."""
+    core = lab.core
+    ns = lab.namespace("kwok-conflict")
+    clock = Clock()
+    kw = provider(core, ns, clock, tmp_path)
+    tok = new_token()
+    name = node_name(tok)
+    try:
+        kw.create(spot_request(tok))
+        clock.t += 5.0
+        (inst,) = kw.list()
+        assert inst.state == InstanceState.RUNNING
+        stale = StaleReads(core, stale=2)
+        kw.core = stale
+        kw.advance_market(601.0)
+        (ev,) = kw.interruptions()
+        assert stale.conflicts == 2  # two real 409s, then the write went through
+        assert ev.deadline == pytest.approx(clock.t + 30.0)
+        node = core.read_node(name)
+        assert float(node.metadata.annotations[ANN_RECLAIM]) == ev.deadline
+        assert node.metadata.labels["gpufleet.io/test-bump"] == "2"
+        clock.t += 10.0
+        assert kw.reclaim(name) == ev.deadline  # announced once: the first deadline holds
+
+        kw.core = StaleReads(core, stale=10)
+        core.patch_node(name, {"metadata": {"annotations": {ANN_RECLAIM: None}}})
+        with pytest.raises(RuntimeError, match="kept changing"):
+            kw.reclaim(name)  # bounded: a Node that never stops changing is an error
+    finally:
+        kw.core = core
+        kw.delete(name)
+        core.delete_namespace(ns)
+
+
 def scenario(**kw: Any) -> Scenario:
     return Scenario(name="capacity-test", spot=False, instance_types=(P3.name,), **kw)
 

@@ -76,6 +76,7 @@ ANN_LAUNCHED = "gpufleet.io/launched-at"  # epoch seconds
 ANN_MARKET_LAUNCHED = "gpufleet.io/kwok-market-launched-at"  # market seconds
 ANN_RECLAIM = "gpufleet.io/kwok-reclaim-deadline"  # epoch seconds
 ANN_RECLAIM_ACK = "gpufleet.io/kwok-reclaim-acknowledged"
+_CONFLICT_RETRIES = 5  # optimistic-concurrency retries on one Node write
 
 
 def node_name(token: str) -> str:
@@ -368,19 +369,31 @@ class KwokProvider:
             return []
         return self.market.markets(instance_type, self.market_now())
 
-    def reclaim(self, instance_id: str) -> None:
+    def reclaim(self, instance_id: str) -> float:
         """Announce a reclaim of ``instance_id`` now (the trace's drop, or a lab user's
-        injection): the Node goes at now + ``notice_s``. A second call keeps the first deadline."""
-        node = self.core.read_node(instance_id)
-        if (node.metadata.annotations or {}).get(ANN_RECLAIM):
-            return
-        patch = {"metadata": {"annotations": {ANN_RECLAIM: repr(self.clock() + self.notice_s)},
-                              "resourceVersion": node.metadata.resource_version}}
-        try:
-            self.core.patch_node(instance_id, patch)
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
+        injection): the Node goes at now + ``notice_s``. A second call keeps the first deadline.
+
+        The patch carries the read's resourceVersion, so two announcers cannot both set a
+        deadline; a conflict (KWOK's heartbeat or the node lifecycle controller wrote the Node
+        in between) re-reads and tries again, a bounded number of times. Returns the deadline
+        the Node carries."""
+        for _ in range(_CONFLICT_RETRIES):
+            node = self.core.read_node(instance_id)
+            held = (node.metadata.annotations or {}).get(ANN_RECLAIM)
+            if held:
+                return float(held)
+            deadline = self.clock() + self.notice_s
+            patch = {"metadata": {"annotations": {ANN_RECLAIM: repr(deadline)},
+                                  "resourceVersion": node.metadata.resource_version}}
+            try:
+                self.core.patch_node(instance_id, patch)
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+                continue
+            return deadline
+        raise RuntimeError(f"kwok: Node {instance_id} kept changing; the reclaim deadline was "
+                           f"not written after {_CONFLICT_RETRIES} tries")
 
     def interruptions(self) -> builtins.list[Interruption]:
         now = self.clock()
@@ -403,8 +416,7 @@ class KwokProvider:
                     if at is not None and at <= mt:
                         log.info("kwok: spot node %s reclaimed (trace drop at market %.0f s)",
                                  meta.name, at)
-                        self.reclaim(meta.name)
-                        deadline = repr(now + self.notice_s)
+                        deadline = repr(self.reclaim(meta.name))
             if deadline is None:
                 continue
             if now >= float(deadline):
