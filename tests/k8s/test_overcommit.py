@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from gpufleet.k8s.translate.overcommit import find_overcommits, overcommitted_gpus
+from gpufleet.k8s.translate.snapshot import build_snapshot
 
 
 def node(name: str = "n", gpus: int = 4, mig: int = 0) -> dict:
@@ -80,3 +81,15 @@ def test_each_kind_of_overcommit_is_caught(case: str, n: dict, pods: list, kinds
 def test_findings_name_the_node_gpu_and_pods() -> None:
     (f,) = find_overcommits([node()], [ours("a", "1", 600), ours("b", "1", 500)])
     assert str(f) == "n GPU 1: milli: 1100 milli-GPU given out of 1000 (ns/a, ns/b)"
+
+
+def test_an_overcommitted_pod_still_holds_what_is_left_of_its_gpus() -> None:
+    """The snapshot side of the same cases: b (500 milli on GPU 1, where a holds 600) and d
+    (GPU 3, which c holds whole) cannot be booked and are reported, but they run there all
+    the same, so what is left of their GPUs is taken: GPU 1 is full to placement, not 400
+    free. GPU 0 stays free."""
+    snap = build_snapshot([node()], [ours("a", "1", 600), ours("b", "1", 500),
+                                     ours("c", "2,3"), ours("d", "3")])
+    assert sorted(snap.unaccounted) == ["ns/b", "ns/d"]
+    assert list(snap.state.free_milli[snap.state.index["n"], :4]) == [1000, 0, 0, 0]
+    assert sorted(snap.allocations) == ["ns/a", "ns/c"]

@@ -217,10 +217,11 @@ def _book_claims(snap: Snapshot, dra: DraWorld, cat: GpuCatalog) -> None:
 
 
 def _book_rest(state: FleetState, req: ResourceRequest, bind: Bind) -> None:
-    """An allocated device the state cannot fit (over-committed by whoever wrote it) still
-    holds its GPU: book what is left of it, so placement never hands out the room the claim
-    has. Left unbooked, the GPU would look freer than it is. MIG slices already taken are
-    counted by their first holder."""
+    """An allocated device (or a bound pod) the state cannot fit (over-committed by whoever
+    wrote it) still holds its GPUs: book what is left of them, so placement never hands out
+    the room it has. Left unbooked, a GPU would look freer than it is. MIG slices already
+    taken are counted by their first holder. ``req`` carries no cpu or memory: GPU room is
+    what placement would hand out twice."""
     if not bind.gpus:
         return
     i = state.index[bind.node]
@@ -255,5 +256,7 @@ def _account(snap: Snapshot, info: PodInfo, bind: Bind | None, cat: GpuCatalog) 
         state.allocate(req, bind, masks)
     except ValueError as exc:
         snap.unaccounted[info.key] = str(exc)
+        if not masks:  # the pod runs there all the same: what is left of its GPUs is taken
+            _book_rest(state, ResourceRequest(), bind)
         return
     snap.allocations[info.key] = Allocation(info, req, bind, masks)
