@@ -180,3 +180,30 @@ def test_bind_cases_are_tight() -> None:
         ctl, rec = controller([n], [pod("b", second[0], second[1], t=2)])
         ctl.run_cycle()
         assert rec.binds == [("b", "n")], case
+
+
+def test_an_overcommitted_pod_is_counted_logged_once_and_its_room_not_handed_out(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Someone bound b (500 milli) on the GPU where a holds 600: the snapshot cannot book b as
+    written. The gauge counts it, the log names it once (not every cycle), and the 400 milli
+    left are b's, so a pending 0.4 share is not bound there. Once b is gone, the gauge reads 0
+    and the share fits."""
+    n = node("n", 1)
+    a, b = (pod(x, {}, {"gpufleet.io/node": "n", "gpufleet.io/gpus": "0",
+                        "gpufleet.io/gpu-milli": m}, node_name="n", t=i)
+            for i, (x, m) in enumerate((("a", "600"), ("b", "500"))))
+    share = pod("s", {}, {"gpu-fraction": "0.4"}, t=5)
+    ctl, rec = controller([n], [a, b, share])
+    sample = ctl.metrics.registry.get_sample_value
+    with caplog.at_level("WARNING", logger="gpufleet.k8s.schedule.controller"):
+        ctl.run_cycle()
+        ctl.run_cycle()
+    assert rec.binds == []
+    assert sample("gpufleet_snapshot_unaccounted", {"kind": "pod"}) == 1
+    assert sample("gpufleet_snapshot_unaccounted", {"kind": "claim"}) == 0
+    assert [r.getMessage() for r in caplog.records if "not booked" in r.getMessage()] == [
+        "snapshot: ns/b not booked as written: bind of ns/b overcommits node n"]
+    inform(ctl, [n], [a, share])
+    ctl.run_cycle()
+    assert sample("gpufleet_snapshot_unaccounted", {"kind": "pod"}) == 0
+    assert rec.binds == [("s", "n")]

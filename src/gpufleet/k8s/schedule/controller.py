@@ -152,6 +152,7 @@ class Controller:
             self.dra_informers = [self.slices, self.classes, self.claims]
         self.claims_assumed = ClaimAssume(assume_ttl_s)
         self._cycle_dra: Snapshot | None = None
+        self._unaccounted_seen: set[str] = set()  # logged once while they last
         self.elector = LeaderElector(client.CoordinationV1Api(api), lease_namespace, lease_name,
                                      self.identity, lease_s, renew_deadline_s, retry_s) \
             if leader_elect else None
@@ -282,6 +283,7 @@ class Controller:
                               assumed=self.assumed, dra=dra)
         self._cycle_dra = snap
         self._observe_assumed(snap)
+        self._observe_unaccounted(snap)
         self.fleet.observe_state(snap.state)
         queues = self.queues.observe(snap, nodes, self.fleet.prices.price, now)
         out: Outcome | None = None
@@ -316,6 +318,16 @@ class Controller:
         self.queues.sync(queues, snap, now, leader=self.is_leader)
         self._capacity_cycle(snap, refused, nodes, pods, t0, queues, binds)
         return out
+
+    def _observe_unaccounted(self, snap: Snapshot) -> None:
+        """Objects someone bound or allocated past what the node has: each is logged once
+        while it lasts (the snapshot still books what is left of its GPUs), and counted."""
+        claims = sum(1 for k in snap.unaccounted if k.startswith("claim "))
+        self.metrics.unaccounted.labels(kind="claim").set(claims)
+        self.metrics.unaccounted.labels(kind="pod").set(len(snap.unaccounted) - claims)
+        for key in snap.unaccounted.keys() - self._unaccounted_seen:
+            log.warning("snapshot: %s not booked as written: %s", key, snap.unaccounted[key])
+        self._unaccounted_seen = set(snap.unaccounted)
 
     def _apply(self, decisions: list, binds: list[Bind],
                by_key: Mapping[str, Mapping[str, Any]], spot_nodes: set[str]) -> Outcome:

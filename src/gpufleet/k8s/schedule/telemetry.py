@@ -62,6 +62,10 @@ class ControllerMetrics:
         self.assumed_cycles = Counter("gpufleet_cycles_with_assumed_binds_total",
                                       "Cycles that held at least one bind the informer had not "
                                       "shown yet", registry=r)
+        self.unaccounted = Gauge("gpufleet_snapshot_unaccounted",
+                                 "Bound pods and allocated DRA claims the last snapshot could not "
+                                 "book as written (over-committed, or on a node not in the "
+                                 "fleet), by kind; should stay 0", ["kind"], registry=r)
         self.leader = Gauge("gpufleet_leader", "1 while this replica holds the lease",
                             registry=r)
 
