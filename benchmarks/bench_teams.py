@@ -20,9 +20,11 @@ Philly, the previous table's setting). Three runs of one workload:
 * ``strict``: the same quotas, no cohort — a team never exceeds its quota.
 
 Figures (``sim.summary``): utilisation (allocated / provisioned GPU-time, until the last job
-ends — on a fixed fleet a long tail of a few jobs lowers it); utilisation while jobs wait (the
-same over the report's samples at which some job is pending: capacity left idle while work
-waits); the worst team's
+ends — on a fixed fleet a long tail of a few jobs lowers it: one 23-day 1-GPU job started a
+few days later moves it by points); utilisation in the window (the same over the report's
+samples inside the submission window, one horizon for every run); utilisation while jobs
+wait (over the samples at which some job is pending: capacity left idle while work waits);
+evictions (requeues of any cause: each costs a restart); the worst team's
 ``entitled_delivered`` (∫ min(used, quota) / ∫ min(demand, quota): the share of its entitlement
 delivered while it had demand); Jain's index over those ratios; mean JCT slowdown (JCT /
 duration); mean queueing delay; jobs that never finished.
@@ -99,10 +101,14 @@ def median_demand(jobs: list[JobSpec], horizon_s: float) -> dict[str, float]:
     return out
 
 
-def run(sc: Scenario, jobs: list[JobSpec], label: str, console: Console) -> dict[str, Any]:
+def run(sc: Scenario, jobs: list[JobSpec], label: str, console: Console,
+        window_s: float | None = None) -> dict[str, Any]:
     t0 = time.perf_counter()
     sim = Simulation(sc, 0, jobs)
     s = sim.run()
+    # requeues of any cause (reclaim, priority preemption, budget drain; no spot or failures on
+    # the quota runs' fleet): each costs its job a restart
+    s["evictions"] = sum(j.interruptions for j in sim.sim.jobs)
     console.print(f"  {label}: {time.perf_counter() - t0:.0f} s wall, "
                   f"{s['jobs_finished']:,}/{s['jobs_total']:,} jobs finished", highlight=False)
     # utilisation while some job waits (the report's samples, evenly spaced): GPUs idle then
@@ -112,6 +118,11 @@ def run(sc: Scenario, jobs: list[JobSpec], label: str, console: Console) -> dict
     prov = sum(ser.od_gpus[i] + ser.spot_gpus[i] for i in busy)
     s["utilization_while_waiting"] = (sum(ser.alloc_gpus[i] for i in busy) / prov
                                       if prov else None)
+    if window_s is not None:  # the same over the submission window: one horizon for every run
+        inside = [i for i, t in enumerate(ser.t) if t < window_s]
+        prov = sum(ser.od_gpus[i] + ser.spot_gpus[i] for i in inside)
+        s["utilization_window"] = (sum(ser.alloc_gpus[i] for i in inside) / prov
+                                   if prov else None)
     return s
 
 
@@ -129,7 +140,7 @@ def covering_quantile(jobs: list[JobSpec], gpus: float, lo: float) -> float:
 
 
 def quota_part(jobs: list[JobSpec], quotas: dict[str, float], quantile: float,
-               console: Console) -> dict[str, dict[str, Any]]:
+               console: Console, window_s: float) -> dict[str, dict[str, Any]]:
     base = default_scenario().model_copy(update={
         "name": "teams-fixed", "autoscaling": False, "spot": False, "gpu_mtbf_hours": None,
         "fixed_size_quantile": quantile, "deadline_policy": None})
@@ -144,7 +155,7 @@ def quota_part(jobs: list[JobSpec], quotas: dict[str, float], quantile: float,
     out = {}
     for label, spec in variants.items():
         sc = base.model_copy(update={"teams": TeamsSettings.model_validate(spec)})
-        out[label] = run(sc, jobs, label, console)
+        out[label] = run(sc, jobs, label, console, window_s)
     return out
 
 
@@ -168,9 +179,10 @@ def budget_part(jobs: list[JobSpec], console: Console) -> dict[str, dict[str, An
 
 def quota_table(res: dict[str, dict[str, Any]], title: str) -> Table:
     t = Table(title=title)
-    for col in ("run", "utilisation", "utilisation while jobs wait",
-                "worst team delivered/entitled", "Jain (delivered)",
-                "JCT slowdown mean", "JCT mean h", "queueing mean h", "jobs unfinished"):
+    for col in ("run", "utilisation", "in the window", "while jobs wait",
+                "worst team delivered/entitled", "Jain (delivered)", "evictions",
+                "JCT slowdown mean", "JCT mean / p50 / p95 h", "queueing mean h",
+                "jobs unfinished"):
         t.add_column(col, justify="left" if col == "run" else "right")
     for label, s in res.items():
         tm = s["teams"]
@@ -178,9 +190,12 @@ def quota_table(res: dict[str, dict[str, Any]], title: str) -> Table:
             " GPUs)"
         worst = tm["worst_entitled_delivered"]
         busy = s.get("utilization_while_waiting")
-        t.add_row(label, f"{s['utilization']:.1%}", "-" if busy is None else f"{busy:.1%}",
+        win = s.get("utilization_window")
+        jct = " / ".join(f"{s[k] / 3600:.1f}" for k in ("jct_mean_s", "jct_p50_s", "jct_p95_s"))
+        t.add_row(label, f"{s['utilization']:.1%}", "-" if win is None else f"{win:.1%}",
+                  "-" if busy is None else f"{busy:.1%}",
                   "-" if worst is None else f"{worst:.3f}", f"{tm['jain_index_delivered']:.3f}",
-                  f"{tm['slowdown_mean']:.2f}", f"{s['jct_mean_s'] / 3600:.2f}",
+                  f"{s['evictions']:,}", f"{tm['slowdown_mean']:.2f}", jct,
                   f"{s['queue_mean_s'] / 3600:.2f}", f"{s['jobs_lost']:,}")
     return t
 
@@ -259,7 +274,7 @@ def main() -> int:
                   f"({demand_quantile_milli(jobs, False, q) / 1000:g} GPUs)", highlight=False)
     console.print("quotas: " + ", ".join(f"{t} {q:g}" for t, q in sorted(
         quotas.items(), key=lambda x: -x[1])), highlight=False)
-    res = quota_part(jobs, quotas, q, console)
+    res = quota_part(jobs, quotas, q, console, a.days * DAY)
     console.print(quota_table(res, "quotas (fixed on-demand fleet)"))
     console.print(team_table(res, quotas))
     out: dict[str, Any] = {"window": [a.start_day, a.days], "quotas": quotas,

@@ -8,7 +8,7 @@ only where a case says so. Every pending unit asks for one GPU (1000 milli) unle
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pytest
@@ -33,6 +33,9 @@ WITH_Z = [*TEAMS, TeamQuota("z", 2000, "lab")]
 # running work of the reclaim and drain cases
 X_FULL = [("x0", "x", "a", (0,), 0), ("x1", "x", "a", (1,), 10),
           ("x2", "x", "b", (0,), 20), ("x3", "x", "b", (1,), 30)]
+# straddling units: y (1.5 GPUs) at 1 of 1.5 asks a whole GPU (over by 0.5); x has 1 GPU of
+# quota; z (3 GPUs) is idle, so the cohort's quota (5.5) has room the 4-GPU fleet does not
+STRADDLE = [TeamQuota("x", 1000, "lab"), TeamQuota("y", 1500, "lab"), TeamQuota("z", 3000, "lab")]
 
 
 def unit(uid: str, team: str | None, t: float, req: ResourceRequest = ONE,
@@ -135,6 +138,41 @@ CASES_Q = [
          running=[("x0", "x", "a", (0,), 0), ("x1", "x", "a", (1,), 10),
                   ("x2", "x", "b", (0,), 20), ("u0", None, "b", (1,), 0)],
          teams=WITH_Z),
+    Case("a straddling unit reclaims: y at 1 of 1.5 asks 1 (it would borrow 0.5); x runs 3 of"
+         " its 1 (2 borrowed) and keeps 1 borrowed ≥ 0.5 after giving one back → the node"
+         " whose newest borrowed pod frees a GPU: b (x2, started 20)",
+         [unit("y1", "y", 40)], {}, {"y1": "0/2 nodes are available"},
+         running=[("x0", "x", "a", (0,), 0), ("x1", "x", "a", (1,), 10),
+                  ("x2", "x", "b", (0,), 20), ("y0", "y", "b", (1,), 5)],
+         teams=STRADDLE, evicted=[("x2", "reclaim: team x borrowed")]),
+    Case("no straddling reclaim that leaves the lender the smaller borrower: y at 1 of 2 asks 2"
+         " (it would borrow 1); x borrows 1 and would keep 0 → nothing evicted",
+         [unit("y1", "y", 40, TWO)], {}, {"y1": "cohort lab has 0 GPU of idle quota"},
+         running=[("x0", "x", "a", (0,), 0), ("x1", "x", "a", (1,), 10),
+                  ("x2", "x", "b", (0,), 20), ("y0", "y", "b", (1,), 5)]),
+    Case("a straddling unit goes before borrowers: y1 (y at 1 of 1.5) takes the one free GPU"
+         " though fair share ranks x (10 < 100) first among borrowers; x1 (x at its 1) waits",
+         [unit("x1", "x", 1), unit("y1", "y", 2)],
+         {"y1": ("b", (1,))}, {"x1": "0/2 nodes are available"},
+         running=[("u0", None, "a", (0, 1), 0), ("y0", "y", "b", (0,), 5)],
+         teams=STRADDLE, extra_usage={"x": 1000}, history={"x": 10.0, "y": 100.0}),
+    Case("this pass's borrowing binds are reclaimable before they start: y1 (2 GPUs, within"
+         " y's quota) fits nowhere; x1 borrows b's free GPU; reclaim for y1 on b takes x1 back"
+         " unbound (the newest) and evicts x's running borrowed x9 → b empties for y1",
+         [unit("y1", "y", 40, TWO), unit("x1", "x", 50)], {},
+         {"y1": "0/2 nodes are available",
+          "x1": "reclaim: its room goes to work within its team's quota"},
+         running=[("u0", None, "a", (0, 1), 0), ("x9", "x", "b", (1,), 5)],
+         teams=WITH_Z, extra_usage={"x": 2000}, kw={"now": 100.0},
+         evicted=[("x9", "reclaim: team x borrowed")]),
+    Case("unstarted work larger than the claimant stays bound: y1 (1 GPU, within, may use b"
+         " only) finds b full; x1 (2 GPUs, borrowing) takes a; the cohort's quota is then 1"
+         " short → not x1 (2 GPUs > 1) but x's running borrowed x9 on b goes",
+         [replace(unit("y1", "y", 40), eligible=np.array([False, True])),
+          unit("x1", "x", 50, TWO)], {"x1": ("a", (0, 1))}, {"y1": "0/2 nodes are available"},
+         running=[("x9", "x", "b", (0,), 5), ("u1", None, "b", (1,), 0)],
+         extra_usage={"x": 1000}, kw={"now": 100.0},
+         evicted=[("x9", "reclaim: team x borrowed")]),
     Case("a gang's room, node by node: y's two 1-GPU members; the cohort has quota room, the"
          " fleet is full of x's borrowing; a and b could each be emptied (2 GPUs), b holds the"
          " newest → x3 and x2 (neither can be reprieved)",

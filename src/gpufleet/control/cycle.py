@@ -24,14 +24,17 @@ returned :class:`CyclePlan`. In order:
    progress (``evicting``: its pod still holds the room the preemptor waits for).
 5. *Team quotas* (only with a ``quota`` input, :class:`QuotaInput`; ``queueing.teams.quota``):
    each unit carries its ``team`` and size in milli-GPU-equivalents. Order: units that keep
-   their team within its nominal quota (counted cumulatively in queue order) and units of
+   their team within its nominal quota (counted cumulatively in queue order), units that
+   *straddle* it (the team below its nominal before the unit, above after), and units of
    unmanaged teams first, in queue order; then units that would borrow, team by team in
    ``fair_order`` (smallest decayed dominant share first), queue order within a team. As the
    pass reaches a unit its team's ``verdict`` is asked against the book as updated by the units
    admitted so far: a BLOCKED unit is refused with the verdict's reason and skipped — it never
    enters backfill, so it neither blocks a shape nor stops the pass for another team. If no
-   preemption was chosen and none is in progress, the unplaced within-quota units whose room
-   is held by other teams' borrowed work get *reclaims*, in queue order, each planned on the
+   preemption was chosen and none is in progress, the unplaced within-quota and straddling
+   units whose room is held by other teams' borrowed work get *reclaims* (a straddling unit
+   only from teams that keep borrowing at least what it will borrow, weight for weight:
+   ``QuotaBook.gives_back``), in queue order, each planned on the
    fleet as the reclaims before it leave it (their victims released, their units placed, the
    book updated), so a lender whose work comes back gets all of its room in one cycle rather
    than one eviction per checkpoint write. For each unit: ``reclaim_victims`` (newest
@@ -282,6 +285,10 @@ def plan_cycle(
     # verdicts by (team, milli) since the book last changed: a long queue asks the same
     # question of thousands of units, and only an admission changes the answer
     asked: dict[tuple[str, int], Verdict] = {}
+    straddle: set[int] = set()  # units the team's quota verdict alone refused
+    borrowing: set[int] = set()  # units admitted as borrowing
+    fresh: list[Victim] = []  # the binds of this pass's borrowing units (reclaimable)
+    fresh_unit: dict[str, str] = {}  # their member id → unit id
     with Statement(state) as cycle:
 
         def try_place(i: int) -> bool:
@@ -289,8 +296,15 @@ def plan_cycle(
             binds = _place(state, u, policy, rng, reasons, shapes[i])
             if binds is None:
                 return False
-            for b in binds:
-                cycle.allocate(_request(u), b, bind_masks(state, b, policy.catalog))
+            for k, b in enumerate(binds):
+                masks = bind_masks(state, b, policy.catalog)
+                cycle.allocate(_request(u), b, masks)
+                if i in borrowing:  # reclaim may take it back before it ever starts
+                    share = u.milli // len(binds) + (u.milli % len(binds) if k == 0 else 0)
+                    fresh.append(Victim(b.job_id, u.priority, now, _request(u), b, masks,
+                                        team=u.team, milli=share,
+                                        workload=u.id if len(binds) > 1 else None))
+                    fresh_unit[b.job_id] = u.id
             plan.binds.extend(binds)
             if book is not None and u.team is not None:
                 row = state.index[binds[0].node]
@@ -312,7 +326,11 @@ def plan_cycle(
                         v = asked[(u.team, u.milli)] = book.verdict(u.team, u.milli)
                     if not v.admitted:
                         over[i] = v.reason
+                        if u.team not in book.model_usage:
+                            straddle.add(i)  # reclaim may still make room (step 5)
                         continue
+                    if v.admission is Admission.BORROWING:
+                        borrowing.add(i)
                     if u.team in book.model_usage:
                         cut = _model_cut(state, book, u)
                         if isinstance(cut, str):
@@ -336,12 +354,22 @@ def plan_cycle(
                     (f"waiting behind {stopped}, which has starved past the limit", False)
                     if stopped is not None else ("not tried this cycle", False))
                 plan.refusals.extend(Refuse(m, msg, never) for m in order[i].placed_ids)
-        if victims and not evicting and not drained:
+        if (victims or fresh) and not evicting and not drained:
             plan.evictions = _preempt(state, [order[i] for i in left if i not in over],
                                       victims, policy, book)
             if book is not None and not plan.evictions:
-                plan.evictions = _reclaim(state, [order[i] for i in left if i not in over],
-                                          victims, policy, book, rng)
+                plan.evictions, back = _reclaim(
+                    state, [order[i] for i in left if i not in over or i in straddle],
+                    [*victims, *fresh], policy, book, rng, {v.job_id for v in fresh})
+                if back:  # borrowing units of this pass give their binds back unstarted
+                    gave = {fresh_unit[m] for m in back}
+                    plan.binds = [b for b in plan.binds if fresh_unit.get(b.job_id) not in gave]
+                    plan.started = [uid for uid in plan.started if uid not in gave]
+                    if explain:
+                        plan.refusals.extend(
+                            Refuse(m, "reclaim: its room goes to work within its team's quota",
+                                   False)
+                            for u in order if u.id in gave for m in u.placed_ids)
     plan.evictions = drained + plan.evictions
     return plan
 
@@ -365,7 +393,10 @@ def _quota_order(order: list[PendingUnit], book: QuotaBook,
                  history: UsageHistory | None) -> list[PendingUnit]:
     """Within-quota and unmanaged units first (queue order), then borrowing units by their
     team's fair share (module docstring, step 5). Within quota is counted cumulatively: a
-    team 3 of 4 GPUs used with two 1-GPU units pending has one within, one borrowing."""
+    team 3 of 4 GPUs used with two 1-GPU units pending has one within, one borrowing. A unit
+    that starts below the team's quota and ends above it (3 of 4 used, a 2-GPU unit) counts
+    as within: it is the team's entitlement, and the room its reclaim frees must not go to
+    a borrower that ranks before it."""
     planned = dict(book.usage)
     within: list[PendingUnit] = []
     borrow: list[PendingUnit] = []
@@ -374,8 +405,10 @@ def _quota_order(order: list[PendingUnit], book: QuotaBook,
         if t is None or u.team is None:
             within.append(u)
             continue
+        before = planned[u.team]
         planned[u.team] += u.milli
-        (within if planned[u.team] <= t.nominal_milli else borrow).append(u)
+        fits = planned[u.team] <= t.nominal_milli or before < t.nominal_milli
+        (within if fits else borrow).append(u)
     if not borrow:
         return within
     teams = {u.team for u in borrow if u.team is not None}
@@ -434,42 +467,53 @@ def _managed(book: QuotaBook, team: str | None) -> str | None:
 
 
 def _reclaim(state: FleetState, left: list[PendingUnit], victims: Sequence[Victim],
-             policy: Policy, book: QuotaBook, rng: np.random.Generator) -> list[Preempt]:
+             policy: Policy, book: QuotaBook, rng: np.random.Generator,
+             unstarted: set[str]) -> tuple[list[Preempt], set[str]]:
     """Reclaims for the unplaced within-quota units whose room other teams' borrowed work
     holds (step 5): in queue order, each on the fleet and book as the reclaims before it leave
     them. A running gang (victims sharing a ``workload``) is one workload, its size the sum of
-    its members', released whole."""
+    its members', released whole. ``unstarted``: victims that are this pass's own binds of
+    borrowing units (started now, so reclaim's newest-first takes them first): they are not
+    evicted but returned, to be unbound. Returns (evictions, unbound member ids)."""
     members: dict[str, list[Victim]] = {}
     for v in victims:
         if v.team is not None:
             members.setdefault(v.workload or v.job_id, []).append(v)
     if not members:
-        return []
+        return [], set()
     running = sorted((Running(key, vs[0].team or "", sum(v.milli for v in vs),
                               max(v.started_s for v in vs)) for key, vs in members.items()),
                      key=lambda r: (-r.started_s, r.key))  # reclaim's order: sorted once
+    fresh = {key for key, vs in members.items() if vs[0].job_id in unstarted}
     plan = QuotaBook(book.teams.values(), book.usage, book.model_usage)
     taken: set[str] = set()
     out: dict[str, Preempt] = {}
+    back: set[str] = set()
     failed: set[Hashable] = set()  # (team, milli, shape) that found no reclaim: the same answer
     with Statement(state) as after:
         for u in left:
-            if (u.team is None or u.request is None or u.refusal is not None
-                    or plan.verdict(u.team, u.milli).admission is not Admission.WITHIN):
+            if u.team is None or u.request is None or u.refusal is not None:
+                continue
+            over = plan.reclaim_over(u.team, u.milli)
+            if over is None:
                 continue
             ask = (u.team, u.milli, unit_shape(u))
             if ask in failed:
                 continue
-            avail = [r for r in running if r.key not in taken]
+            # never unbind unstarted work larger than the unit it would make room for
+            avail = [r for r in running if r.key not in taken
+                     and not (r.key in fresh and r.milli > u.milli)]
             got = reclaim_victims(plan, u.team, u.milli, avail)
             binds: list[Bind] | None = None
             if got:
                 binds = _place_without(state, u, got, members, policy, rng, u.eligible)
             if got is not None and binds is None:
                 if got or u.is_gang:
-                    got, binds = _node_reclaim(state, u, plan, avail, members, policy, rng)
+                    got, binds = _node_reclaim(state, u, plan, avail, members, policy, rng,
+                                               over)
                 else:
-                    got, binds = _room_reclaim(state, u, plan, avail, members, policy, rng)
+                    got, binds = _room_reclaim(state, u, plan, avail, members, policy, rng,
+                                               over)
             if not got or binds is None:
                 failed.add(ask)
                 continue
@@ -478,11 +522,15 @@ def _reclaim(state: FleetState, left: list[PendingUnit], victims: Sequence[Victi
                 plan.release(r.team, r.milli)
                 for v in members[r.key]:
                     after.release(v.request, v.bind, v.masks)
-                    out.setdefault(v.job_id, Preempt(v.job_id, f"reclaim: team {r.team} borrowed"))
+                    if v.job_id in unstarted:
+                        back.add(v.job_id)
+                    else:
+                        out.setdefault(v.job_id,
+                                       Preempt(v.job_id, f"reclaim: team {r.team} borrowed"))
             for b in binds:
                 after.allocate(_request(u), b, bind_masks(state, b, policy.catalog))
             plan.admit(u.team, u.milli)
-    return list(out.values())
+    return list(out.values()), back
 
 
 def _place_without(state: FleetState, u: PendingUnit, got: Sequence[Running],
@@ -519,8 +567,8 @@ def _borrowed_by_row(state: FleetState, u: PendingUnit, book: QuotaBook,
 
 
 def _node_reclaim(state: FleetState, u: PendingUnit, book: QuotaBook, running: list[Running],
-                  members: Mapping[str, list[Victim]], policy: Policy, rng: np.random.Generator
-                  ) -> tuple[list[Running], list[Bind] | None]:
+                  members: Mapping[str, list[Victim]], policy: Policy, rng: np.random.Generator,
+                  over: int) -> tuple[list[Running], list[Bind] | None]:
     """Room for a within-quota unit that the newest-first victims do not make (step 5): a
     gang, or a unit whose newest-first victims leave the freed GPUs scattered over nodes. The
     cohort's borrowed workloads are taken node by node — the nodes that borrowed work and free
@@ -550,7 +598,8 @@ def _node_reclaim(state: FleetState, u: PendingUnit, book: QuotaBook, running: l
     with Statement(state) as freed:
         for row in sorted(on, key=lambda row: (-room[row], -newest[row], row)):
             for r in on[row]:
-                if r.key in keys or left[r.team] <= 0:
+                if r.key in keys or not book.gives_back(r.team, left[r.team], r.milli, u.team or "",
+                                                        over):
                     continue
                 chosen.append(r)
                 keys.add(r.key)
@@ -579,8 +628,8 @@ def _node_reclaim(state: FleetState, u: PendingUnit, book: QuotaBook, running: l
 
 
 def _room_reclaim(state: FleetState, u: PendingUnit, book: QuotaBook, running: list[Running],
-                  members: Mapping[str, list[Victim]], policy: Policy, rng: np.random.Generator
-                  ) -> tuple[list[Running], list[Bind] | None]:
+                  members: Mapping[str, list[Victim]], policy: Policy, rng: np.random.Generator,
+                  over: int) -> tuple[list[Running], list[Bind] | None]:
     """Physical room for a lone within-quota unit whose cohort has quota room (step 5): per
     node, the cohort's borrowed workloads on it, newest first, taken one by one (a team gives
     back only while it is above its nominal quota) until the unit fits on that node; the node
@@ -604,7 +653,7 @@ def _room_reclaim(state: FleetState, u: PendingUnit, book: QuotaBook, running: l
         cost = 0
         with Statement(state) as freed:  # the row's victims so far released
             for r in on[row]:
-                if left[r.team] <= 0:
+                if not book.gives_back(r.team, left[r.team], r.milli, u.team or "", over):
                     continue
                 if best is not None and cost + r.milli > best[0][0]:
                     break

@@ -70,7 +70,8 @@ RUN = [  # a borrows 3 GPUs beyond its 4: its three newest 1-GPU pods are the bo
         ("b", 2000, ["a-3", "a-2"]),
         # b asks 3: short 3 → a-3, a-2, a-1 (a is then at its nominal 4)
         ("b", 3000, ["a-3", "a-2", "a-1"]),
-        # b asks 4: 1 + 4 = 5 > 4 is not within quota → no reclaim for it
+        # b asks 4: 1 + 4 = 5 straddles b's 4 (it would borrow 1); a gives back only while it
+        # keeps borrowing ≥ 1: a-3 and a-2, then a-1 would leave it 0 → 2 of 4 short: none
         ("b", 4000, None),
         # a itself is over quota: borrowed work does not reclaim
         ("a", 1000, None),
@@ -144,3 +145,55 @@ def test_admit_books_the_model() -> None:
     book.admit("u", 1000, "H100")  # unmanaged: nothing
     assert book.usage["p"] == 2000 and book.model_usage["p"] == {"H100": 1000}
     assert "u" not in book.model_usage
+
+
+@pytest.mark.parametrize(
+    ("usage", "team", "ask", "over"),
+    [
+        ({"a": 3000}, "a", 1000, 0),  # within: 3 + 1 ≤ 4
+        ({"a": 3000}, "a", 2000, 1000),  # straddles: below 4 now, 5 after
+        ({"a": 4000}, "a", 1000, None),  # at its nominal already: borrowing, no reclaim
+        ({"b": 1000}, "b", 5000, 2000),  # straddles within b's borrowing limit of 2
+        ({"b": 1000}, "b", 6000, None),  # would borrow 3 > 2
+        ({"solo": 0}, "solo", 3000, None),  # no cohort to reclaim from
+        ({}, "nobody", 1000, None),  # unmanaged
+    ],
+)
+def test_reclaim_over(usage: dict[str, int], team: str, ask: int, over: int | None) -> None:
+    assert QuotaBook(TEAMS, usage).reclaim_over(team, ask) == over
+
+
+# cohort "big": x and y 4 GPUs each, w 4 GPUs at fair-share weight 2; x borrows 4
+BIG = [TeamQuota("x", 4000, "big"), TeamQuota("y", 4000, "big"),
+       TeamQuota("w", 4000, "big", weight=2.0)]
+
+
+@pytest.mark.parametrize(
+    ("team", "left", "milli", "claimant", "over", "gives"),
+    [
+        ("x", 4000, 1000, "y", 0, True),  # within-quota claimant: while x borrows at all
+        ("x", 500, 1000, "y", 0, True),  # the last 0.5 borrowed: the whole pod goes
+        ("x", 0, 1000, "y", 0, False),  # x borrows nothing
+        ("x", 4000, 1000, "y", 3000, True),  # x keeps 3 ≥ y's 3 (a tie gives)
+        ("x", 4000, 1000, "y", 3500, False),  # x would keep 3 < y's 3.5
+        ("x", 4000, 2000, "w", 3000, True),  # weights: x keeps 2/1 ≥ w's 3/2
+        ("w", 4000, 2000, "x", 1500, False),  # w keeps 2/2 = 1 < x's 1.5/1
+        ("nobody", 4000, 1000, "y", 0, False),  # not a managed team
+    ],
+)
+def test_gives_back(team: str, left: int, milli: int, claimant: str, over: int,
+                    gives: bool) -> None:
+    assert QuotaBook(BIG).gives_back(team, left, milli, claimant, over) is gives
+
+
+def test_a_straddling_unit_reclaims_only_what_leaves_the_lender_borrowing_as_much() -> None:
+    """x borrows 4 (8 of 4), y uses 1 of 4, w is idle: the cohort (12) has 3 of room. y asks 6
+    (it would borrow 3), 3 short: x would keep 3, 2, 1 borrowed after giving back its newest
+    pods one by one; only the first keeps ≥ 3 → 1 of 3 found → None. y asks 5 (borrows 2),
+    2 short → x-4 (x keeps 3) and x-3 (keeps 2)."""
+    run = [Running("x-old", "x", 4000, 0), *(Running(f"x-{i}", "x", 1000, 10 * i)
+                                             for i in range(1, 5))]
+    book = QuotaBook(BIG, {"x": 8000, "y": 1000})
+    assert book.cohort_room("big") == 3000
+    assert reclaim_victims(book, "y", 6000, run) is None
+    assert [r.key for r in reclaim_victims(book, "y", 5000, run) or []] == ["x-4", "x-3"]

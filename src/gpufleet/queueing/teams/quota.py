@@ -13,9 +13,14 @@ The model is Kueue's ClusterQueue/Cohort, in GPU-equivalents (:mod:`.shares`):
 Reclaim (Kueue's ``reclaimWithinCohort: Any``, KAI's reclaim): when a team has work that would fit
 within its nominal quota but the cohort's room is held by other teams' borrowed work, those
 borrowing teams give back, newest-started workload first, only from teams still above their own
-nominal — **work within quota is never evicted by another team**. Where we differ from Kueue:
-no per-flavor quotas beyond an optional per-GPU-model nominal, and no lending limit (everything
-unused is lendable), which is what a renting team wants from capacity it pays for only when used.
+nominal — **work within quota is never evicted by another team**. A unit that *straddles* its
+team's quota (the team is below its nominal, the unit takes it above) may reclaim too, but only
+from teams that keep borrowing at least as much as it then borrows, weight for weight (Kueue's
+fair-sharing preemption, ``LessThanOrEqualToFinalShare``): without it, a team whose jobs are
+larger than what is left of its quota could wait forever for an entitlement it never gets.
+Where we differ from Kueue: no per-flavor quotas beyond an optional per-GPU-model nominal, and no
+lending limit (everything unused is lendable), which is what a renting team wants from capacity
+it pays for only when used.
 
 **Per GPU model** (Kueue's per-flavor nominal quota, on the GPU model): a team may also have a
 nominal per model (``TeamQuota.models``). Its use of a listed model then stays within that
@@ -127,6 +132,37 @@ class QuotaBook:
         """Cohort nominal total minus cohort usage (what is still unused, by anyone)."""
         return self._room.get(cohort, 0)
 
+    def reclaim_over(self, team: str, milli: int) -> int | None:
+        """What ``team``'s ``milli`` would borrow if reclaim made room for it: 0 when it fits
+        within the team's nominal quota, > 0 when it *straddles* it (the team is below its
+        nominal now, above it after). None when reclaim may not make room for it: the team is
+        unmanaged or has no cohort, is at or above its nominal already, or would pass its
+        borrowing limit."""
+        t = self.teams.get(team)
+        if t is None or t.cohort is None:
+            return None
+        used = self.usage[team]
+        over = used + milli - t.nominal_milli
+        if over <= 0:
+            return 0
+        if used >= t.nominal_milli or (t.borrowing_limit_milli is not None
+                                       and over > t.borrowing_limit_milli):
+            return None
+        return over
+
+    def gives_back(self, team: str, left: int, milli: int, claimant: str, over: int) -> bool:
+        """May ``team``, still borrowing ``left``, give a workload of ``milli`` back to
+        ``claimant``'s unit, which would borrow ``over`` (:meth:`reclaim_over`)? For work within
+        quota (``over`` 0): while the team borrows at all. For a straddling unit: only if the
+        team, without that workload, still borrows at least as much as the claimant would,
+        weight for weight (Kueue's fair-sharing ``LessThanOrEqualToFinalShare``), so that the
+        claimant never ends up the larger borrower and the two cannot take turns evicting."""
+        if left <= 0 or team not in self.teams:
+            return False
+        if over <= 0:
+            return True
+        return (left - milli) / self.teams[team].weight >= over / self.teams[claimant].weight
+
     def verdict(self, team: str, milli: int) -> Verdict:
         t = self.teams.get(team)
         if t is None:
@@ -201,25 +237,28 @@ class QuotaBook:
 
 def reclaim_victims(book: QuotaBook, team: str, milli: int,
                     running: Sequence[Running]) -> list[Running] | None:
-    """Borrowed workloads of other teams to evict so that ``team``'s ``milli`` fits within its
-    own nominal quota; ``[]`` when it fits already, ``None`` when reclaim cannot make room (the
-    work is not within quota, the team has no cohort, or the borrowers' excess is too small).
+    """Borrowed workloads of other teams to evict so that ``team``'s ``milli`` fits in the
+    cohort's quota; ``[]`` when it fits already, ``None`` when reclaim cannot make room (the
+    team may not reclaim for it — :meth:`QuotaBook.reclaim_over` — or the borrowers' excess is
+    too small).
 
     Newest-started first; a team stops giving back once it is no longer above its nominal quota,
-    so what it keeps is within quota. ``book`` is not changed.
+    so what it keeps is within quota, and for a straddling unit sooner
+    (:meth:`QuotaBook.gives_back`). ``book`` is not changed.
     """
-    t = book.teams.get(team)
-    if t is None or t.cohort is None or book.usage[team] + milli > t.nominal_milli:
+    over = book.reclaim_over(team, milli)
+    cohort = book.teams[team].cohort if team in book.teams else None
+    if over is None or cohort is None:
         return None
-    short = milli - book.cohort_room(t.cohort)
+    short = milli - book.cohort_room(cohort)
     if short <= 0:
         return []
-    excess = {m.name: book.borrowed(m.name) for m in book.members(t.cohort) if m.name != team}
+    excess = {m.name: book.borrowed(m.name) for m in book.members(cohort) if m.name != team}
     victims: list[Running] = []
     for r in sorted(running, key=lambda r: (-r.started_s, r.key)):
         if short <= 0:
             break
-        if excess.get(r.team, 0) <= 0:
+        if not book.gives_back(r.team, excess.get(r.team, 0), r.milli, team, over):
             continue
         victims.append(r)
         excess[r.team] -= r.milli
