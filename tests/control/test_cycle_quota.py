@@ -173,6 +173,16 @@ CASES_Q = [
          running=[("x9", "x", "b", (0,), 5), ("u1", None, "b", (1,), 0)],
          extra_usage={"x": 1000}, kw={"now": 100.0},
          evicted=[("x9", "reclaim: team x borrowed")]),
+    Case("a lone unit whose newest-first victim frees the wrong node: x (1 GPU of quota) runs"
+         " x0, x1 on a and x2 on b, all started at 0; y1 (2 GPUs, within) finds the cohort 1"
+         " short; x0 (first by key) covers it but leaves one GPU free on each node → the node"
+         " needing the fewest evicted in all: b (x2 alone), not a (x0 and x1)",
+         [unit("y1", "y", 40, TWO)], {}, {"y1": "0/2 nodes are available"},
+         running=[("x0", "x", "a", (0,), 0), ("x1", "x", "a", (1,), 0),
+                  ("x2", "x", "b", (0,), 0)],
+         teams=[TeamQuota("x", 1000, "lab"), TeamQuota("y", 2000, "lab"),
+                TeamQuota("z", 1000, "lab")],
+         evicted=[("x2", "reclaim: team x borrowed")]),
     Case("a gang's room, node by node: y's two 1-GPU members; the cohort has quota room, the"
          " fleet is full of x's borrowing; a and b could each be emptied (2 GPUs), b holds the"
          " newest → x3 and x2 (neither can be reprieved)",

@@ -211,6 +211,42 @@ def test_borrowed_gpus_are_reclaimed_when_the_lender_needs_them(
     print(f"B's two pods bound {took:.1f} s after they were created")
 
 
+def test_a_pod_larger_than_what_is_left_of_its_quota_reclaims_from_a_larger_borrower(
+        teams: Teams, controller: Controller) -> None:
+    """Three queues in one cohort on two 4-T4 nodes: A (2 GPUs) runs a 6-pod Job, borrowing 4
+    of C's idle quota; B (3 GPUs, nothing running) asks for one 4-GPU pod, which straddles its
+    quota (it would borrow 1). The cohort has 2 GPUs of room, 2 short: A gives back two pods
+    (it still borrows 2 ≥ B's 1) — the two on the node where they free 4 GPUs, though all six
+    were created in the same second — B's pod binds, and A's recreated pods wait over
+    quota."""
+    cohort = f"c-{teams.tag}"
+    qa, qb, qc = f"qa-{teams.tag}", f"qb-{teams.tag}", f"qc-{teams.tag}"
+    ns_a, ns_b = teams.namespace(qa), teams.namespace(qb)
+    teams.add("g4dn.12xlarge")
+    teams.add("g4dn.12xlarge")
+    for q, gpus in ((qa, 2), (qb, 3), (qc, 3)):
+        teams.queue(q, {"gpus": gpus, "cohort": cohort})
+    for ns, q in ((ns_a, qa), (ns_b, qb)):
+        wait_for(f"the controller to see {q}", lambda ns=ns, q=q: seen_by(controller, ns, q))
+    for q in (qa, qb, qc):
+        wait_for(f"{q} to be valid", lambda q=q: teams.valid(q) == "True")
+    teams.batch.create_namespaced_job(ns_a, checkpointing_job("a", 6, teams.zone))
+    wait_for("A's six pods to bind", lambda: sum(bound(p) for p in teams.pods(ns_a)) == 6)
+    wait_for("A's status to show 4 borrowed", lambda: (
+        (s := teams.status(qa)).get("usage") == 6 and s.get("borrowed") == 4))
+    first = {p["metadata"]["uid"] for p in teams.pods(ns_a)}
+
+    teams.core.create_namespaced_pod(ns_b, gpu_pod("big", 4, {**T4, names.ZONE: teams.zone}))
+    wait_for("B's 4-GPU pod to bind", lambda: sum(bound(p) for p in teams.pods(ns_b)) == 1, 60)
+    evs = [e for e in teams.core.list_namespaced_event(ns_a).items if e.reason == "Preempted"]
+    assert len(evs) == 2 and all(f"reclaim: team {qa} borrowed" in e.message for e in evs)
+    wait_for("status to show the reclaim", lambda: (
+        teams.status(qa).get("borrowed"), teams.status(qb).get("usage"),
+        teams.status(qb).get("borrowed")) == (2, 4, 1))
+    assert sum(bound(p) for p in teams.pods(ns_a)) == 4
+    assert not any(bound(p) for p in teams.pods(ns_a) if p["metadata"]["uid"] not in first)
+
+
 def test_mig_slices_and_fractions_count_by_their_share(
         teams: Teams, controller: Controller) -> None:
     q = f"q-{teams.tag}"

@@ -508,7 +508,7 @@ def _reclaim(state: FleetState, left: list[PendingUnit], victims: Sequence[Victi
             if got:
                 binds = _place_without(state, u, got, members, policy, rng, u.eligible)
             if got is not None and binds is None:
-                if got or u.is_gang:
+                if u.is_gang:
                     got, binds = _node_reclaim(state, u, plan, avail, members, policy, rng,
                                                over)
                 else:
@@ -630,16 +630,20 @@ def _node_reclaim(state: FleetState, u: PendingUnit, book: QuotaBook, running: l
 def _room_reclaim(state: FleetState, u: PendingUnit, book: QuotaBook, running: list[Running],
                   members: Mapping[str, list[Victim]], policy: Policy, rng: np.random.Generator,
                   over: int) -> tuple[list[Running], list[Bind] | None]:
-    """Physical room for a lone within-quota unit whose cohort has quota room (step 5): per
-    node, the cohort's borrowed workloads on it, newest first, taken one by one (a team gives
-    back only while it is above its nominal quota) until the unit fits on that node; the node
-    that needs the fewest milli-GPU evicted wins (ties: the one whose oldest victim started
-    latest — newest first, as ``reclaim_victims`` — then the state's row order). ``running``
-    is newest first. ([], None) when no node can be made to fit."""
+    """Room for a lone unit that ``reclaim_victims``' newest-first set does not make (step 5:
+    the cohort has quota room but the fleet no physical room, or the victims' GPUs are
+    scattered): per node, the cohort's borrowed workloads on it, newest first, taken one by
+    one (as far as ``QuotaBook.gives_back`` lets each team give) until the unit fits on that
+    node, then, while the cohort's quota is still short, borrowed workloads anywhere, newest
+    first; the node that needs the fewest milli-GPU evicted in all wins (ties: the one whose
+    oldest victim started latest — newest first, as ``reclaim_victims`` — then the state's
+    row order). ``running`` is newest first. ([], None) when no node can be made to fit."""
     borrowed = _borrowed_by_row(state, u, book, running, members)
     if borrowed is None:
         return [], None
-    _, excess, on = borrowed
+    cohort, excess, on = borrowed
+    short = max(0, u.milli - book.cohort_room(cohort))
+    team = u.team or ""
     n = state.n
     best: tuple[tuple[int, float], list[Running], list[Bind]] | None = None
     for row in sorted(on):
@@ -651,9 +655,10 @@ def _room_reclaim(state: FleetState, u: PendingUnit, book: QuotaBook, running: l
         left = dict(excess)
         chosen: list[Running] = []
         cost = 0
+        binds = None
         with Statement(state) as freed:  # the row's victims so far released
             for r in on[row]:
-                if not book.gives_back(r.team, left[r.team], r.milli, u.team or "", over):
+                if not book.gives_back(r.team, left[r.team], r.milli, team, over):
                     continue
                 if best is not None and cost + r.milli > best[0][0]:
                     break
@@ -664,10 +669,23 @@ def _room_reclaim(state: FleetState, u: PendingUnit, book: QuotaBook, running: l
                     freed.release(v.request, v.bind, v.masks)
                 binds = _place(state, one, policy, rng, {}, ("reclaim", u.id))
                 if binds is not None:
-                    key = (cost, -r.started_s)  # r: the oldest chosen (newest first)
-                    if best is None or key < best[0]:
-                        best = (key, list(chosen), binds)
                     break
+        if binds is None:
+            continue
+        keys = {r.key for r in chosen}
+        for r in running:  # the cohort's quota still short: borrowed work anywhere, newest first
+            if cost >= short:
+                break
+            if r.key not in keys and book.gives_back(r.team, left.get(r.team, 0), r.milli,
+                                                     team, over):
+                chosen.append(r)
+                left[r.team] -= r.milli
+                cost += r.milli
+        if cost < short:
+            continue
+        key = (cost, -min(r.started_s for r in chosen))  # newest first: the oldest chosen
+        if best is None or key < best[0]:
+            best = (key, chosen, binds)
     return ([], None) if best is None else (best[1], best[2])
 
 
