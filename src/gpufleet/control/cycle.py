@@ -39,13 +39,13 @@ returned :class:`CyclePlan`. In order:
    book updated), so a lender whose work comes back gets all of its room in one cycle rather
    than one eviction per checkpoint write. For each unit: ``reclaim_victims`` (newest
    borrowed first) when the cohort's quota is short, kept only if the unit then fits; when
-   the cohort has quota room but the fleet has no *physical* room for a lone unit (free GPUs
-   scattered, or held by borrowers beyond the cohort's total), the node whose borrowed
-   workloads — newest first, a team giving back only while it stays above its nominal quota —
-   free room for the unit with the fewest milli-GPU evicted; for a gang, or when the
-   newest-first victims leave the freed room scattered, borrowed workloads node by node (the
-   nodes that could be emptied most first) until the unit fits, then each reprieved that is
-   not needed (``_node_reclaim``). ``Preempt`` reasons "reclaim: team X borrowed". Priority
+   those do not make room for a lone unit (the cohort has quota room but the fleet no
+   *physical* room, or the victims' GPUs are scattered), the node whose borrowed workloads —
+   newest first, a team giving back only while it stays above its nominal quota — free room
+   for the unit, plus borrowed work anywhere while the quota is still short, with the fewest
+   milli-GPU evicted in all (``_room_reclaim``); for a gang, borrowed workloads node by node
+   (the nodes that could be emptied most first) until the unit fits, then each reprieved that
+   is not needed (``_node_reclaim``). ``Preempt`` reasons "reclaim: team X borrowed". Priority
    preemption (step 4) then stays within a team, so another team's work is evicted only by
    reclaim, and only what it borrowed. A running gang
    (victims sharing a ``workload``) is one borrowed workload: reclaim takes all of its members
@@ -569,8 +569,7 @@ def _borrowed_by_row(state: FleetState, u: PendingUnit, book: QuotaBook,
 def _node_reclaim(state: FleetState, u: PendingUnit, book: QuotaBook, running: list[Running],
                   members: Mapping[str, list[Victim]], policy: Policy, rng: np.random.Generator,
                   over: int) -> tuple[list[Running], list[Bind] | None]:
-    """Room for a within-quota unit that the newest-first victims do not make (step 5): a
-    gang, or a unit whose newest-first victims leave the freed GPUs scattered over nodes. The
+    """Room for a within-quota gang that the newest-first victims do not make (step 5). The
     cohort's borrowed workloads are taken node by node — the nodes that borrowed work and free
     room could empty the most first (ties: the node with the newest such workload, then row
     order), newest first on each (a team gives back only while above
