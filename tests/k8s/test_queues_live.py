@@ -166,25 +166,38 @@ def checkpointing_job(name: str, n: int, zone: str) -> dict:
                           "onPodConditions": [{"type": "DisruptionTarget"}]}]}}}
 
 
+def a_borrows(teams: Teams, controller: Controller, gpus: dict[str, int], nodes: int,
+              pods: int) -> tuple[str, dict[str, str], str, str, set[str]]:
+    """Queues ``gpus`` (a short name → its quota) in one cohort, namespaces for "a" and "b",
+    ``nodes`` nodes of 4 T4s; A's checkpointing Job of ``pods`` 1-GPU pods binds, borrowing
+    what it runs above its quota. Returns the cohort, the queues' names, A's and B's
+    namespaces and the uids of A's pods."""
+    cohort = f"c-{teams.tag}"
+    q = {k: f"q{k}-{teams.tag}" for k in gpus}
+    ns_a, ns_b = teams.namespace(q["a"]), teams.namespace(q["b"])
+    for _ in range(nodes):
+        teams.add("g4dn.12xlarge")
+    for k, n in gpus.items():
+        teams.queue(q[k], {"gpus": n, "cohort": cohort})
+    for ns, k in ((ns_a, "a"), (ns_b, "b")):
+        wait_for(f"the controller to see {q[k]}", lambda ns=ns, k=k: seen_by(controller, ns, q[k]))
+    for name in q.values():
+        wait_for(f"{name} to be valid", lambda name=name: teams.valid(name) == "True")
+    teams.batch.create_namespaced_job(ns_a, checkpointing_job("a", pods, teams.zone))
+    wait_for(f"A's {pods} pods to bind", lambda: sum(bound(p) for p in teams.pods(ns_a)) == pods)
+    over = pods - gpus["a"]
+    wait_for(f"A's status to show {over} borrowed", lambda: (
+        (s := teams.status(q["a"])).get("usage") == pods and s.get("borrowed") == over))
+    return cohort, q, ns_a, ns_b, {p["metadata"]["uid"] for p in teams.pods(ns_a)}
+
+
 def test_borrowed_gpus_are_reclaimed_when_the_lender_needs_them(
         teams: Teams, controller: Controller) -> None:
     """Two queues of 2 GPUs in one cohort on a 4-GPU node: A's 4-pod Job runs (2 borrowed);
     B's 2 pods arrive; A's two newest pods are evicted (reclaim), B's bind, and the Job's
     recreated pods wait, over quota, with the reason on PodScheduled."""
-    cohort = f"c-{teams.tag}"
-    qa, qb = f"qa-{teams.tag}", f"qb-{teams.tag}"
-    ns_a, ns_b = teams.namespace(qa), teams.namespace(qb)
-    teams.add("g4dn.12xlarge")  # 4 T4s
-    for q in (qa, qb):
-        teams.queue(q, {"gpus": 2, "cohort": cohort})
-    for ns, q in ((ns_a, qa), (ns_b, qb)):
-        wait_for(f"the controller to see {q}", lambda ns=ns, q=q: seen_by(controller, ns, q))
-        wait_for(f"{q} to be valid", lambda q=q: teams.valid(q) == "True")
-    teams.batch.create_namespaced_job(ns_a, checkpointing_job("a", 4, teams.zone))
-    wait_for("A's four pods to bind", lambda: sum(bound(p) for p in teams.pods(ns_a)) == 4)
-    wait_for("A's status to show 2 borrowed", lambda: (
-        (s := teams.status(qa)).get("usage") == 4 and s.get("borrowed") == 2))
-    first = {p["metadata"]["uid"] for p in teams.pods(ns_a)}
+    cohort, q, ns_a, ns_b, first = a_borrows(teams, controller, {"a": 2, "b": 2}, 1, 4)
+    qa, qb = q["a"], q["b"]
 
     t0 = time.monotonic()
     for i in range(2):
@@ -219,22 +232,8 @@ def test_a_pod_larger_than_what_is_left_of_its_quota_reclaims_from_a_larger_borr
     (it still borrows 2 ≥ B's 1) — the two on the node where they free 4 GPUs, though all six
     were created in the same second — B's pod binds, and A's recreated pods wait over
     quota."""
-    cohort = f"c-{teams.tag}"
-    qa, qb, qc = f"qa-{teams.tag}", f"qb-{teams.tag}", f"qc-{teams.tag}"
-    ns_a, ns_b = teams.namespace(qa), teams.namespace(qb)
-    teams.add("g4dn.12xlarge")
-    teams.add("g4dn.12xlarge")
-    for q, gpus in ((qa, 2), (qb, 3), (qc, 3)):
-        teams.queue(q, {"gpus": gpus, "cohort": cohort})
-    for ns, q in ((ns_a, qa), (ns_b, qb)):
-        wait_for(f"the controller to see {q}", lambda ns=ns, q=q: seen_by(controller, ns, q))
-    for q in (qa, qb, qc):
-        wait_for(f"{q} to be valid", lambda q=q: teams.valid(q) == "True")
-    teams.batch.create_namespaced_job(ns_a, checkpointing_job("a", 6, teams.zone))
-    wait_for("A's six pods to bind", lambda: sum(bound(p) for p in teams.pods(ns_a)) == 6)
-    wait_for("A's status to show 4 borrowed", lambda: (
-        (s := teams.status(qa)).get("usage") == 6 and s.get("borrowed") == 4))
-    first = {p["metadata"]["uid"] for p in teams.pods(ns_a)}
+    _, q, ns_a, ns_b, first = a_borrows(teams, controller, {"a": 2, "b": 3, "c": 3}, 2, 6)
+    qa, qb = q["a"], q["b"]
 
     teams.core.create_namespaced_pod(ns_b, gpu_pod("big", 4, {**T4, names.ZONE: teams.zone}))
     wait_for("B's 4-GPU pod to bind", lambda: sum(bound(p) for p in teams.pods(ns_b)) == 1, 60)
