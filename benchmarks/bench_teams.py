@@ -255,10 +255,11 @@ def main() -> int:
     ap.add_argument("--json", type=Path, default=None, help="write every summary here")
     a = ap.parse_args()
     console = Console(width=150)
-    path = data_dir() / "philly" / "philly_jobs.csv"
-    if not path.exists():
-        console.print(f"skipped: the Philly trace is not at {path} (set GPUFLEET_DATA; see "
-                      "data/README.md)")
+    base = data_dir(required=False)
+    path = None if base is None else base / "philly" / "philly_jobs.csv"
+    if path is None or not path.exists():
+        console.print(f"skipped: the Philly trace is not at {path or 'the shared data folder'} "
+                      "(set GPUFLEET_DATA; see data/README.md)")
         return 0
     jobs = window(load_jobs(path), a.start_day, a.days)
     if not jobs:
