@@ -64,6 +64,7 @@ from gpufleet.config import Scenario, default_scenario
 from gpufleet.control.sizing import demand_quantile_milli
 from gpufleet.datapaths import data_dir
 from gpufleet.queueing.teams.settings import TeamsSettings
+from gpufleet.sim.books import Series
 from gpufleet.sim.runner import Simulation
 from gpufleet.traces.jobs import JobSpec, load_jobs
 
@@ -114,16 +115,19 @@ def run(sc: Scenario, jobs: list[JobSpec], label: str, console: Console,
     # utilisation while some job waits (the report's samples, evenly spaced): GPUs idle then
     # are capacity the policy left unused; idle while nothing waits is nobody's to use
     ser = sim.sim.series
-    busy = [i for i, p in enumerate(ser.pending) if p > 0]
-    prov = sum(ser.od_gpus[i] + ser.spot_gpus[i] for i in busy)
-    s["utilization_while_waiting"] = (sum(ser.alloc_gpus[i] for i in busy) / prov
-                                      if prov else None)
+    s["utilization_while_waiting"] = sampled_utilization(
+        ser, [i for i, p in enumerate(ser.pending) if p > 0])
     if window_s is not None:  # the same over the submission window: one horizon for every run
-        inside = [i for i, t in enumerate(ser.t) if t < window_s]
-        prov = sum(ser.od_gpus[i] + ser.spot_gpus[i] for i in inside)
-        s["utilization_window"] = (sum(ser.alloc_gpus[i] for i in inside) / prov
-                                   if prov else None)
+        s["utilization_window"] = sampled_utilization(
+            ser, [i for i, t in enumerate(ser.t) if t < window_s])
     return s
+
+
+def sampled_utilization(ser: Series, rows: list[int]) -> float | None:
+    """Allocated / provisioned GPUs over the report's samples ``rows``; None when none had a
+    GPU."""
+    prov = sum(ser.od_gpus[i] + ser.spot_gpus[i] for i in rows)
+    return sum(ser.alloc_gpus[i] for i in rows) / prov if prov else None
 
 
 def covering_quantile(jobs: list[JobSpec], gpus: float, lo: float) -> float:

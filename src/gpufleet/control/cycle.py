@@ -285,7 +285,7 @@ def plan_cycle(
     # verdicts by (team, milli) since the book last changed: a long queue asks the same
     # question of thousands of units, and only an admission changes the answer
     asked: dict[tuple[str, int], Verdict] = {}
-    straddle: set[int] = set()  # units the team's quota verdict alone refused
+    quota_refused: set[int] = set()  # units the team's quota verdict alone refused
     borrowing: set[int] = set()  # units admitted as borrowing
     fresh: list[Victim] = []  # the binds of this pass's borrowing units (reclaimable)
     fresh_unit: dict[str, str] = {}  # their member id → unit id
@@ -327,7 +327,7 @@ def plan_cycle(
                     if not v.admitted:
                         over[i] = v.reason
                         if u.team not in book.model_usage:
-                            straddle.add(i)  # reclaim may still make room (step 5)
+                            quota_refused.add(i)  # reclaim may still make room (step 5)
                         continue
                     if v.admission is Admission.BORROWING:
                         borrowing.add(i)
@@ -359,7 +359,7 @@ def plan_cycle(
                                       victims, policy, book)
             if book is not None and not plan.evictions:
                 plan.evictions, back = _reclaim(
-                    state, [order[i] for i in left if i not in over or i in straddle],
+                    state, [order[i] for i in left if i not in over or i in quota_refused],
                     [*victims, *fresh], policy, book, rng, {v.job_id for v in fresh})
                 if back:  # borrowing units of this pass give their binds back unstarted
                     gave = {fresh_unit[m] for m in back}
@@ -469,8 +469,9 @@ def _managed(book: QuotaBook, team: str | None) -> str | None:
 def _reclaim(state: FleetState, left: list[PendingUnit], victims: Sequence[Victim],
              policy: Policy, book: QuotaBook, rng: np.random.Generator,
              unstarted: set[str]) -> tuple[list[Preempt], set[str]]:
-    """Reclaims for the unplaced within-quota units whose room other teams' borrowed work
-    holds (step 5): in queue order, each on the fleet and book as the reclaims before it leave
+    """Reclaims for the unplaced within-quota and straddling units whose room other teams'
+    borrowed work holds (step 5; ``QuotaBook.reclaim_over`` says which may reclaim): in queue
+    order, each on the fleet and book as the reclaims before it leave
     them. A running gang (victims sharing a ``workload``) is one workload, its size the sum of
     its members', released whole. ``unstarted``: victims that are this pass's own binds of
     borrowing units (started now, so reclaim's newest-first takes them first): they are not
@@ -572,8 +573,8 @@ def _node_reclaim(state: FleetState, u: PendingUnit, book: QuotaBook, running: l
     """Room for a within-quota gang that the newest-first victims do not make (step 5). The
     cohort's borrowed workloads are taken node by node — the nodes that borrowed work and free
     room could empty the most first (ties: the node with the newest such workload, then row
-    order), newest first on each (a team gives back only while above
-    its nominal quota) — until they cover the cohort's quota shortfall and the unit fits;
+    order), newest first on each (as far as ``QuotaBook.gives_back`` lets each team give) —
+    until they cover the cohort's quota shortfall and the unit fits;
     then each victim is reprieved, last taken first, if the unit still fits and the shortfall
     is still covered without it (kube-scheduler's reprieve). ([], None) when no set does."""
     borrowed = _borrowed_by_row(state, u, book, running, members)

@@ -247,9 +247,10 @@ def reclaim_victims(book: QuotaBook, team: str, milli: int,
     (:meth:`QuotaBook.gives_back`). ``book`` is not changed.
     """
     over = book.reclaim_over(team, milli)
-    cohort = book.teams[team].cohort if team in book.teams else None
-    if over is None or cohort is None:
+    if over is None:
         return None
+    cohort = book.teams[team].cohort
+    assert cohort is not None  # reclaim_over: a team without a cohort may not reclaim
     short = milli - book.cohort_room(cohort)
     if short <= 0:
         return []
