@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pytest
 
-from gpufleet.control.cycle import PendingUnit, QuotaInput, Victim, plan_cycle
+from gpufleet.control.cycle import PendingUnit, QuotaInput, Victim, plan_cycle, unit_shape
 from gpufleet.decisions import Bind
 from gpufleet.placement import get_policy
 from gpufleet.queueing import BackfillPass
@@ -145,8 +145,9 @@ CASES_Q = [
          running=[("x0", "x", "a", (0,), 0), ("x1", "x", "a", (1,), 10),
                   ("x2", "x", "b", (0,), 20), ("y0", "y", "b", (1,), 5)],
          teams=STRADDLE, evicted=[("x2", "reclaim: team x borrowed")]),
-    Case("no straddling reclaim that leaves the lender the smaller borrower: y at 1 of 2 asks 2"
-         " (it would borrow 1); x borrows 1 and would keep 0 → nothing evicted",
+    Case("a straddling unit takes from a lender only while the lender borrows: y at 1 of 2"
+         " asks 2, the cohort is 2 short; x borrows 1 and gives x2 back (x keeps 2 of 2, share"
+         " 1 ≥ y's 1/2), then borrows nothing → 1 of 2 found, nothing evicted",
          [unit("y1", "y", 40, TWO)], {}, {"y1": "cohort lab has 0 GPU of idle quota"},
          running=[("x0", "x", "a", (0,), 0), ("x1", "x", "a", (1,), 10),
                   ("x2", "x", "b", (0,), 20), ("y0", "y", "b", (1,), 5)]),
@@ -173,6 +174,24 @@ CASES_Q = [
          running=[("x9", "x", "b", (0,), 5), ("u1", None, "b", (1,), 0)],
          extra_usage={"x": 1000}, kw={"now": 100.0},
          evicted=[("x9", "reclaim: team x borrowed")]),
+    Case("a within-quota unit behind its team's straddling unit goes before borrowers: y at 1"
+         " of 2 asks 2 (y1, straddling: fits the cohort's quota, not the fleet) then 1 (y2:"
+         " within, had y1 not started); x borrows and fair share ranks it first (10 < 100), yet"
+         " y2 takes the one free GPU and x1 waits",
+         [unit("y1", "y", 1, TWO), unit("x1", "x", 2), unit("y2", "y", 3)],
+         {"y2": ("b", (1,))}, {"y1": "0/2 nodes are available", "x1": "0/2 nodes are available"},
+         running=[("x0", "x", "a", (0,), 0), ("x9", "x", "a", (1,), 0),
+                  ("y0", "y", "b", (0,), 5)],
+         teams=WITH_Z, history={"x": 10.0, "y": 100.0}),
+    Case("a unit whose room this pass's unstarted borrowing binds alone make binds at once: y1"
+         " (2 GPUs, within) is skipped as a shape still blocked from an earlier cycle; x1 (x at"
+         " 2 of 2, borrowing) takes b's first GPU; reclaim for y1 (the cohort 1 short) takes x1"
+         " back unbound → b is empty and y1 binds in this plan, nothing evicted",
+         [unit("y1", "y", 40, TWO), unit("x1", "x", 50)], {"y1": ("b", (0, 1))},
+         {"x1": "reclaim: its room goes to work within its team's quota"},
+         running=[("u0", None, "a", (0,), 0), ("u1", None, "a", (1,), 0)],
+         extra_usage={"x": 2000}, kw={"now": 100.0, "blocked": {unit_shape(
+             unit("y1", "y", 40, TWO))}}),
     Case("a lone unit whose newest-first victim frees the wrong node: x (1 GPU of quota) runs"
          " x0, x1 on a and x2 on b, all started at 0; y1 (2 GPUs, within) finds the cohort 1"
          " short; x0 (first by key) covers it but leaves one GPU free on each node → the node"

@@ -24,16 +24,18 @@ returned :class:`CyclePlan`. In order:
    progress (``evicting``: its pod still holds the room the preemptor waits for).
 5. *Team quotas* (only with a ``quota`` input, :class:`QuotaInput`; ``queueing.teams.quota``):
    each unit carries its ``team`` and size in milli-GPU-equivalents. Order: units that keep
-   their team within its nominal quota (counted cumulatively in queue order), units that
-   *straddle* it (the team below its nominal before the unit, above after), and units of
-   unmanaged teams first, in queue order; then units that would borrow, team by team in
-   ``fair_order`` (smallest decayed dominant share first), queue order within a team. As the
+   their team within its nominal quota (counted cumulatively in queue order over such units
+   only), units that *straddle* it (the team below its nominal before the unit, above after;
+   they do not count towards the quota for the units behind them, which may start if they
+   cannot), and units of unmanaged teams first, in queue order; then units that would borrow,
+   team by team in ``fair_order`` (smallest decayed dominant share first), queue order within
+   a team. As the
    pass reaches a unit its team's ``verdict`` is asked against the book as updated by the units
    admitted so far: a BLOCKED unit is refused with the verdict's reason and skipped — it never
    enters backfill, so it neither blocks a shape nor stops the pass for another team. If no
    preemption was chosen and none is in progress, the unplaced within-quota and straddling
    units whose room is held by other teams' borrowed work get *reclaims* (a straddling unit
-   only from teams that keep borrowing at least what it will borrow, weight for weight:
+   only from teams whose use, as a share of their nominal, stays at least its team's:
    ``QuotaBook.gives_back``), in queue order, each planned on the
    fleet as the reclaims before it leave it (their victims released, their units placed, the
    book updated), so a lender whose work comes back gets all of its room in one cycle rather
@@ -45,7 +47,10 @@ returned :class:`CyclePlan`. In order:
    for the unit, plus borrowed work anywhere while the quota is still short, with the fewest
    milli-GPU evicted in all (``_room_reclaim``); for a gang, borrowed workloads node by node
    (the nodes that could be emptied most first) until the unit fits, then each reprieved that
-   is not needed (``_node_reclaim``). ``Preempt`` reasons "reclaim: team X borrowed". Priority
+   is not needed (``_node_reclaim``). ``Preempt`` reasons "reclaim: team X borrowed". The
+   pass's own unstarted borrowing binds are the newest victims: they are unbound, not evicted
+   (refused "reclaim: its room goes to work within its team's quota"), and a unit whose room
+   they alone make (no running work evicted before it) binds in this plan. Priority
    preemption (step 4) then stays within a team, so another team's work is evicted only by
    reclaim, and only what it borrowed. A running gang
    (victims sharing a ``workload``) is one borrowed workload: reclaim takes all of its members
@@ -358,7 +363,7 @@ def plan_cycle(
             plan.evictions = _preempt(state, [order[i] for i in left if i not in over],
                                       victims, policy, book)
             if book is not None and not plan.evictions:
-                plan.evictions, back = _reclaim(
+                plan.evictions, back, now_binds = _reclaim(
                     state, [order[i] for i in left if i not in over or i in quota_refused],
                     [*victims, *fresh], policy, book, rng, {v.job_id for v in fresh})
                 if back:  # borrowing units of this pass give their binds back unstarted
@@ -370,6 +375,11 @@ def plan_cycle(
                             Refuse(m, "reclaim: its room goes to work within its team's quota",
                                    False)
                             for u in order if u.id in gave for m in u.placed_ids)
+                if now_binds:  # claimants whose room the given-back binds made: placed now
+                    plan.binds.extend(b for binds in now_binds.values() for b in binds)
+                    plan.started.extend(now_binds)
+                    placed = {b.job_id for binds in now_binds.values() for b in binds}
+                    plan.refusals = [r for r in plan.refusals if r.job_id not in placed]
     plan.evictions = drained + plan.evictions
     return plan
 
@@ -396,7 +406,9 @@ def _quota_order(order: list[PendingUnit], book: QuotaBook,
     team 3 of 4 GPUs used with two 1-GPU units pending has one within, one borrowing. A unit
     that starts below the team's quota and ends above it (3 of 4 used, a 2-GPU unit) counts
     as within: it is the team's entitlement, and the room its reclaim frees must not go to
-    a borrower that ranks before it."""
+    a borrower that ranks before it. It does not count towards the quota for the units behind
+    it: it may not start (too big for the room there is), and a smaller unit of its team that
+    would then be within quota must not wait behind other teams' borrowers."""
     planned = dict(book.usage)
     within: list[PendingUnit] = []
     borrow: list[PendingUnit] = []
@@ -406,9 +418,11 @@ def _quota_order(order: list[PendingUnit], book: QuotaBook,
             within.append(u)
             continue
         before = planned[u.team]
-        planned[u.team] += u.milli
-        fits = planned[u.team] <= t.nominal_milli or before < t.nominal_milli
-        (within if fits else borrow).append(u)
+        if before + u.milli <= t.nominal_milli:
+            planned[u.team] += u.milli
+            within.append(u)
+        else:  # straddling (starts below the quota) or borrowing; neither counts towards it
+            (within if before < t.nominal_milli else borrow).append(u)
     if not borrow:
         return within
     teams = {u.team for u in borrow if u.team is not None}
@@ -468,20 +482,23 @@ def _managed(book: QuotaBook, team: str | None) -> str | None:
 
 def _reclaim(state: FleetState, left: list[PendingUnit], victims: Sequence[Victim],
              policy: Policy, book: QuotaBook, rng: np.random.Generator,
-             unstarted: set[str]) -> tuple[list[Preempt], set[str]]:
+             unstarted: set[str]) -> tuple[list[Preempt], set[str], dict[str, list[Bind]]]:
     """Reclaims for the unplaced within-quota and straddling units whose room other teams'
     borrowed work holds (step 5; ``QuotaBook.reclaim_over`` says which may reclaim): in queue
     order, each on the fleet and book as the reclaims before it leave
     them. A running gang (victims sharing a ``workload``) is one workload, its size the sum of
     its members', released whole. ``unstarted``: victims that are this pass's own binds of
     borrowing units (started now, so reclaim's newest-first takes them first): they are not
-    evicted but returned, to be unbound. Returns (evictions, unbound member ids)."""
+    evicted but returned, to be unbound. A unit whose room only such returned binds (and free
+    room) make, with no running work evicted before it in this call, is placed at once: nothing
+    it waits for has to leave first, and a later pass may not come before the next event.
+    Returns (evictions, unbound member ids, unit id → binds of the units placed at once)."""
     members: dict[str, list[Victim]] = {}
     for v in victims:
         if v.team is not None:
             members.setdefault(v.workload or v.job_id, []).append(v)
     if not members:
-        return [], set()
+        return [], set(), {}
     running = sorted((Running(key, vs[0].team or "", sum(v.milli for v in vs),
                               max(v.started_s for v in vs)) for key, vs in members.items()),
                      key=lambda r: (-r.started_s, r.key))  # reclaim's order: sorted once
@@ -490,6 +507,7 @@ def _reclaim(state: FleetState, left: list[PendingUnit], victims: Sequence[Victi
     taken: set[str] = set()
     out: dict[str, Preempt] = {}
     back: set[str] = set()
+    placed: dict[str, list[Bind]] = {}
     failed: set[Hashable] = set()  # (team, milli, shape) that found no reclaim: the same answer
     with Statement(state) as after:
         for u in left:
@@ -518,6 +536,8 @@ def _reclaim(state: FleetState, left: list[PendingUnit], victims: Sequence[Victi
             if not got or binds is None:
                 failed.add(ask)
                 continue
+            if not out and all(r.key in fresh for r in got):
+                placed[u.id] = binds
             for r in got:
                 taken.add(r.key)
                 plan.release(r.team, r.milli)
@@ -531,7 +551,7 @@ def _reclaim(state: FleetState, left: list[PendingUnit], victims: Sequence[Victi
             for b in binds:
                 after.allocate(_request(u), b, bind_masks(state, b, policy.catalog))
             plan.admit(u.team, u.milli)
-    return list(out.values()), back
+    return list(out.values()), back, placed
 
 
 def _place_without(state: FleetState, u: PendingUnit, got: Sequence[Running],

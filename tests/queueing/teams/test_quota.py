@@ -166,6 +166,9 @@ def test_reclaim_over(usage: dict[str, int], team: str, ask: int, over: int | No
 # cohort "big": x and y 4 GPUs each, w 4 GPUs at fair-share weight 2; x borrows 4
 BIG = [TeamQuota("x", 4000, "big"), TeamQuota("y", 4000, "big"),
        TeamQuota("w", 4000, "big", weight=2.0)]
+SHARES = [*BIG, TeamQuota("z", 4000, "big"), TeamQuota("v", 2000, "big"),
+          TeamQuota("n", 0, "big")]
+BIG_USE = {"y": 1000, "z": 3000}
 
 
 @pytest.mark.parametrize(
@@ -174,26 +177,41 @@ BIG = [TeamQuota("x", 4000, "big"), TeamQuota("y", 4000, "big"),
         ("x", 4000, 1000, "y", 0, True),  # within-quota claimant: while x borrows at all
         ("x", 500, 1000, "y", 0, True),  # the last 0.5 borrowed: the whole pod goes
         ("x", 0, 1000, "y", 0, False),  # x borrows nothing
-        ("x", 4000, 1000, "y", 3000, True),  # x keeps 3 ≥ y's 3 (a tie gives)
-        ("x", 4000, 1000, "y", 3500, False),  # x would keep 3 < y's 3.5
-        ("x", 4000, 2000, "w", 3000, True),  # weights: x keeps 2/1 ≥ w's 3/2
-        ("w", 4000, 2000, "x", 1500, False),  # w keeps 2/2 = 1 < x's 1.5/1
+        # straddling claimant: x's use after, as a share of its 4 nominal, against the
+        # claimant's use before over its nominal (BIG_USE: y 1 of 4, z 3 of 4, v 0 of 2)
+        ("x", 1000, 1000, "y", 3000, True),  # x keeps 4/4 ≥ y's 1/4
+        ("x", 1000, 4000, "y", 3000, True),  # x keeps 1/4 ≥ y's 1/4 (a tie gives)
+        ("x", 1000, 5000, "y", 3000, False),  # x would keep 0/4 < y's 1/4
+        ("x", 1000, 2000, "z", 500, True),  # x keeps 3/4 ≥ z's 3/4
+        ("x", 1000, 3000, "z", 500, False),  # x would keep 2/4 < z's 3/4: stricter than
+        # never below its nominal... and looser:
+        ("x", 500, 4000, "v", 7000, True),  # x keeps 0.5/4 ≥ v's 0/2
+        ("n", 3000, 2000, "y", 3000, True),  # a team with no nominal always may
+        ("w", 4000, 2000, "x", 1500, True),  # weights play no part: w keeps 6/4 ≥ x's 0
         ("nobody", 4000, 1000, "y", 0, False),  # not a managed team
     ],
 )
 def test_gives_back(team: str, left: int, milli: int, claimant: str, over: int,
                     gives: bool) -> None:
-    assert QuotaBook(BIG).gives_back(team, left, milli, claimant, over) is gives
+    assert QuotaBook(SHARES, BIG_USE).gives_back(team, left, milli, claimant, over) is gives
 
 
-def test_a_straddling_unit_reclaims_only_what_leaves_the_lender_borrowing_as_much() -> None:
-    """x borrows 4 (8 of 4), y uses 1 of 4, w is idle: the cohort (12) has 3 of room. y asks 6
-    (it would borrow 3), 3 short: x would keep 3, 2, 1 borrowed after giving back its newest
-    pods one by one; only the first keeps ≥ 3 → 1 of 3 found → None. y asks 5 (borrows 2),
-    2 short → x-4 (x keeps 3) and x-3 (keeps 2)."""
+def test_a_straddling_unit_reclaims_only_what_leaves_the_lender_its_share() -> None:
+    """x uses 8 of 4 (borrows 4), y 3 of 4, w is idle: the cohort (12) has 1 of room. y asks 8
+    (it would borrow 7), 7 short: x's four newest 1-GPU pods take it to 4 of 4 (its share 1 ≥
+    y's 3/4); x-old (4) would leave it 0 of 4 < 3/4, so only 4 of 7 are found → None. y asks
+    5, 4 short → the four newest. With y at 1 of 4 (share 1/4) x may go below its nominal:
+    x's newest workload of 6 (x at 8 of 4: its 6 and 2) leaves it 2 of 4 ≥ 1/4, so y's 8 (5
+    short) takes it alone — where keeping x borrowing ≥ 5 (Kueue's final share) would not;
+    with y at 3 of 4 it leaves x 2/4 < 3/4, and the 2 alone is short → None."""
     run = [Running("x-old", "x", 4000, 0), *(Running(f"x-{i}", "x", 1000, 10 * i)
                                              for i in range(1, 5))]
-    book = QuotaBook(BIG, {"x": 8000, "y": 1000})
-    assert book.cohort_room("big") == 3000
-    assert reclaim_victims(book, "y", 6000, run) is None
-    assert [r.key for r in reclaim_victims(book, "y", 5000, run) or []] == ["x-4", "x-3"]
+    book = QuotaBook(BIG, {"x": 8000, "y": 3000})
+    assert book.cohort_room("big") == 1000
+    assert reclaim_victims(book, "y", 8000, run) is None
+    assert [r.key for r in reclaim_victims(book, "y", 5000, run) or []] == [
+        "x-4", "x-3", "x-2", "x-1"]
+    two = [Running("x-a", "x", 2000, 0), Running("x-big", "x", 6000, 50)]
+    low = QuotaBook(BIG, {"x": 8000, "y": 1000})
+    assert [r.key for r in reclaim_victims(low, "y", 8000, two) or []] == ["x-big"]
+    assert reclaim_victims(QuotaBook(BIG, {"x": 8000, "y": 3000}), "y", 6000, two) is None

@@ -15,9 +15,9 @@ within its nominal quota but the cohort's room is held by other teams' borrowed 
 borrowing teams give back, newest-started workload first, only from teams still above their own
 nominal — **work within quota is never evicted by another team**. A unit that *straddles* its
 team's quota (the team is below its nominal, the unit takes it above) may reclaim too, but only
-from teams that keep borrowing at least as much as it then borrows, weight for weight (Kueue's
-fair-sharing preemption, ``LessThanOrEqualToFinalShare``): without it, a team whose jobs are
-larger than what is left of its quota could wait forever for an entitlement it never gets.
+from teams whose use stays, as a share of their own nominal, at least the claimant's before the
+unit (:meth:`QuotaBook.gives_back`): without it, a team whose jobs are larger than what is left
+of its quota could wait forever for an entitlement it never gets.
 Where we differ from Kueue: no per-flavor quotas beyond an optional per-GPU-model nominal, and no
 lending limit (everything unused is lendable), which is what a renting team wants from capacity
 it pays for only when used.
@@ -154,14 +154,22 @@ class QuotaBook:
         """May ``team``, still borrowing ``left``, give a workload of ``milli`` back to
         ``claimant``'s unit, which would borrow ``over`` (:meth:`reclaim_over`)? For work within
         quota (``over`` 0): while the team borrows at all. For a straddling unit: only if the
-        team, without that workload, still borrows at least as much as the claimant would,
-        weight for weight (Kueue's fair-sharing ``LessThanOrEqualToFinalShare``), so that the
-        claimant never ends up the larger borrower and the two cannot take turns evicting."""
+        team's use, as a share of its nominal quota, stays at least the claimant's before the
+        unit ((nominal + left − milli) / nominal ≥ claimant's usage / its nominal; a team with
+        no nominal always may). A borrowing team's demand exceeds its nominal, so these shares
+        are the two teams' entitled shares delivered: a reclaim never leaves the lender worse
+        off than the claimant was, the lowest of the two shares rises, and two teams cannot
+        take turns evicting each other. It is stricter than never taking a lender below its
+        nominal when the claimant has most of its quota, and looser when it has little (Kueue's
+        ``LessThanOrEqualToFinalShare`` compares borrowing instead, and a team with jobs much
+        larger than what is left of its quota then seldom qualifies)."""
         if left <= 0 or team not in self.teams:
             return False
         if over <= 0:
             return True
-        return (left - milli) / self.teams[team].weight >= over / self.teams[claimant].weight
+        t, c = self.teams[team], self.teams[claimant]
+        return (t.nominal_milli + left - milli) * c.nominal_milli >= (
+            self.usage[claimant] * t.nominal_milli)
 
     def verdict(self, team: str, milli: int) -> Verdict:
         t = self.teams.get(team)
