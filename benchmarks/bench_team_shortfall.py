@@ -39,10 +39,8 @@ from rich.console import Console
 from rich.table import Table
 
 from gpufleet.config import default_scenario
-from gpufleet.datapaths import data_dir
 from gpufleet.queueing.teams.settings import TeamsSettings
 from gpufleet.sim.jobs import JobLifecycle
-from gpufleet.traces.jobs import load_jobs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_teams  # the same window, quotas and fleet as the teams benchmark
@@ -81,13 +79,9 @@ def main() -> int:
     ap.add_argument("--team", default=None, help="default: the run's worst team")
     a = ap.parse_args()
     console = Console(width=150)
-    base = data_dir(required=False)
-    path = None if base is None else base / "philly" / "philly_jobs.csv"
-    if path is None or not path.exists():
-        console.print(f"skipped: the Philly trace is not at {path or 'the shared data folder'} "
-                      "(set GPUFLEET_DATA; see data/README.md)")
+    jobs = bench_teams.philly_window(console, a.start_day, a.days)
+    if not jobs:
         return 0
-    jobs = bench_teams.window(load_jobs(path), a.start_day, a.days)
     quotas = bench_teams.median_demand(jobs, a.days * bench_teams.DAY)
     q = bench_teams.covering_quantile(jobs, sum(quotas.values()), 0.8)
     sc = default_scenario().model_copy(update={

@@ -77,6 +77,21 @@ def window(jobs: list[JobSpec], start_day: float, days: float) -> list[JobSpec]:
     return [replace(j, submit_s=j.submit_s - lo) for j in jobs if lo <= j.submit_s < hi]
 
 
+def philly_window(console: Console, start_day: float, days: float) -> list[JobSpec]:
+    """The Philly jobs submitted in the window; [] (said why on ``console``) without the shared
+    data or with no job in it."""
+    base = data_dir(required=False)
+    path = None if base is None else base / "philly" / "philly_jobs.csv"
+    if path is None or not path.exists():
+        console.print(f"skipped: the Philly trace is not at {path or 'the shared data folder'} "
+                      "(set GPUFLEET_DATA; see data/README.md)")
+        return []
+    jobs = window(load_jobs(path), start_day, days)
+    if not jobs:
+        console.print("skipped: no Philly job in the window")
+    return jobs
+
+
 def median_demand(jobs: list[JobSpec], horizon_s: float) -> dict[str, float]:
     """Per team, the time-weighted median over [0, horizon) of the GPUs its jobs would hold if
     each ran alone from submit for its duration (module docstring)."""
@@ -259,15 +274,8 @@ def main() -> int:
     ap.add_argument("--json", type=Path, default=None, help="write every summary here")
     a = ap.parse_args()
     console = Console(width=150)
-    base = data_dir(required=False)
-    path = None if base is None else base / "philly" / "philly_jobs.csv"
-    if path is None or not path.exists():
-        console.print(f"skipped: the Philly trace is not at {path or 'the shared data folder'} "
-                      "(set GPUFLEET_DATA; see data/README.md)")
-        return 0
-    jobs = window(load_jobs(path), a.start_day, a.days)
+    jobs = philly_window(console, a.start_day, a.days)
     if not jobs:
-        console.print("skipped: no Philly job in the window")
         return 0
     quotas = median_demand(jobs, a.days * DAY)
     q = a.fleet_quantile if a.oversold else covering_quantile(
