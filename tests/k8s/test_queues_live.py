@@ -229,9 +229,9 @@ def test_a_pod_larger_than_what_is_left_of_its_quota_reclaims_from_a_larger_borr
     """Three queues in one cohort on two 4-T4 nodes: A (2 GPUs) runs a 6-pod Job, borrowing 4
     of C's idle quota; B (3 GPUs, nothing running) asks for one 4-GPU pod, which straddles its
     quota (it would borrow 1). The cohort has 2 GPUs of room, 2 short: A gives back two pods
-    (it still borrows 2 ≥ B's 1) — the two on the node where they free 4 GPUs, though all six
-    were created in the same second — B's pod binds, and A's recreated pods wait over
-    quota."""
+    (it still uses 4 of its 2, a share of 2 ≥ B's 0 of 3: ``QuotaBook.gives_back``) — the two
+    on the node where they free 4 GPUs, though all six were created in the same second — B's
+    pod binds, and A's recreated pods wait over quota."""
     _, q, ns_a, ns_b, first = a_borrows(teams, controller, {"a": 2, "b": 3, "c": 3}, 2, 6)
     qa, qb = q["a"], q["b"]
 
