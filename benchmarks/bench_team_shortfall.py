@@ -20,11 +20,11 @@ smallest pending job (its size in GPU-equivalents, all replicas):
   asked for. ``of the deliverable`` is the delivered share with these stretches left out of
   what was owed.
 
-A measurement hook, not policy: it wraps ``JobLifecycle.team_usage`` (the integral the summary
-reads) and changes no decision.
+A measurement hook, not policy: it wraps ``JobLifecycle.team_usage`` (the integrals the summary
+reads, which give the delivered and owed totals here) and changes no decision.
 
 Usage: ``GPUFLEET_DATA=../shared/data python benchmarks/bench_team_shortfall.py --start-day 49
---team e13805`` (default: the worst team of the run).
+--team e13805`` (default: the run's three worst teams).
 """
 
 from __future__ import annotations
@@ -38,9 +38,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from gpufleet.config import default_scenario
-from gpufleet.queueing.teams.settings import TeamsSettings
+from gpufleet.queueing.teams.quota import QuotaBook
 from gpufleet.sim.jobs import JobLifecycle
+from gpufleet.sim.runner import Simulation
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_teams  # the same window, quotas and fleet as the teams benchmark
@@ -49,34 +49,47 @@ CAUSES = ("nothing pending", "free GPUs ≥ the job", "within quota, lendable �
           "straddles, lendable ≥ the job", "lendable < the job")
 
 
-def cause(life: JobLifecycle, team: str) -> str:
-    """The cause of ``team``'s shortfall in the state ``life`` holds now (module docstring)."""
-    sizes = [life.job_milli(life.jobs[i]) for _, i in life.pending
-             if life.jobs[i].spec.tenant == team]
-    if not sizes:
-        return CAUSES[0]
-    job = min(sizes)
-    nominal = life._nominal
-    free = sum(n.gpus * 1000 - n.alloc_milli for n in life.cloud.nodes.values()
-               if n.state == "ready")
-    if free >= job:
-        return CAUSES[1]
-    used = life.team_milli
-    # what the cohort's quota could give the job if every other team's borrowed work were
-    # reclaimed: the team's own quota left plus the quota the others leave idle (one cohort)
-    idle = sum(max(0, q - used.get(t, 0)) for t, q in nominal.items() if t != team)
-    mine = used.get(team, 0)
-    lendable = nominal[team] - mine + idle
-    if lendable < job:
-        return CAUSES[4]
-    return CAUSES[2] if mine + job <= nominal[team] else CAUSES[3]
+class Causes:
+    """The state that judges every team's shortfall at one moment, gathered once for all
+    teams: each team's smallest pending job, the fleet's free GPUs, the quota book."""
+
+    def __init__(self, life: JobLifecycle) -> None:
+        self.smallest: dict[str, int] = {}
+        for _, i in life.pending:
+            j = life.jobs[i]
+            milli = life.job_milli(j)
+            team = j.spec.tenant
+            self.smallest[team] = min(milli, self.smallest.get(team, milli))
+        self.free = sum(n.gpus * 1000 - n.alloc_milli for n in life.cloud.nodes.values()
+                        if n.state == "ready")
+        assert life.quotas is not None
+        self.book = QuotaBook(life.quotas, life.team_milli)
+
+    def of(self, team: str) -> str:
+        """The cause of ``team``'s shortfall (module docstring)."""
+        job = self.smallest.get(team)
+        if job is None:
+            return CAUSES[0]
+        if self.free >= job:
+            return CAUSES[1]
+        # what the quotas could give the job with every other team's borrowed work reclaimed:
+        # its cohort's room plus what the cohort's other members borrow (its own quota left
+        # without a cohort)
+        cohort = self.book.teams[team].cohort
+        lendable = self.book.teams[team].nominal_milli - self.book.usage[team]
+        if cohort is not None:
+            lendable = self.book.cohort_room(cohort) + sum(
+                self.book.borrowed(m.name) for m in self.book.members(cohort) if m.name != team)
+        if lendable < job:
+            return CAUSES[4]
+        return CAUSES[2] if self.book.reclaim_over(team, job) == 0 else CAUSES[3]
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--start-day", type=float, default=35.0)
     ap.add_argument("--days", type=float, default=7.0)
-    ap.add_argument("--team", default=None, help="default: the run's worst team")
+    ap.add_argument("--team", default=None, help="default: the run's three worst teams")
     a = ap.parse_args()
     console = Console(width=150)
     jobs = bench_teams.philly_window(console, a.start_day, a.days)
@@ -84,45 +97,42 @@ def main() -> int:
         return 0
     quotas = bench_teams.median_demand(jobs, a.days * bench_teams.DAY)
     q = bench_teams.covering_quantile(jobs, sum(quotas.values()), 0.8)
-    sc = default_scenario().model_copy(update={
-        "name": "teams-fixed", "autoscaling": False, "spot": False, "gpu_mtbf_hours": None,
-        "fixed_size_quantile": q, "deadline_policy": None,
-        "teams": TeamsSettings.model_validate({"queues": [
-            {"name": t, "gpus": quotas[t], "cohort": "philly"} for t in sorted(quotas)]})})
-    short: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    owed: dict[str, float] = defaultdict(float)  # GPU-hours of min(demand, nominal)
+    sc = bench_teams.quota_scenarios(quotas, q)["borrowing"]
+    short: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))  # GPU-hours
     inner = JobLifecycle.team_usage
 
     def team_usage(self: JobLifecycle, j: Any = None, sign: int = 0) -> None:
         dt = self.now - self._team_t
         if dt > 0:
-            for team, nominal in self._nominal.items():
-                due = min(self.team_demand.get(team, 0), nominal)
-                owed[team] += due * dt / 1000 / 3600
-                gap = due - min(self.team_milli.get(team, 0), nominal)
+            causes = None
+            for q in self.quotas or ():
+                gap = (min(self.team_demand.get(q.name, 0), q.nominal_milli)
+                       - min(self.team_milli.get(q.name, 0), q.nominal_milli))
                 if gap > 0:
-                    short[team][cause(self, team)] += gap * dt / 1000 / 3600
+                    causes = causes or Causes(self)
+                    short[q.name][causes.of(q.name)] += gap * dt / 1000 / 3600
         inner(self, j, sign)
 
     JobLifecycle.team_usage = team_usage  # type: ignore[method-assign]
     try:
-        s = bench_teams.run(sc, jobs, "borrowing", console, a.days * bench_teams.DAY)
+        sim = Simulation(sc, 0, jobs)
+        sim.run()
     finally:
         JobLifecycle.team_usage = inner  # type: ignore[method-assign]
-    per = s["teams"]["per_team"]
-    asked = {t: v["entitled_delivered"] for t, v in per.items()
-             if v.get("entitled_delivered") is not None}
-    teams = [a.team] if a.team else sorted(asked, key=lambda t: asked[t])[:3]
+    life = sim.sim.life  # the summary's integrals: min(demand, nominal), min(used, nominal)
+    owed = {t: s / 3600 for t, s in life.team_owed_s.items() if s > 0}
+    got = {t: life.team_delivered_s.get(t, 0.0) / 3600 for t in owed}
+    teams = [a.team] if a.team else sorted(owed, key=lambda t: got[t] / owed[t])[:3]
     t = Table(title=f"entitlement not delivered, GPU-hours by cause (Philly days "
                     f"[{a.start_day:g}, {a.start_day + a.days:g}), borrowing)")
     for col in ("team", "quota GPUs", "delivered", "of the deliverable", *CAUSES):
         t.add_column(col, justify="left" if col == "team" else "right")
     for team in teams:
         total = sum(short[team].values()) or 1.0
-        deliverable = owed[team] - short[team][CAUSES[4]]
-        got = owed[team] - total if short[team] else owed[team]
-        t.add_row(team, f"{quotas.get(team, 0):g}", f"{asked.get(team, 0):.3f}",
-                  f"{got / deliverable:.3f}" if deliverable > 0 else "-",
+        deliverable = owed.get(team, 0.0) - short[team][CAUSES[4]]
+        t.add_row(team, f"{quotas.get(team, 0):g}",
+                  f"{got[team] / owed[team]:.3f}" if team in owed else "-",
+                  f"{got.get(team, 0.0) / deliverable:.3f}" if deliverable > 0 else "-",
                   *(f"{short[team][c]:.1f} ({short[team][c] / total:.0%})" for c in CAUSES))
     console.print(t)
     return 0

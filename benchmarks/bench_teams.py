@@ -158,8 +158,9 @@ def covering_quantile(jobs: list[JobSpec], gpus: float, lo: float) -> float:
     return b
 
 
-def quota_part(jobs: list[JobSpec], quotas: dict[str, float], quantile: float,
-               console: Console, window_s: float) -> dict[str, dict[str, Any]]:
+def quota_scenarios(quotas: dict[str, float], quantile: float) -> dict[str, Scenario]:
+    """The quota runs (module docstring) on the fixed on-demand fleet sized at ``quantile``:
+    no quotas, borrowing (every team in one cohort), strict."""
     base = default_scenario().model_copy(update={
         "name": "teams-fixed", "autoscaling": False, "spot": False, "gpu_mtbf_hours": None,
         "fixed_size_quantile": quantile, "deadline_policy": None})
@@ -171,11 +172,14 @@ def quota_part(jobs: list[JobSpec], quotas: dict[str, float], quantile: float,
                                  for t in teams]},
         "strict": {"queues": [{"name": t, "gpus": quotas[t]} for t in teams]},
     }
-    out = {}
-    for label, spec in variants.items():
-        sc = base.model_copy(update={"teams": TeamsSettings.model_validate(spec)})
-        out[label] = run(sc, jobs, label, console, window_s)
-    return out
+    return {label: base.model_copy(update={"teams": TeamsSettings.model_validate(spec)})
+            for label, spec in variants.items()}
+
+
+def quota_part(jobs: list[JobSpec], quotas: dict[str, float], quantile: float,
+               console: Console, window_s: float) -> dict[str, dict[str, Any]]:
+    return {label: run(sc, jobs, label, console, window_s)
+            for label, sc in quota_scenarios(quotas, quantile).items()}
 
 
 def budget_part(jobs: list[JobSpec], console: Console) -> dict[str, dict[str, Any]]:

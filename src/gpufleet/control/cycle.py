@@ -29,10 +29,10 @@ returned :class:`CyclePlan`. In order:
    they do not count towards the quota for the units behind them, which may start if they
    cannot), and units of unmanaged teams first, in queue order; then units that would borrow,
    team by team in ``fair_order`` (smallest decayed dominant share first), queue order within
-   a team. As the
-   pass reaches a unit its team's ``verdict`` is asked against the book as updated by the units
-   admitted so far: a BLOCKED unit is refused with the verdict's reason and skipped — it never
-   enters backfill, so it neither blocks a shape nor stops the pass for another team. If no
+   a team. As the pass reaches a unit its team's ``verdict`` is asked against the book as
+   updated by the units admitted so far: a BLOCKED unit is refused with the verdict's reason
+   and skipped — it never enters backfill, so it neither blocks a shape nor stops the pass for
+   another team. If no
    preemption was chosen and none is in progress, the unplaced within-quota and straddling
    units whose room is held by other teams' borrowed work get *reclaims* (a straddling unit
    only from teams whose use, as a share of their nominal, stays at least its team's:
