@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import pytest
+
 from gpufleet.config import scenarios_named
 from gpufleet.sim.batch import expected_work, run_all
 from gpufleet.traces.synthetic import generate
@@ -56,15 +60,26 @@ def test_twins_are_only_runs_that_differ_in_nothing_decision_relevant() -> None:
 
     by = {s.name: s for s in scenarios_named([
         "static", "static-p99", "gpufleet", "gpufleet-no-sharing", "gpufleet-no-spot",
-        "chain-autoscaling-packing", "chain-sharing", "sharing"])}
+        "chain-autoscaling-packing", "chain-sharing", "sharing", "gpufleet-no-checkpointing",
+        "spot", "static-reserved"])}
     whole, frac = whole_gpu_jobs(), whole_gpu_jobs(fraction=True)
     renamed = by["gpufleet"].model_copy(update={"name": "copy"})
     cases = [
         ("gpufleet-no-sharing", ["static", "gpufleet"], whole, "gpufleet"),
+        # no job can checkpoint: none tolerates spot, so the market is inert
+        ("chain-autoscaling-packing", ["gpufleet-no-checkpointing"], whole,
+         "gpufleet-no-checkpointing"),
+        ("gpufleet-no-checkpointing", ["chain-autoscaling-packing"], whole,
+         "chain-autoscaling-packing"),
+        ("chain-sharing", ["static", "gpufleet-no-checkpointing"], frac,
+         "gpufleet-no-checkpointing"),
+        ("chain-autoscaling-packing", ["gpufleet-no-checkpointing"], frac, None),  # sharing
         ("chain-sharing", ["gpufleet", "chain-autoscaling-packing"], whole,
          "chain-autoscaling-packing"),
         ("gpufleet-no-sharing", ["gpufleet"], frac, None),  # the half GPU rounds up without
-        ("gpufleet-no-spot", ["gpufleet"], whole, None),  # spot is decision-relevant
+        ("gpufleet-no-spot", ["gpufleet"], whole, None),  # checkpointing jobs take spot
+        ("chain-autoscaling-packing", ["spot"], whole, None),  # a fixed spot fleet
+        ("static-reserved", ["static-p99"], whole, None),  # re-billed, not the same run
         ("static-p99", ["static"], whole, None),  # another fleet size
         ("sharing", ["static"], whole, "static"),  # fixed fleet: same demand steps
         ("sharing", ["static"], frac, None),
@@ -91,3 +106,72 @@ def test_a_derived_row_is_what_running_it_gives() -> None:
         k: v for k, v in got["gpufleet-no-sharing"].summary.items() if k not in strip}
     assert real.finishes == got["gpufleet-no-sharing"].finishes
     assert real.series == got["gpufleet-no-sharing"].series
+
+
+def test_spot_inert_needs_autoscaling_no_teams_no_guard_and_no_spot_tolerant_job() -> None:
+    """Case table for ``spot_inert``: one change at a time from an inert spot fleet."""
+    from gpufleet.queueing.teams.settings import TeamsSettings
+    from gpufleet.sim.batch import spot_inert
+
+    [nc] = scenarios_named(["gpufleet-no-checkpointing"])
+    whole = whole_gpu_jobs()
+    deadline = [replace(j, deadline_s=j.submit_s + 3 * j.duration_s) if i == 3 else j
+                for i, j in enumerate(whole)]
+    teams = TeamsSettings.model_validate({"queues": [{"name": "a", "gpus": 4}]})
+    cases = [
+        (nc, whole, True),
+        (nc.model_copy(update={"checkpointing": True}), whole, False),  # jobs take spot
+        (nc.model_copy(update={"autoscaling": False}), whole, False),  # fixed spot fleet
+        (nc.model_copy(update={"teams": teams}), whole, False),  # budgets: spot-only
+        (nc, deadline, False),  # the deadline guard runs
+        (nc.model_copy(update={"deadline_policy": None}), deadline, True),
+    ]
+    for sc, jobs, want in cases:
+        assert spot_inert(sc, jobs) is want, sc
+
+
+def test_a_spot_twin_is_what_running_it_gives() -> None:
+    """The proof's check for an inert market: chain-autoscaling-packing run for real gives
+    gpufleet-no-checkpointing's figures (no job can checkpoint, so none takes spot); run_all
+    derives it and keeps the row's own market description."""
+    from gpufleet.sim.batch import run_one
+
+    jobs = whole_gpu_jobs()
+    [nc, chain] = scenarios_named(["gpufleet-no-checkpointing", "chain-autoscaling-packing"])
+    real = run_one(nc, 0, jobs)
+    got = run_all(jobs, [chain, nc], seed=0, workers=1)
+    row = got["gpufleet-no-checkpointing"]
+    assert row.summary["derived_from"] == "chain-autoscaling-packing"
+    assert row.summary["spot_model"] == real.summary["spot_model"] != "none"
+    assert got["chain-autoscaling-packing"].summary["spot_model"] == "none"
+    strip = TIMING | {"derived_from"}
+    assert {k: v for k, v in real.summary.items() if k not in strip} == {
+        k: v for k, v in row.summary.items() if k not in strip}
+    assert real.finishes == row.finishes
+    assert real.series == row.series
+
+
+def test_a_rebilled_row_is_what_running_it_gives() -> None:
+    """static-reserved is static-p99 billed at the commitment rate: run for real, it gives
+    the same figures as the re-billed row (every dollar recomputed per node as the cloud
+    bills it); the plot's cost series is the run's scaled by the rate ratio."""
+    from gpufleet.sim.batch import rebill_of, run_one
+
+    jobs = generate(seed=0)[:300]
+    [p99, res, st] = scenarios_named(["static-p99", "static-reserved", "static"])
+    assert rebill_of(res, [st, p99]) is p99
+    assert rebill_of(res, [st]) is None  # another fleet size
+    assert rebill_of(p99, [res]) is res  # either way round
+    assert rebill_of(res.model_copy(update={"spot": True}), [p99]) is None
+    real = run_one(res, 0, jobs)
+    got = run_all(jobs, [st, p99, res], seed=0, workers=1)
+    row = got["static-reserved"]
+    assert row.summary["derived_from"] == "static-p99"
+    assert row.summary["cpu_seconds"] == 0.0
+    strip = TIMING | {"derived_from"}
+    assert {k: v for k, v in real.summary.items() if k not in strip} == {
+        k: v for k, v in row.summary.items() if k not in strip}
+    assert row.summary["cost_usd"] < got["static-p99"].summary["cost_usd"]
+    assert real.finishes == row.finishes
+    assert row.series.cost_usd == pytest.approx(real.series.cost_usd, rel=1e-6, abs=1e-3)
+    assert row.series.t == real.series.t

@@ -199,8 +199,10 @@ class Simulation:
             progress(self.sim.life.done, total)
         return self.summary()
 
-    def summary(self) -> dict[str, Any]:
-        out = summarize(self.sim, self._wall)
+    def summary(self, pricing: str | None = None) -> dict[str, Any]:
+        """The run's figures; ``pricing``: its on-demand nodes billed at that rate instead
+        (``sim.summary.fleet_cost_usd``)."""
+        out = summarize(self.sim, self._wall, pricing)
         out["spot_model"] = self.spot_model
         return out
 

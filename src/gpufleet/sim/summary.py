@@ -40,10 +40,11 @@ from typing import Any
 
 import numpy as np
 
+from gpufleet.catalog.commitments import on_demand_rate
 from gpufleet.control.deadline import deadline_of
 from gpufleet.control.deadline_guard import fresh_node_fits
 from gpufleet.queueing.teams.settings import jain_index
-from gpufleet.sim.cloud import MICRO
+from gpufleet.sim.cloud import MICRO, flat_bill_micro
 from gpufleet.sim.cluster import ClusterSim
 from gpufleet.sim.jobrun import DONE
 from gpufleet.sim.jobs import JobLifecycle
@@ -83,13 +84,36 @@ def allocated_gpu_hours(sim: ClusterSim) -> float:
     return sim.tally.alloc_gpu_s / 3600.0
 
 
-def summarize(sim: ClusterSim, wall_s: float) -> dict[str, Any]:
+def fleet_cost_usd(sim: ClusterSim, end: float, pricing: str | None = None) -> float:
+    """What the run's nodes cost up to ``end``: the closed bills plus the live nodes' time.
+
+    ``pricing`` re-bills the run's on-demand nodes at another rate (``catalog.commitments``):
+    each closed node's bill is recomputed as the cloud computes it (``flat_bill_micro``), so a
+    run billed at ``reserved`` from the start and this re-billing give the same dollars. Only
+    a fleet without spot may be re-billed (a spot bill follows the market, not a rate)."""
+    if pricing is None:
+        return sim.cloud.closed_micro / MICRO + sum(
+            n.usd_per_hour * n.lifetime_s(end) / 3600.0 for n in sim.cloud.live.values()
+        )
+    closed = 0
+    live = 0.0
+    for n in sim.cloud.nodes.values():
+        if n.spot:
+            raise ValueError(f"node {n.name} is spot: a spot bill cannot be re-priced")
+        rate = on_demand_rate(n.itype, pricing)
+        if n.state == "gone":
+            closed += flat_bill_micro(rate, n.lifetime_s(end))
+        else:
+            live += rate * n.lifetime_s(end) / 3600.0
+    return closed / MICRO + live
+
+
+def summarize(sim: ClusterSim, wall_s: float, pricing: str | None = None) -> dict[str, Any]:
+    """The run's figures (``pricing``: billed at that rate instead: ``fleet_cost_usd``)."""
     end = sim.end_s if sim.end_s is not None else sim.now
     provisioned = sum(n.lifetime_s(end) * n.gpus for n in sim.cloud.nodes.values())
     spot_gpu_s = sum(n.lifetime_s(end) * n.gpus for n in sim.cloud.nodes.values() if n.spot)
-    cost = sim.cloud.closed_micro / MICRO + sum(
-        n.usd_per_hour * n.lifetime_s(end) / 3600.0 for n in sim.cloud.live.values()
-    )
+    cost = fleet_cost_usd(sim, end, pricing)
     finished = [j for j in sim.jobs if j.state == DONE]
     jct = [j.finish_s - j.spec.submit_s for j in finished]  # type: ignore[operator]
     queue = [j.first_start_s - j.spec.submit_s for j in finished]  # type: ignore[operator]
@@ -106,6 +130,8 @@ def summarize(sim: ClusterSim, wall_s: float) -> dict[str, Any]:
     t = sim.tally
     useful_h = t.useful_gpu_s / 3600.0
     rec = t.recoveries
+    if pricing is not None and sim.sc.teams is not None:
+        raise ValueError("a run with teams cannot be re-billed: their spend is the nodes' price")
     teams = {} if sim.sc.teams is None else {"teams": team_figures(sim, end, cost)}
     return {
         **teams,
