@@ -125,3 +125,11 @@ def test_fixed_fleet_picks_a_type_every_replica_fits(tmp_path: Path) -> None:
     static = next(s for s in builtin_scenarios() if s.name == "static")
     s = Simulation(static.model_copy(update={"gpu_mtbf_hours": None}), 0, jobs).run()
     assert (s["jobs_finished"], s["jobs_lost"]) == (2, 0)
+
+
+def test_a_mig_profile_no_gpu_offers_names_file_line_and_field() -> None:
+    """The request rewrite is control.admission's; its refusal of an unknown MIG profile still
+    says which file and line asked for it."""
+    with pytest.raises(InputError, match=r"no catalogued GPU offers MIG profile '9g\.99gb'") as ei:
+        check_runnable([job(line=12, mig_profile="9g.99gb", num_gpu=0)], AWS, types(), "m.csv")
+    assert (ei.value.path, ei.value.line, ei.value.field) == ("m.csv", 12, "mig_profile")

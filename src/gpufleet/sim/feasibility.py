@@ -8,40 +8,27 @@ simulation runs: ``gpufleet simulate`` checks every job against every scenario.
 "Could run" is the autoscaler's own test (:func:`gpufleet.provisioning.binpack.fits_shape`) on an
 empty node of each instance type — as a plain node, and as a MIG-mode node where the job asks a
 MIG profile and the scenario shares GPUs — after the same request rewrite the simulator applies
-(without sharing, a fraction or a MIG slice becomes one whole GPU). The field named is the first
-constraint, in the order model → GPUs → GPU memory → CUDA → CPU → memory, that no remaining
-instance type meets.
+(``control.admission.effective_request``: without sharing, a fraction or a MIG slice becomes
+one whole GPU). The field named is the first constraint, in the order model → GPUs → GPU memory
+→ CUDA → CPU → memory, that no remaining instance type meets.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 from pathlib import Path
 
 from gpufleet.catalog.gpus import default_gpu_catalog
 from gpufleet.catalog.instances import InstanceType
 from gpufleet.config import Scenario
-from gpufleet.control.admission import mig_models
+from gpufleet.control.admission import effective_request
 from gpufleet.errors import InputError
 from gpufleet.provisioning.binpack import NodeShape, fits_shape, mig_spec
-from gpufleet.state import GPU_MILLI, ResourceRequest
+from gpufleet.state import ResourceRequest
 from gpufleet.traces.jobs import JobSpec
 
 # Philly names its GPU column differently; the other derived fields cannot be out of range.
 PHILLY_FIELDS = {"num_gpu": "num_gpus"}
-
-
-def effective_request(req: ResourceRequest, sharing: bool) -> ResourceRequest:
-    """The request as the simulator places it (see ``ClusterSim._effective``)."""
-    if req.mig_profile is not None:
-        models = mig_models(req)
-        if sharing:
-            return replace(req, num_gpu=1, gpu_models=models)
-        return replace(req, mig_profile=None, num_gpu=1, gpu_milli=GPU_MILLI, gpu_models=models)
-    if not sharing and req.gpu_milli < GPU_MILLI:
-        return replace(req, gpu_milli=GPU_MILLI)
-    return req
 
 
 def node_shapes(types: Sequence[InstanceType], mig: bool) -> list[tuple[str, NodeShape]]:
@@ -130,7 +117,11 @@ def check_runnable(
     mig = node_shapes(types, mig=True) if sc.sharing else []
     seen: dict[ResourceRequest, tuple[str, str] | None] = {}
     for job in jobs:
-        req = effective_request(job.request, sc.sharing)
+        # the request the simulator places (spot tolerance aside: a taint is not a size)
+        try:
+            req = effective_request(job, sc.sharing, spot=False)
+        except InputError as exc:  # a MIG profile no catalogued GPU offers: say where
+            raise InputError(exc.detail, path=path, line=job.line, field=exc.field) from None
         if req not in seen:
             shapes = mig if req.mig_profile is not None else plain
             seen[req] = blocking_constraint(req, shapes)
