@@ -112,9 +112,12 @@ class Policy:
         one could even if the fleet were empty (``never``: the status decides what the
         caller does, so it is computed now)."""
         never = self._never(view)
+        # the mask as it is now: a caller may read the reason after it restored another one
+        # (``control.cycle`` narrows the active rows to a unit's eligible ones)
+        active = view.active.copy()
 
         def reason() -> str:
-            alive = view.active.copy()
+            alive = active.copy()
             parts = []
             for f, m in zip(self.filters, masks, strict=True):
                 if m is None:  # did not apply: rejected nothing
@@ -123,7 +126,7 @@ class Policy:
                 if k:
                     parts.append(f"{k} {f.reason}")
                 alive &= m
-            text = f"0/{int(view.active.sum())} nodes are available: " + (
+            text = f"0/{int(active.sum())} nodes are available: " + (
                 ", ".join(parts) or "no nodes")
             return text + " (no node fits even when empty)" if never else text
 

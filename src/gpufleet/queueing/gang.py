@@ -66,7 +66,8 @@ def place_gang(
         last = got
     assert last is not None
     if len(zones) > 1:
-        return Unschedulable(f"in none of {len(zones)} zones: {last.reason}", last.status)
+        n, inner = len(zones), last  # the text is written when read (``Unschedulable``)
+        return Unschedulable(lambda: f"in none of {n} zones: {inner.reason}", last.status)
     return last
 
 
@@ -83,8 +84,13 @@ def _place_all(
         for r in range(replicas):
             res = policy.place(state, req, rng)
             if not isinstance(res, PlacementResult):
-                return Unschedulable(f"replica {r + 1}/{replicas}: {res.reason}", res.status)
+                return _replica_refused(r + 1, replicas, res)
             bind = res.to_bind(state, f"{job_id}#{r}")
             trial.allocate(req, bind, bind_masks(state, bind, policy.catalog))
             placed.append(res)
         return placed
+
+
+def _replica_refused(k: int, replicas: int, res: Unschedulable) -> Unschedulable:
+    """Replica ``k`` found no node; the text is written when read (``Unschedulable``)."""
+    return Unschedulable(lambda: f"replica {k}/{replicas}: {res.reason}", res.status)
