@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from dataclasses import replace
 from decimal import Decimal
 
 from p3_offers import OFFERS, P3_2X, P3_16X
@@ -155,3 +156,29 @@ def test_fits_shape_answers_per_object_pair() -> None:
     assert again is not two
     assert fits_shape(again, P3_16X) == (not shape_misfits(again, P3_16X))
     assert not fits_shape(again, P3_2X)
+
+
+def capped(cap: int | None) -> PendingPod:
+    return replace(pod(spot=False), max_node_gpus=cap)
+
+
+def test_a_capped_pod_launches_and_is_absorbed_only_within_its_cap() -> None:
+    """``control.right_size``: eight 1-GPU pods go on one p3.16xlarge (the tie on price goes
+    to fewer nodes); a ninth, capped at 2 GPUs, gets a p3.2xlarge of its own instead of
+    rounding the eight up to a second p3.16xlarge, and a booting p3.16xlarge no longer counts
+    as room for it while a booting p3.2xlarge does."""
+    pol = ScaleUpPolicy()
+    out = pol.decide([pod(spot=False)] * 8 + [capped(2)], OFFERS)
+    assert sorted((la.instance_type, la.count) for la in out) == [
+        ("p3.16xlarge", 1), ("p3.2xlarge", 1)]
+    assert [(la.instance_type, la.count) for la in pol.decide([capped(None)] * 8, OFFERS)] == [
+        ("p3.16xlarge", 1)]
+    big, small = InFlight(P3_16X, False), InFlight(P3_2X, False)
+    got = pol.decide([capped(2)] * 2, OFFERS, [big])
+    assert [(la.instance_type, la.count) for la in got] == [("p3.2xlarge", 2)]
+    assert pol.decide([capped(2)], OFFERS, [big, small]) == []
+    # the capped pod took the small node's GPU: the uncapped one still fits the big node
+    assert pol.decide([capped(2), pod(spot=False)], OFFERS, [small, big]) == []
+    # a cap no offer meets: nothing to launch, and scale-up says so
+    reply = pol.plan([replace(pod(8, spot=False), max_node_gpus=4)], OFFERS)
+    assert reply.launches == () and [u.job_id for u in reply.unprovisioned] == ["j"]

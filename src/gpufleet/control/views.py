@@ -22,18 +22,20 @@ from gpufleet.traces.jobs import JobSpec
 def pending_pods(
     spec: JobSpec, req: ResourceRequest, on_demand_only: bool, waited_s: float, work_s: float,
     interrupted: bool, now: float, cfg: GuardConfig, spot_only: bool = False,
+    max_node_gpus: int | None = None,
 ) -> list[PendingPod]:
     """One ``PendingPod`` per replica of a queued job (``work_s``: work already done), with
     what a reclaim would cost it (``spot_risk``) where it may go to spot.
     ``spot_only``: its team's budget says so (``control.teams.Gate.SPOT``): it asks for spot
-    and only spot is launched for it, whatever pin it had."""
+    and only spot is launched for it, whatever pin it had. ``max_node_gpus``: the largest
+    node it may use (``control.right_size``)."""
     ask = request_on_spot(req) if spot_only else request_now(req, on_demand_only)
     hurry = urgent(spec, work_s, interrupted, now, cfg)
     ok = tolerates_spot(ask)
     risk = spot_risk(spec, work_s, interrupted, now, cfg.checkpointing) if ok else None
     # distinct objects: scale-up tells replicas apart by identity
     return [PendingPod(spec.job_id, ask, ok, waited_s, hurry, spec.replicas,
-                       spot_only=spot_only, risk=risk)
+                       spot_only=spot_only, risk=risk, max_node_gpus=max_node_gpus)
             for _ in range(spec.replicas)]
 
 

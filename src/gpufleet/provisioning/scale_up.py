@@ -82,6 +82,12 @@ class PendingPod:
     # what a reclaim would cost it (``market.spot_cost``); None: not known, spot is judged on
     # price alone
     risk: SpotRisk | None = None
+    # it may only run on nodes of at most this many GPUs (``control.right_size``: a pod that
+    # cannot move and outlasts scale-down is not left to strand a larger node); None: any
+    max_node_gpus: int | None = None
+
+    def fits_node(self, gpus: int) -> bool:
+        return self.max_node_gpus is None or gpus <= self.max_node_gpus
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +167,8 @@ class ScaleUpPolicy:
                               p.job_id if p.gang_size > 1 else "")
             if p.spot_only:  # only then: the keys (and so the groups' order) stay as they were
                 key = (*key, "spot-only")
+            if p.max_node_gpus is not None:  # likewise: capped pods launch apart
+                key = (*key, f"max-gpus={p.max_node_gpus}")
             groups.setdefault(key, []).append(p)
         out: list[Launch] = []
         left: list[Unprovisioned] = []
@@ -172,7 +180,8 @@ class ScaleUpPolicy:
             plan, why = self._launch_group(members, offers, markets or {}, spot_strategy,
                                            hazard)
             if plan and all(x.capacity_type == CapacityType.ON_DEMAND for x in plan):
-                od_key: _GroupKey = (key[0], key[1], key[2], False, key[4], key[5], key[6])
+                od_key: _GroupKey = (key[0], key[1], key[2], False, key[4], key[5], key[6],
+                                     *(x for x in key[7:] if x != "spot-only"))
                 groups.setdefault(od_key, []).extend(members)
                 continue
             out.extend(plan)
@@ -209,6 +218,8 @@ class ScaleUpPolicy:
             if not (spot_ok or o.capacity_type == CapacityType.ON_DEMAND):
                 continue
             if spot_only and o.capacity_type != CapacityType.SPOT:
+                continue
+            if not pods[0].fits_node(o.shape.gpus):  # the group shares one cap (its key)
                 continue
             ok = fit.get(o.shape)
             if ok is None:
@@ -351,7 +362,8 @@ def _absorb(pods: list[PendingPod], inflight: Sequence[InFlight]) -> list[Pendin
         absorbed: set[int] = set()
         for members in gangs.values():  # all or nothing, inside one zone
             for zone in sorted({n.zone for n in nodes}):
-                at = [i for i, n in enumerate(nodes) if n.zone == zone]
+                at = [i for i, n in enumerate(nodes)
+                      if n.zone == zone and members[0].fits_node(n.shape.gpus)]
                 trial = [bins[i].copy() for i in at]
                 _, left = pack([p.request for p in members], None, trial)
                 if not left:
@@ -360,6 +372,16 @@ def _absorb(pods: list[PendingPod], inflight: Sequence[InFlight]) -> list[Pendin
                     absorbed.update(id(p) for p in members)
                     break
         rest = [p for p in cand if p.gang_size <= 1]
+        # a capped pod is absorbed only by booting nodes within its cap (same bins, so the
+        # room it takes is gone for the others): capped ones first, tightest cap first
+        caps = sorted({p.max_node_gpus for p in rest if p.max_node_gpus is not None})
+        for cap in caps:
+            mine = [p for p in rest if p.max_node_gpus == cap]
+            _, left = pack([p.request for p in mine], None,
+                           [b for b, n in zip(bins, nodes, strict=True) if n.shape.gpus <= cap])
+            absorbed.update(id(p) for p in mine)
+            absorbed.difference_update(id(mine[i]) for i in left)
+        rest = [p for p in rest if p.max_node_gpus is None]
         _, left = pack([p.request for p in rest], None, bins)
         absorbed.update(id(p) for p in rest)
         absorbed.difference_update(id(rest[i]) for i in left)

@@ -402,7 +402,8 @@ class ClusterSim:
                 continue
             pods += pending_pods(j.spec, j.req, j.on_demand_only, now - j.enqueued_s, j.work_s,
                                  bool(j.interruptions), now, self.ctl.guards,
-                                 spot_only=gate is Gate.SPOT)
+                                 spot_only=gate is Gate.SPOT,
+                                 max_node_gpus=self.life.node_cap(j))
         inflight = [InFlight(self.offers.shape(n.itype, n.mig), n.spot, n.zone)
                     for n in self.nodes.booting.values()]
         reply = self.ctl.scale_up.plan(

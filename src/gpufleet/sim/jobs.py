@@ -20,6 +20,7 @@ deadline guard's ``Pin`` goes into ``set_on_demand_only``.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 
@@ -27,12 +28,14 @@ from gpufleet.catalog.gpus import GpuCatalog
 from gpufleet.config import Scenario
 from gpufleet.control.admission import request_now
 from gpufleet.control.cycle import CyclePlan, PendingUnit, QuotaInput, plan_cycle
-from gpufleet.control.deadline import DeadlineGuards, DeadlineView
+from gpufleet.control.deadline import DeadlineGuards, DeadlineView, urgent
 from gpufleet.control.policies import Controls
 from gpufleet.control.queue import PendingQueue, effective_shape, is_urgent
+from gpufleet.control.right_size import node_gpu_cap, pins_node, rows_within
 from gpufleet.control.teams import Gate, scale_up_gates
 from gpufleet.decisions import Bind, CapacityType, Decision, Requeue
 from gpufleet.placement.mig import bind_masks
+from gpufleet.provisioning.binpack import fits_shape
 from gpufleet.queueing.preemption import Victim
 from gpufleet.queueing.teams.budget import (
     HOLDING,
@@ -52,7 +55,7 @@ from gpufleet.sim.engine import Engine
 from gpufleet.sim.events import CKPT_DONE, FINISH, PASS
 from gpufleet.sim.jobrun import DONE, PENDING, RUNNING, JobRun
 from gpufleet.sim.nodes import SimFleet
-from gpufleet.state import FleetState
+from gpufleet.state import FleetState, ResourceRequest
 
 
 def job_unit(j: JobRun, milli: int = 0) -> PendingUnit:
@@ -139,6 +142,7 @@ class JobLifecycle:
         self._pass_at: float | None = None
         self._recent_recoveries: list[float] = []
         self._units: dict[int, tuple[tuple, PendingUnit]] = {}
+        self._caps: dict[ResourceRequest, int | None] = {}  # node_cap per request
         # preemption needs two priorities; a workload with one never builds victims
         self._preemptible = len({j.spec.priority for j in jobs}) > 1
         self._running_idx: set[int] = set()  # running jobs (single-replica ones are victims)
@@ -241,6 +245,25 @@ class JobLifecycle:
         j.on_spot = j.on_spot or node.spot
         if len(j.binds) == j.spec.replicas:
             self._start(j)
+
+    def node_cap(self, j: JobRun) -> int | None:
+        """The largest node (GPUs) ``j`` may use now (``control.right_size``): on an
+        autoscaled fleet, a job that cannot move and outlasts scale-down is kept off nodes
+        it would strand; None: any node."""
+        sc = self.sc
+        if not sc.autoscaling or not pins_node(
+                j.spec.checkpointable and sc.checkpointing, j.spec.replicas,
+                j.spec.duration_s - j.work_s, sc.scale_down_unneeded_s):
+            return None
+        if urgent(j.spec, j.work_s, bool(j.interruptions), self.now, self.ctl.guards):
+            return None  # its deadline cannot wait for a node of its size: it takes any room
+        req = j.req
+        if req not in self._caps:
+            offers = self.nodes.offers
+            self._caps[req] = node_gpu_cap(req, (
+                it.gpus for it in offers.types.values()
+                if fits_shape(req, offers.shape(it, req.mig_profile is not None))))
+        return self._caps[req]
 
     def job_milli(self, j: JobRun) -> int:
         """The job's size in milli-GPU-equivalents, all replicas (``queueing.teams.shares``)."""
@@ -520,12 +543,28 @@ class JobLifecycle:
                 victims += [v for j in running if j.spec.replicas > 1 and not j.leaving
                             for v in gang_victims(j, self.job_milli(j))]
         plan = plan_cycle(
-            self.state, [self._unit(j) for j in cand], self.ctl.placement, self.rng,
+            self.state, self._units_now(cand), self.ctl.placement, self.rng,
             backfill=self.ctl.backfill, now=self.now, victims=victims, evicting=leaving,
             blocked=self._blocked, shapes_present=len(self.pending.shapes), explain=False,
             quota=quota)
         self._blocked = plan.blocked
         return plan
+
+    def _units_now(self, cand: list[JobRun]) -> list[PendingUnit]:
+        """The candidates' units, each capped job's limited to the rows within its cap
+        (``node_cap``; one mask per cap per pass)."""
+        masks: dict[int, np.ndarray] = {}
+        out = []
+        for j in cand:
+            u = self._unit(j)
+            cap = self.node_cap(j)
+            if cap is not None:
+                mask = masks.get(cap)
+                if mask is None:
+                    mask = masks[cap] = rows_within(self.state, cap)
+                u = replace(u, eligible=mask if u.eligible is None else u.eligible & mask)
+            out.append(u)
+        return out
 
     def _unit(self, j: JobRun) -> PendingUnit:
         """``job_unit(j)``, rebuilt only when the job's queue key changed (re-queued, pinned)."""
