@@ -28,12 +28,11 @@ cap 8.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 
 import numpy as np
 
-from gpufleet.state import GPU_MILLI, FleetState, ResourceRequest
+from gpufleet.state import FleetState, ResourceRequest
 
 
 def pins_node(checkpoints: bool, replicas: int, work_left_s: float, unneeded_s: float) -> bool:
@@ -44,11 +43,8 @@ def pins_node(checkpoints: bool, replicas: int, work_left_s: float, unneeded_s: 
 
 
 def replica_gpus(req: ResourceRequest) -> int:
-    """Whole GPUs one replica occupies (a fraction or a MIG slice: one)."""
-    if req.mig_profile is not None:
-        return 1
-    return max(1, math.ceil(req.num_gpu * min(req.gpu_milli, GPU_MILLI) / GPU_MILLI)) \
-        if req.num_gpu else 0
+    """GPUs one replica occupies (a fraction of one GPU is still that GPU; a MIG slice: one)."""
+    return 1 if req.mig_profile is not None else req.num_gpu
 
 
 def node_gpu_cap(req: ResourceRequest, fitting_node_gpus: Iterable[int]) -> int | None:

@@ -203,13 +203,13 @@ def run_all(
     earlier one is not run: ``twin_of``; one that differs only in its prices is re-billed:
     ``rebill_of``). ``workers``: processes (default: one per CPU); 1 runs them here, one after
     another."""
-    twins: dict[str, Scenario] = {}
+    twins: list[tuple[Scenario, Scenario]] = []  # (not run, the run it repeats)
     rebills: dict[str, list[Scenario]] = {}
     unique: list[Scenario] = []
     for sc in scenarios:
         twin = twin_of(sc, unique, jobs)
         if twin is not None:
-            twins[sc.name] = twin
+            twins.append((sc, twin))
             continue
         billed = rebill_of(sc, unique)
         if billed is not None:
@@ -242,12 +242,10 @@ def run_all(
                     for o in f.result():
                         got[o.name] = o
             _drain(q, on_progress)
-    for name, twin in twins.items():
-        sc = next(s for s in scenarios if s.name == name)
-        model = None
-        if sc.spot != twin.spot:  # an inert market is still the row's own to describe
-            model = market_model(sc, jobs, seed)
-        got[name] = derived(got[twin.name], name, model)
+    for sc, twin in twins:
+        # an inert market is still the row's own to describe
+        model = market_model(sc, jobs, seed) if sc.spot != twin.spot else None
+        got[sc.name] = derived(got[twin.name], sc.name, model)
     return {sc.name: got[sc.name] for sc in scenarios}
 
 
