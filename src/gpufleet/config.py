@@ -158,6 +158,9 @@ class Scenario(BaseModel):
 
     sample_interval_s: float = Field(default=600.0, ge=60, le=DAY_S)
     starvation_s: float | None = Field(default=None, ge=1, le=30 * DAY_S)
+    # a pending gang waits, scales up or evicts movable pods, whichever costs least
+    # (``control.gang_room``); false: scale-up launches for every pending gang
+    gang_room: bool = True
 
     # the live capacity controller's cloud provider (None: the controller only schedules)
     cloud: CloudSettings | None = None
@@ -175,6 +178,7 @@ def _static(**kw: Any) -> Scenario:
     base: dict[str, Any] = dict(
         packing=False, sharing=False, autoscaling=False, spot=False, checkpointing=False,
         recovery="restart-from-zero", deadline_policy=None, gpu_mtbf_hours=LLAMA3_GPU_MTBF_HOURS,
+        gang_room=False,
     )
     base.update(kw)
     return Scenario(**base)

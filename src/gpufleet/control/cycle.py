@@ -72,6 +72,14 @@ returned :class:`CyclePlan`. In order:
    free: it stops spend), so a driver runs the cycle while a team drains even with an empty
    queue. Victims already leaving are the driver's to leave out (they are not evicted twice).
 
+7. *Gang room* (only with a ``gang_room`` input, ``control.gang_room``): every unplaced gang
+   the driver's book says is due is priced three ways — wait for running work to free its
+   room, scale up, or evict pods that can move into the holes elsewhere — and the cheapest is
+   returned in ``CyclePlan.gang_room``; a preempt choice (at most one per cycle, none while
+   another eviction is planned or in progress) adds its victims to the evictions. Before the
+   pass, the rows an earlier preempt choice reserved are hidden from every other unit and
+   the gang they are reserved for goes first.
+
 Placed units are allocated into the state as the pass goes — one ``queueing.statement``
 ``Statement``, so later units see them — and the statement is discarded before returning: the
 state comes back unchanged and the driver applies the plan's ``Bind``s itself.
@@ -93,6 +101,16 @@ from typing import TypeVar
 import numpy as np
 
 from gpufleet.control.admission import request_now, request_on_spot
+from gpufleet.control.gang_room import (
+    Costs,
+    GangRoomInput,
+    Room,
+    eviction_plan,
+    request_gpus,
+    room_frees_in,
+    scale_up_usd,
+    wait_usd,
+)
 from gpufleet.decisions import Bind, CapacityType, Preempt, Refuse
 from gpufleet.placement import PlacementResult, Unschedulable
 from gpufleet.placement.mig import bind_masks
@@ -206,6 +224,7 @@ class CyclePlan:
     refusals: list[Refuse] = field(default_factory=list)
     blocked: set[Hashable] = field(default_factory=set)
     started: list[str] = field(default_factory=list)
+    gang_room: dict[str, Costs] = field(default_factory=dict)  # step 7: gangs priced
 
     @property
     def decisions(self) -> list[Bind | Preempt | Refuse]:
@@ -262,6 +281,7 @@ def plan_cycle(
     shapes_present: int | None = None,
     explain: bool = True,
     quota: QuotaInput | None = None,
+    gang_room: GangRoomInput | None = None,
 ) -> CyclePlan:
     """Plan one cycle (see the module docstring); ``state`` is unchanged on return.
 
@@ -269,8 +289,11 @@ def plan_cycle(
     simulator tries only new arrivals until capacity is freed) carry the blocked shapes across
     cycles and say how many shapes its whole queue holds; ``explain=False`` skips building the
     refusals (the simulator has no one to tell). ``quota``: team quotas (step 5); None: none.
+    ``gang_room``: price pending gangs (step 7); None: scale-up launches for every one.
     """
     order = sorted(units, key=_key)
+    if gang_room is not None:
+        order = _reserve(state, order, gang_room.book.reserved(now))
     plan = CyclePlan()
     drained = _drain(quota, victims)
     if not order:
@@ -383,8 +406,82 @@ def plan_cycle(
                     plan.started.extend(now_binds)
                     placed = {b.job_id for binds in now_binds.values() for b in binds}
                     plan.refusals = [r for r in plan.refusals if r.job_id not in placed]
+        if gang_room is not None:
+            _gang_room(state, [order[i] for i in left if i not in over], policy, gang_room,
+                       now, plan, may_evict=not (evicting or drained or plan.evictions))
     plan.evictions = drained + plan.evictions
     return plan
+
+
+def _reserve(state: FleetState, order: list[PendingUnit],
+             reserved: Mapping[str, tuple[str, ...]]) -> list[PendingUnit]:
+    """Step 7's reservations: each gang with reserved rows first, every other unit with those
+    rows cut from its eligibility mask (the room its victims' eviction makes is its)."""
+    if not reserved:
+        return order
+    n = state.n
+    rows = {g: [state.index[x] for x in nodes if x in state.index]
+            for g, nodes in reserved.items()}
+    first: list[PendingUnit] = []
+    rest: list[PendingUnit] = []
+    for u in order:
+        other = [r for g, rs in rows.items() if g != u.id for r in rs]
+        if other:
+            cut = np.ones(n, bool)
+            cut[other] = False
+            u = replace(u, eligible=cut if u.eligible is None else u.eligible[:n] & cut,
+                        shape=None if u.shape is None else ("reserved", tuple(sorted(other)),
+                                                            u.shape))
+        (first if u.id in rows else rest).append(u)
+    return first + rest
+
+
+def _gang_room(state: FleetState, left: list[PendingUnit], policy: Policy, gr: GangRoomInput,
+               now: float, plan: CyclePlan, may_evict: bool) -> None:
+    """Step 7: price each due unplaced gang (``control.gang_room``); a preempt choice's
+    victims join the evictions (one per cycle). Trials draw from their own generator, so a
+    run's placement draws do not depend on how often gangs were priced."""
+    rng = np.random.default_rng(0)
+    for u in left:
+        if not u.is_gang or u.request is None or u.refusal is not None:
+            continue
+        if len(u.placed_ids) < u.need or not gr.book.due(u.id, now):
+            continue
+        req = _request(u)
+        rate = gr.usd_per_gpu_h(req)
+        if rate is None:
+            continue  # nothing prices its GPUs: left to scale-up as before
+        gpus = request_gpus(req) * len(u.placed_ids)
+
+        def place(u: PendingUnit = u) -> list[Bind] | None:
+            return _place(state, u, policy, rng, {}, ("gang-room", u.id))
+
+        wait_s = room_frees_in(state, place, gr.running, gr.ends, now)
+        pre: float | None = None
+        victims: tuple[str, ...] = ()
+        nodes: tuple[str, ...] = ()
+        leave = 0.0
+        if may_evict:
+            cands = [m for m in gr.movable if m.victim.priority <= u.priority]
+            need = 0 if req.mig_profile is not None else req.total_gpu_milli * len(u.placed_ids)
+            got = eviction_plan(state, place, req, cands, policy, rng, gr.usd_per_gpu_h,
+                                need, u.eligible) if cands else None
+            if got is not None:
+                taken, binds = got
+                leave = max((m.leave_s for m in taken), default=0.0)
+                pre = sum(request_gpus(m.victim.request) * (gr.usd_per_gpu_h(m.victim.request)
+                                                            or 0.0) * m.loss_s
+                          for m in taken) / 3600 + gpus * rate * leave / 3600
+                victims = tuple(m.victim.job_id for m in taken)
+                nodes = tuple(sorted({b.node for b in binds}))
+        costs = Costs(wait_usd(gpus, rate, wait_s), scale_up_usd(gpus, rate, gr.settings, wait_s),
+                      pre, wait_s, victims, nodes, leave)
+        plan.gang_room[u.id] = costs
+        if costs.choice is Room.PREEMPT:
+            plan.evictions.extend(
+                Preempt(v, f"gang room: {u.id} takes its room (evicting costs ${pre:.2f}, "
+                           f"less than waiting or scaling up)") for v in victims)
+            may_evict = False
 
 
 def _drain(quota: QuotaInput | None, victims: Sequence[Victim]) -> list[Preempt]:

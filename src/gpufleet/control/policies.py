@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from gpufleet.config import Scenario
 from gpufleet.control.deadline import DeadlineGuards, GuardConfig
+from gpufleet.control.gang_room import GangRoomSettings
 from gpufleet.control.scan import ScanClock, ScanConfig
 from gpufleet.market.bidding import SpotStrategy, get_spot_strategy
 from gpufleet.market.deadline import DEFAULT_DEADLINE_POLICY, DeadlinePolicy, get_deadline_policy
@@ -63,6 +64,13 @@ def spot_strategy(sc: Scenario) -> SpotStrategy | None:
     return get_spot_strategy(sc.spot_strategy) if sc.spot else None
 
 
+def gang_room_settings(sc: Scenario) -> GangRoomSettings | None:
+    """What pricing a pending gang's room reads from the scenario; None: not priced."""
+    if not sc.gang_room:
+        return None
+    return GangRoomSettings(sc.autoscaling, sc.provisioning_delay_s, sc.scale_down_unneeded_s)
+
+
 def guard_config(sc: Scenario) -> GuardConfig:
     return GuardConfig(sc.autoscaling, sc.checkpointing, sc.provisioning_delay_s,
                        sc.max_pending_wait_s)
@@ -101,6 +109,7 @@ class Controls:
     backfill: BackfillPass
     scan: ScanClock
     guards: GuardConfig
+    gang_room: GangRoomSettings | None = None
 
 
 def controls_for(sc: Scenario) -> Controls:
@@ -116,6 +125,7 @@ def controls_for(sc: Scenario) -> Controls:
         backfill=backfill_pass(sc),
         scan=ScanClock(scan_config(sc)),
         guards=guard_config(sc),
+        gang_room=gang_room_settings(sc),
     )
 
 

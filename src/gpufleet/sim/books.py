@@ -77,6 +77,10 @@ class Tally:
     node_failures: int = 0
     replacements: int = 0  # nodes launched by multi-node consolidation
     failure_interruptions: int = 0
+    # pending gangs priced by ``control.gang_room``: how often each choice won, and the pods
+    # evicted for them
+    gang_room: Counter = field(default_factory=Counter)
+    gang_room_evictions: int = 0
 
     def lose(self, j: JobRun, lost_s: float) -> None:
         """``lost_s`` of ``j``'s work is lost (it restarts from an earlier point)."""

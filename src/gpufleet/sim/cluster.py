@@ -396,9 +396,10 @@ class ClusterSim:
         pods = []
         jobs = [self.jobs[i] for _, i in self.pending[: self.ctl.scale_up.max_pods]]
         gates = self.life.gates(jobs)  # teams: no launch for work its quota or budget holds
+        book = self.life.gang_book  # a gang that waits for room, or for its victims to leave
         for k, j in enumerate(jobs):
             gate = Gate.ANY if gates is None else gates[k]
-            if gate is Gate.SKIP:
+            if gate is Gate.SKIP or (book is not None and book.holds_scale_up(j.spec.job_id, now)):
                 continue
             pods += pending_pods(j.spec, j.req, j.on_demand_only, now - j.enqueued_s, j.work_s,
                                  bool(j.interruptions), now, self.ctl.guards,

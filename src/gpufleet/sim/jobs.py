@@ -28,7 +28,15 @@ from gpufleet.catalog.gpus import GpuCatalog
 from gpufleet.config import Scenario
 from gpufleet.control.admission import request_now
 from gpufleet.control.cycle import CyclePlan, PendingUnit, QuotaInput, plan_cycle
-from gpufleet.control.deadline import DeadlineGuards, DeadlineView, urgent
+from gpufleet.control.deadline import DeadlineGuards, DeadlineView, movable, urgent
+from gpufleet.control.gang_room import (
+    GangRoomBook,
+    GangRoomInput,
+    Movable,
+    Room,
+    eviction_loss_s,
+    gpu_hour_usd,
+)
 from gpufleet.control.policies import Controls
 from gpufleet.control.queue import PendingQueue, effective_shape, is_urgent
 from gpufleet.control.right_size import node_gpu_cap, pins_node, rows_within
@@ -56,6 +64,8 @@ from gpufleet.sim.events import CKPT_DONE, FINISH, PASS
 from gpufleet.sim.jobrun import DONE, PENDING, RUNNING, JobRun
 from gpufleet.sim.nodes import SimFleet
 from gpufleet.state import FleetState, ResourceRequest
+
+INF = float("inf")
 
 
 def job_unit(j: JobRun, milli: int = 0) -> PendingUnit:
@@ -179,6 +189,11 @@ class JobLifecycle:
         self._drain_budgets = {t: b for t, b in self.budgets.items()
                                if b.action == "hold-and-drain"}
         self._drain_at: float | None = None
+        # gang room (``control.gang_room``): each pending gang's priced choice, when the next
+        # lapses (a full pass is due then), and each request's $/GPU-h
+        self.gang_book = GangRoomBook() if controls.gang_room is not None else None
+        self._reprice_at: float | None = None
+        self._gpu_rates: dict[ResourceRequest, float | None] = {}
 
     @property
     def now(self) -> float:
@@ -507,6 +522,9 @@ class JobLifecycle:
         if not self.pending and not draining:
             self._new.clear()
             return None
+        if self._reprice_at is not None and self.now >= self._reprice_at:
+            self._reprice_at = None  # a gang's wait or reservation lapsed: price it again
+            self._freed = True
         if self._renew_at is not None and self.now >= self._renew_at:
             self._renew_at = None  # a held team's budget period renewed: try everything
             self._freed = True
@@ -542,13 +560,90 @@ class JobLifecycle:
             if quota is not None:  # reclaim takes a borrowed gang whole
                 victims += [v for j in running if j.spec.replicas > 1 and not j.leaving
                             for v in gang_victims(j, self.job_milli(j))]
+        gang_room = self._gang_room_input(cand)
         plan = plan_cycle(
             self.state, self._units_now(cand), self.ctl.placement, self.rng,
             backfill=self.ctl.backfill, now=self.now, victims=victims, evicting=leaving,
             blocked=self._blocked, shapes_present=len(self.pending.shapes), explain=False,
-            quota=quota)
+            quota=quota, gang_room=gang_room)
         self._blocked = plan.blocked
+        if gang_room is not None:
+            self._gang_room_chosen(plan)
         return plan
+
+    # -- gang room (``control.gang_room``) ---------------------------------------------------
+    def gpu_rate(self, req: ResourceRequest) -> float | None:
+        """$/GPU-h of ``req``'s GPUs: the cheapest fitting on-demand list price."""
+        if req not in self._gpu_rates:
+            self._gpu_rates[req] = gpu_hour_usd(req, self.nodes.offers.on_demand_offers(0.0))
+        return self._gpu_rates[req]
+
+    def _gang_room_input(self, cand: list[JobRun]) -> GangRoomInput | None:
+        """The cycle's gang-room input: the running pods (every replica, with the time its
+        declared work ends) and the movable ones only when some candidate gang is due."""
+        book = self.gang_book
+        settings = self.ctl.gang_room
+        if book is None or settings is None:
+            return None
+        now = self.now
+        if not any(j.spec.replicas > 1 and book.due(j.spec.job_id, now) for j in cand):
+            return GangRoomInput(settings, book, self.gpu_rate)
+        running: list[Victim] = []
+        ends: dict[str, float] = {}
+        moves: list[Movable] = []
+        for i in sorted(self._running_idx):
+            j = self.jobs[i]
+            if j.leaving:
+                continue
+            ends[j.spec.job_id] = j.finish_time()
+            if j.spec.replicas > 1:
+                running += gang_victims(j, 0)
+                continue
+            v = job_victim(j)
+            running.append(v)
+            m = self._movable(j, v)
+            if m is not None:
+                moves.append(m)
+        return GangRoomInput(settings, book, self.gpu_rate, running, ends, moves)
+
+    def _movable(self, j: JobRun, v: Victim) -> Movable | None:
+        """``j`` as an eviction for a gang may take it: a checkpointing single pod whose move
+        cannot cost its deadline, with what its recovery strategy would lose on the notice a
+        preemption gives (none: it has until it is done)."""
+        spec = j.spec
+        if not (spec.checkpointable and self.sc.checkpointing):
+            return None
+        now = self.now
+        done, saved = j.progress(now)
+        if not movable(spec, done, j.ckpt_cost, now, self.ctl.guards):
+            return None
+        plan = self.ctl.recovery.on_notice(NoticeView(
+            job_id=spec.job_id, checkpointable=True, work_done_s=done, last_checkpoint_s=saved,
+            checkpoint_cost_s=j.ckpt_cost, notice_s=INF, interruptions=j.interruptions + 1,
+            on_spot=j.on_spot))
+        write = j.ckpt_cost if plan.checkpoint_now else 0.0
+        return Movable(v, eviction_loss_s(max(0.0, done - plan.resume_work_s), write,
+                                          spec.restart_overhead_s), write)
+
+    def _gang_room_chosen(self, plan: CyclePlan) -> None:
+        """Book the cycle's gang-room choices: a scale-up is new demand for the scan, a wait
+        or a reservation lapses into a full pass."""
+        book = self.gang_book
+        assert book is not None
+        now = self.now
+        for uid in plan.started:
+            book.started(uid)
+        for gid, costs in plan.gang_room.items():
+            room = book.record(gid, costs, now)
+            self.tally.gang_room[room.value] += 1
+            if room is Room.SCALE_UP:
+                self._scan_at(self.ctl.scan.demand(now))
+            elif room is Room.PREEMPT:
+                self.tally.gang_room_evictions += len(costs.victims)
+        nxt = book.next_due()
+        if nxt is not None and (self._reprice_at is None or nxt < self._reprice_at):
+            self._reprice_at = nxt
+            self._at(nxt, PASS)
 
     def _units_now(self, cand: list[JobRun]) -> list[PendingUnit]:
         """The candidates' units, each capped job's limited to the rows within its cap

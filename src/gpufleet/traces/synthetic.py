@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gpufleet.state import GPU_MILLI, ResourceRequest
 from gpufleet.traces.jobs import MAX_GPUS_PER_NODE, JobSpec
@@ -60,6 +60,17 @@ class SyntheticWorkload(BaseModel):
     gpu_model: str = "V100-16GB"
     cpu_milli_per_gpu: int = Field(default=4000, ge=0)
     memory_mib_per_gpu: int = Field(default=12 * 1024, ge=0)
+    # relative weights of 1, 2, 4, 8, 16 and 32 GPUs per job (None: Philly's job counts);
+    # jobs of more than 8 GPUs are gangs, so this is how a workload gets more of them
+    gpu_count_weights: tuple[float, float, float, float, float, float] | None = None
+
+    @field_validator("gpu_count_weights")
+    @classmethod
+    def _weights(cls, w: tuple[float, ...] | None) -> tuple[float, ...] | None:
+        if w is not None and (min(w) < 0 or sum(w) <= 0):
+            raise ValueError("gpu_count_weights: expected six weights >= 0, not all 0 "
+                             f"(for {GPU_COUNTS} GPUs), got {w}")
+        return w
 
 
 def _arrivals(p: SyntheticWorkload, rng: np.random.Generator) -> np.ndarray:
@@ -83,7 +94,7 @@ def generate(params: SyntheticWorkload | None = None, seed: int = 0) -> list[Job
     rng = np.random.default_rng(seed)
     n = p.jobs
     submit = _arrivals(p, rng)
-    w = np.asarray(GPU_COUNT_WEIGHTS, float)
+    w = np.asarray(p.gpu_count_weights or GPU_COUNT_WEIGHTS, float)
     gpus = rng.choice(GPU_COUNTS, size=n, p=w / w.sum())
     fw = np.asarray(FRACTION_WEIGHTS, float)
     frac = rng.choice(FRACTION_MILLI, size=n, p=fw / fw.sum())
