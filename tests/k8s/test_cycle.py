@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from gpufleet.control.gang_room import Costs, GangRoomBook, GangRoomSettings
 from gpufleet.decisions import Bind, Preempt, Refuse
-from gpufleet.k8s.schedule.cycle import plan_cycle
+from gpufleet.k8s.schedule.cycle import gang_room_input, plan_cycle
 from gpufleet.k8s.translate.snapshot import build_snapshot
 from gpufleet.placement import get_policy
 
@@ -141,3 +142,33 @@ def test_parse_cache_reuses_unchanged_objects_and_sees_changes() -> None:
     assert not later.pending and "ns/a" in later.allocations
     build_snapshot([n], [], cache=cache)
     assert not cache.pods  # deleted pods leave the cache
+
+
+def test_gang_room_input_reads_ends_and_movable_pods_from_the_pods() -> None:
+    def running(name: str, gpus: str, ann: dict, **kw: object) -> dict:
+        return pod(name, {"nvidia.com/gpu": gpus}, node_name="t4",
+                   ann={"gpufleet.io/node": "t4", **ann}, **kw)
+
+    timed = running("timed", "1", {"gpufleet.io/gpus": "0", "gpufleet.io/gpu-milli": "1000",
+                                    "gpufleet.io/duration": "600"},
+                    terminationGracePeriodSeconds=10)
+    timed["status"]["startTime"] = "2026-01-01T00:01:00Z"
+    member = running("m0", "1", {"gpufleet.io/gpus": "1", "gpufleet.io/gpu-milli": "1000"},
+                     labels={"scheduling.x-k8s.io/pod-group": "old"})
+    waiting = [pod(f"g{i}", {"nvidia.com/gpu": "2"}, labels={
+        "scheduling.x-k8s.io/pod-group": "g"}, ann={"scheduling.x-k8s.io/min-available": "2"})
+        for i in range(2)]
+    snap = build_snapshot([node("t4", 4)], [timed, member, *waiting])
+    settings = GangRoomSettings(False, 180, 600)
+    book = GangRoomBook()
+    got = gang_room_input(snap, settings, book, lambda r: 1.0, 0.0, {"ns/timed"})
+    assert sorted(v.job_id for v in got.running) == ["ns/m0", "ns/timed"]
+    assert {v.job_id: v.workload for v in got.running} == {"ns/m0": "ns/old", "ns/timed": None}
+    start = 1767225660.0  # 2026-01-01T00:01:00Z: startTime + gpufleet.io/duration
+    assert got.ends == {"ns/timed": start + 600}  # the member states no duration: never ends
+    (m,) = got.movable
+    # JobSpec's defaults: 30 s write + 120 s restart; it leaves within min(grace 10, write 30)
+    assert (m.victim.job_id, m.loss_s, m.leave_s) == ("ns/timed", 150.0, 10.0)
+    book.record("ns/g", Costs(1.0, None, None, 100.0), 0.0)  # waits: not due, nothing listed
+    quiet = gang_room_input(snap, settings, book, lambda r: 1.0, 50.0, {"ns/timed"})
+    assert quiet.running == () and quiet.movable == ()

@@ -21,6 +21,7 @@ import socket
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from http.server import ThreadingHTTPServer
 from typing import Any
 
@@ -31,17 +32,21 @@ from kubernetes.client.exceptions import ApiException
 from gpufleet.catalog.gpus import default_gpu_catalog
 from gpufleet.config import Scenario
 from gpufleet.control.admission import SPOT_TAINT
-from gpufleet.control.policies import backfill_pass, placement_policy
-from gpufleet.decisions import Bind, Refuse
+from gpufleet.control.cycle import CyclePlan
+from gpufleet.control.gang_room import GangRoomBook, gpu_hour_usd
+from gpufleet.control.policies import backfill_pass, gang_room_settings, placement_policy
+from gpufleet.control.teams import Gate
+from gpufleet.decisions import Bind, CapacityType, Refuse
 from gpufleet.k8s.capacity.cost import LiveFleet, LiveFleetCollector, PriceBook
 from gpufleet.k8s.capacity.loop import CapacityController
-from gpufleet.k8s.capacity.setup import build_capacity
+from gpufleet.k8s.capacity.setup import build_capacity, capacity_types
+from gpufleet.k8s.disruption.consolidation_mark import movable_keys
 from gpufleet.k8s.disruption.drain import PROVIDER_FAULTS, Drainer
 from gpufleet.k8s.queues.metrics import QueueCollector
 from gpufleet.k8s.queues.tracker import LiveQuota, QueueTracker
 from gpufleet.k8s.schedule.apply import ApiErrors, Applier, Outcome
 from gpufleet.k8s.schedule.claim_writes import ClaimWriter
-from gpufleet.k8s.schedule.cycle import launch_gates, plan_cycle
+from gpufleet.k8s.schedule.cycle import gang_room_input, launch_gates, plan_cycle
 from gpufleet.k8s.schedule.telemetry import ControllerMetrics, pending_reason, serve
 from gpufleet.k8s.settings import apply_levers
 from gpufleet.k8s.translate.assume import AssumeCache
@@ -52,6 +57,8 @@ from gpufleet.k8s.watch.connections import BASE_CONNECTIONS, client_with_pool
 from gpufleet.k8s.watch.informer import Informer
 from gpufleet.k8s.watch.leader import LeaderElector
 from gpufleet.k8s.watch.ratelimit import TokenBucket
+from gpufleet.provisioning import NodeShape, Offer
+from gpufleet.state import ResourceRequest
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +105,10 @@ def offered_prices(capacity: CapacityController) -> PriceBook | None:
         log.warning("cloud %s: no offerings at start (%s); catalog prices for cost metrics",
                     capacity.provider.name, exc)
         return None
+
+
+def _usd(x: float | None) -> str:
+    return "-" if x is None else f"${x:.2f}"
 
 
 class Controller:
@@ -197,6 +208,19 @@ class Controller:
                                on_recovery=self.fleet.add_recoveries)
         self.capacity_interval_s = 1.0
         self._capacity_at = -float("inf")
+        # gang room (control.gang_room): each pending pod group's priced choice, in memory (a
+        # restart prices them again), valued at the scenario's types' on-demand list prices;
+        # scale-up is possible only where a cloud is configured
+        settings = gang_room_settings(scenario)
+        if settings is not None:
+            settings = replace(settings, launch=settings.launch and self.capacity is not None)
+        self.gang_settings = settings
+        self.gang_book = GangRoomBook() if settings is not None else None
+        self._gang_offers = [Offer(it.name, CapacityType.ON_DEMAND, NodeShape.of(it),
+                                   float(it.usd_per_hour))
+                             for it in capacity_types(scenario) if it.gpus > 0] \
+            if settings is not None else []
+        self._gang_rates: dict[ResourceRequest, float | None] = {}
 
     # -- lifecycle ----------------------------------------------------------------------------
     def _relisted(self, resource: str) -> None:
@@ -291,8 +315,13 @@ class Controller:
         binds: list[Bind] = []
         if snap.pending or queues.draining:
             apply_levers(snap, self.scenario)
+            gang_room = None
+            if self.gang_settings is not None and self.gang_book is not None:
+                gang_room = gang_room_input(
+                    snap, self.gang_settings, self.gang_book, self._gpu_rate, now,
+                    movable_keys(pods) if self.preemption else frozenset())
             plan = plan_cycle(snap, self.policy, self.rng, self.backfill, now, self.preemption,
-                              quota=queues)
+                              quota=queues, gang_room=gang_room)
             if not self.is_leader:  # lost the lease while planning: act on nothing
                 return None
             spot = {n.name for n in snap.state.nodes if SPOT_TAINT in n.taints}
@@ -302,6 +331,7 @@ class Controller:
                 if c.pinned is not None and c.pinned not in snap.state.index and k in by_key:
                     self.claim_writer.release(by_key[k], c)
             binds = [*pinned, *plan.of(Bind)]
+            self._gang_room_chosen(plan, snap, now)
             out = self._apply([*pinned, *plan.decisions], binds, by_key, spot)
             if out.conflicts or out.errors:
                 self.changed.set()  # re-read and retry soon
@@ -318,6 +348,29 @@ class Controller:
         self.queues.sync(queues, snap, now, leader=self.is_leader)
         self._capacity_cycle(snap, refused, nodes, pods, t0, queues, binds)
         return out
+
+    def _gpu_rate(self, req: ResourceRequest) -> float | None:
+        """$/GPU-h of ``req``'s GPUs: the cheapest fitting on-demand list price."""
+        if req not in self._gang_rates:
+            self._gang_rates[req] = gpu_hour_usd(req, self._gang_offers)
+        return self._gang_rates[req]
+
+    def _gang_room_chosen(self, plan: CyclePlan, snap: Snapshot, now: float) -> None:
+        """Book the cycle's gang-room choices (and count them); forget the groups that started
+        or are no longer pending."""
+        book = self.gang_book
+        if book is None:
+            return
+        for uid in plan.started:
+            book.started(uid)
+        pending = {p.group for p in snap.pending if p.group is not None}
+        for gid in [g for g in book.decided if g not in pending]:
+            book.started(gid)
+        for gid, costs in plan.gang_room.items():
+            room = book.record(gid, costs, now)
+            self.metrics.gang_room.labels(choice=room.value).inc()
+            log.info("gang room: %s %s (wait $%.2f, scale up %s, preempt %s)", gid, room.value,
+                     costs.wait_usd, _usd(costs.scale_up_usd), _usd(costs.preempt_usd))
 
     def _observe_unaccounted(self, snap: Snapshot) -> None:
         """Objects someone bound or allocated past what the node has: each is logged once
@@ -388,6 +441,11 @@ class Controller:
         self._capacity_at = t0
         try:
             gates = launch_gates(snap, queues, binds, refused, self.policy.catalog)
+            book = self.gang_book  # no launch for a gang that waits, or waits for its victims
+            held = [g for g in book.decided if book.holds_scale_up(g, time.time())] \
+                if book is not None else []
+            if held:
+                gates = {**(gates or {}), **dict.fromkeys(held, Gate.SKIP)}
             self.capacity.reconcile(snap, refused, nodes, pods, gates)
         except ApiException as exc:
             log.warning("capacity loop: API error %s %s; retrying next cycle", exc.status,

@@ -12,6 +12,12 @@ calls. This module only translates the Kubernetes world into its driver-neutral 
 * the victims: the running pods outside pod groups (a gang is not torn apart for another pod);
 * ``evicting``: a pod this driver evicted (or anyone deleted) still terminates on a node, so its
   room is not free yet and no new preemption starts;
+* gang room (``control.gang_room``, :func:`gang_room_input`): every running pod with the end
+  its ``gpufleet.io/duration`` implies (from ``status.startTime``; a pod without one never
+  ends), and the pods an eviction for a gang may take — those consolidation may move (a
+  controller recreates them, no gang, no ``do-not-disrupt``), each assumed to lose the
+  checkpoint write and the restart of a checkpointing Job (``JobSpec``'s defaults: a pod does
+  not state them) and to leave within its termination grace period;
 * team quotas (``k8s.queues``): each unit and victim tagged with its namespace's queue and its
   size in GPU-equivalents, and the queues' book passed as the simulator passes its own — so
   admission within quota, borrowing, reclaim and the "over quota" reason are the control layer's.
@@ -24,7 +30,7 @@ gang is waiting for).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import replace
 
 import numpy as np
@@ -32,6 +38,13 @@ import numpy as np
 from gpufleet.catalog.gpus import GpuCatalog
 from gpufleet.control.cycle import CyclePlan, PendingUnit, Victim
 from gpufleet.control.cycle import plan_cycle as plan_units
+from gpufleet.control.gang_room import (
+    GangRoomBook,
+    GangRoomInput,
+    GangRoomSettings,
+    Movable,
+    eviction_loss_s,
+)
 from gpufleet.control.teams import Gate, scale_up_gates
 from gpufleet.decisions import Bind
 from gpufleet.k8s.queues.tracker import LiveQuota
@@ -43,7 +56,15 @@ from gpufleet.placement.mig import bind_masks
 from gpufleet.placement.policy import Policy
 from gpufleet.queueing import BackfillPass
 from gpufleet.queueing.teams.quota import QuotaBook
-from gpufleet.state import FleetState
+from gpufleet.state import FleetState, ResourceRequest
+from gpufleet.traces.jobs import JobSpec
+
+# what a pod does not state: a checkpointing Job's checkpoint write and restart (JobSpec's
+# defaults, as the live spot-cost rule assumes), and kube's default termination grace period
+_UNSTATED = JobSpec("", 0.0, 0.0, ResourceRequest())
+_WRITE_S = _UNSTATED.checkpoint_cost_s
+_RESTART_S = _UNSTATED.restart_overhead_s
+_GRACE_S = 30.0
 
 
 def eligible_rows(state: FleetState, selector: Selector,
@@ -165,6 +186,35 @@ def victims_of(snap: Snapshot) -> list[Victim]:
             and not a.pod.terminating]
 
 
+def gang_room_input(
+    snap: Snapshot, settings: GangRoomSettings, book: GangRoomBook,
+    usd_per_gpu_h: Callable[[ResourceRequest], float | None], now: float,
+    movable: Collection[str] = frozenset(),
+) -> GangRoomInput:
+    """The cycle's gang-room input (module docstring); the running pods are listed only when a
+    pending pod group is due to be priced (``book.due``)."""
+    groups = {p.group for p in snap.pending if p.group is not None}
+    if not any(book.due(g, now) for g in groups):
+        return GangRoomInput(settings, book, usd_per_gpu_h)
+    running: list[Victim] = []
+    ends: dict[str, float] = {}
+    moves: list[Movable] = []
+    for a in snap.allocations.values():
+        pod = a.pod
+        if pod.uses_claims or pod.terminating:
+            continue
+        v = Victim(pod.key, pod.priority, pod.created_s, a.request, a.bind, a.masks,
+                   workload=pod.group)
+        running.append(v)
+        if pod.work_s is not None:
+            ends[pod.key] = (pod.started_s or pod.created_s) + pod.work_s
+        if pod.key in movable and pod.group is None:
+            grace = float(pod.grace_s) if pod.grace_s is not None else _GRACE_S
+            moves.append(Movable(v, eviction_loss_s(0.0, _WRITE_S, _RESTART_S),
+                                 min(grace, _WRITE_S) if grace else 0.0))
+    return GangRoomInput(settings, book, usd_per_gpu_h, running, ends, moves)
+
+
 def evicting(snap: Snapshot) -> bool:
     """Whether a bound pod is still terminating (its room is not free yet)."""
     return any(p.terminating and p.node_name for p in snap.pods.values())
@@ -178,10 +228,12 @@ def plan_cycle(
     now: float = 0.0,
     preemption: bool = True,
     quota: LiveQuota | None = None,
+    gang_room: GangRoomInput | None = None,
 ) -> CyclePlan:
     """Plan one cycle on ``snap``; the binds are then allocated into ``snap.state`` (the
     cycle's scratch copy), so what runs after placement this cycle — the capacity loop's node
-    views — sees the room they take. ``quota``: the cycle's team queues (None: none)."""
+    views — sees the room they take. ``quota``: the cycle's team queues (None: none);
+    ``gang_room``: price pending pod groups (:func:`gang_room_input`; None: not priced)."""
     units = pending_units(snap)
     victims = victims_of(snap) if preemption else []
     q = quota.input if quota is not None else None
@@ -190,7 +242,7 @@ def plan_cycle(
         victims = tag_victims(victims, snap, quota.teams, policy.catalog)
     plan = plan_units(
         snap.state, units, policy, rng, backfill=backfill, now=now,
-        victims=victims, evicting=evicting(snap), quota=q)
+        victims=victims, evicting=evicting(snap), quota=q, gang_room=gang_room)
     request = {m: u.request for u in units for m in u.placed_ids}
     for b in plan.binds:
         req = request[b.job_id]

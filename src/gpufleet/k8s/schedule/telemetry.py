@@ -68,6 +68,9 @@ class ControllerMetrics:
                                  "fleet), by kind; should stay 0", ["kind"], registry=r)
         self.leader = Gauge("gpufleet_leader", "1 while this replica holds the lease",
                             registry=r)
+        self.gang_room = Counter("gpufleet_gang_room_choices_total",
+                                 "Pending pod groups priced (control.gang_room), by the choice "
+                                 "that won: wait, scale-up or preempt", ["choice"], registry=r)
 
     def set_pending(self, by_reason: dict[str, int]) -> None:
         self.pending.clear()

@@ -74,6 +74,7 @@ class PodInfo:
     annotations: Mapping[str, str] = field(default_factory=dict)
     deadline_s: float | None = None  # gpufleet.io/deadline, epoch seconds (.deadlines)
     work_s: float | None = None  # gpufleet.io/duration
+    started_s: float | None = None  # status.startTime (the kubelet took it), None: not yet
     on_demand_only: bool = False  # pinned off spot by the deadline guard (k8s.settings)
     owner_uid: str = ""  # the controller ownerReference's uid (a Job's), "" when none
     completion_index: str | None = None  # an Indexed Job's completion index
@@ -248,6 +249,7 @@ def pod_info(pod: Mapping[str, Any], catalog: GpuCatalog | None = None) -> PodIn
         annotations=ann,
         selector=lift_gpu_constraints(selector_of(spec)[0], cat)[2],
         deadline_s=deadline, work_s=work,
+        started_s=parse_time(status["startTime"]) if status.get("startTime") else None,
         owner_uid=next((o.get("uid", "") for o in meta.get("ownerReferences") or ()
                         if o.get("controller")), ""),
         completion_index=ann.get(names.JOB_COMPLETION_INDEX),
