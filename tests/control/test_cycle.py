@@ -8,6 +8,7 @@ Fleet of every case unless it says otherwise: ``a`` and ``b``, two T4 GPUs each,
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -15,6 +16,7 @@ import pytest
 
 from gpufleet.control.admission import SPOT_TAINT
 from gpufleet.control.cycle import PendingUnit, Victim, plan_cycle
+from gpufleet.control.gang_room import Costs, GangRoomBook, GangRoomInput, GangRoomSettings
 from gpufleet.decisions import Bind, CapacityType
 from gpufleet.placement import get_policy
 from gpufleet.queueing import BackfillPass
@@ -134,6 +136,26 @@ def fleet(spot_b: bool) -> FleetState:
                     taints=frozenset({SPOT_TAINT})) if spot_b else None
     s.add_node("b", gpu_model="T4", num_gpus=2, cpu_milli=8000, memory_mib=8192, info=info)
     return s
+
+
+def reserved_b() -> GangRoomInput:
+    """A book in which gang ``g`` chose to preempt and holds node ``b`` for 60 s."""
+    book = GangRoomBook()
+    book.record("g", Costs(math.inf, None, 1.0, math.inf, ("v",), ("b",), 0.0), 0.0)
+    return GangRoomInput(GangRoomSettings(False, 180, 600), book, lambda r: 1.0)
+
+
+CASES += [
+    Case("no reservation: x best-fits b, next to r",
+         [unit("x", ONE, 0, 1)], {"x": ("b", (1,))}, running=[("r", "b", (0,), 0)]),
+    Case("gang room: b is reserved for gang g (its victims are leaving), so x goes to a",
+         [unit("x", ONE, 0, 1), unit("g", TWO, 0, 0, members=("g#0", "g#1"), need=2)],
+         {"x": ("a", (0,))}, {"g#0": "pod group g"}, running=[("r", "b", (0,), 0)],
+         kw={"gang_room": reserved_b()}),
+    Case("gang room: the reservation lapses at 60 s (its write + grace)",
+         [unit("x", ONE, 0, 1)], {"x": ("b", (1,))}, running=[("r", "b", (0,), 0)],
+         kw={"gang_room": reserved_b(), "now": 60.0}),
+]
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)

@@ -567,7 +567,7 @@ class JobLifecycle:
             blocked=self._blocked, shapes_present=len(self.pending.shapes), explain=False,
             quota=quota, gang_room=gang_room)
         self._blocked = plan.blocked
-        if gang_room is not None:
+        if self.gang_book is not None:
             self._gang_room_chosen(plan)
         return plan
 
@@ -580,14 +580,16 @@ class JobLifecycle:
 
     def _gang_room_input(self, cand: list[JobRun]) -> GangRoomInput | None:
         """The cycle's gang-room input: the running pods (every replica, with the time its
-        declared work ends) and the movable ones only when some candidate gang is due."""
+        declared work ends) and the movable ones only when some candidate gang is due; None
+        when no gang is due and no rows are reserved (the step would do nothing)."""
         book = self.gang_book
         settings = self.ctl.gang_room
         if book is None or settings is None:
             return None
         now = self.now
         if not any(j.spec.replicas > 1 and book.due(j.spec.job_id, now) for j in cand):
-            return GangRoomInput(settings, book, self.gpu_rate)
+            # nothing to price: the step only has reservations to keep, if any
+            return GangRoomInput(settings, book, self.gpu_rate) if book.reserved(now) else None
         running: list[Victim] = []
         ends: dict[str, float] = {}
         moves: list[Movable] = []

@@ -190,12 +190,13 @@ def gang_room_input(
     snap: Snapshot, settings: GangRoomSettings, book: GangRoomBook,
     usd_per_gpu_h: Callable[[ResourceRequest], float | None], now: float,
     movable: Collection[str] = frozenset(),
-) -> GangRoomInput:
+) -> GangRoomInput | None:
     """The cycle's gang-room input (module docstring); the running pods are listed only when a
-    pending pod group is due to be priced (``book.due``)."""
+    pending pod group is due to be priced (``book.due``); None when none is and no rows are
+    reserved (the step would do nothing)."""
     groups = {p.group for p in snap.pending if p.group is not None}
     if not any(book.due(g, now) for g in groups):
-        return GangRoomInput(settings, book, usd_per_gpu_h)
+        return GangRoomInput(settings, book, usd_per_gpu_h) if book.reserved(now) else None
     running: list[Victim] = []
     ends: dict[str, float] = {}
     moves: list[Movable] = []
