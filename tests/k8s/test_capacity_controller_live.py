@@ -237,6 +237,49 @@ def test_a_pending_mig_pod_launches_a_mig_node_and_binds_with_its_slot(
         "capacity_type": "on-demand", "instance_type": A100.name}) == 1
 
 
+def test_a_long_pod_that_cannot_move_gets_a_right_sized_node(lab: Any, cloud_lab: dict) -> None:
+    """Right-sized nodes (``control.right_size``) live: an 8-GPU node has room, but a bare pod
+    (no controller recreates it, so it cannot move) that states 2 h of work may only use nodes
+    of at most max(2 × 1, 1) = 2 GPUs, so a 1-GPU p3.2xlarge is launched for it; a Job's pod
+    (it can move) with the same work binds on the 8-GPU node."""
+    core, batch, ns = lab.core, lab.batch, cloud_lab["ns"]
+    assert managed_nodes(core) == {}
+    p2 = CAT["p3.2xlarge"]
+    kw = KwokProvider(core, {P16.name: P16, p2.name: p2}, None, namespace=ns)
+    big = launch(kw, core)
+    try:
+        sc = scenario(ns, (P16.name, p2.name), max_pending_wait_s=1.0,
+                      provisioning_delay_s=3.0, scale_down_unneeded_s=3600.0)
+        ctl = start(lab.api, sc, ns, cloud_lab)
+        two_hours = {"gpufleet.io/duration": "7200",
+                     "pod-complete.stage.kwok.x-k8s.io/delay": "30m"}
+        bare = job("unused", {"nvidia.com/gpu": "1"})["spec"]["template"]["spec"]
+        core.create_namespaced_pod(ns, {"metadata": {"name": "bare", "annotations": two_hours},
+                                        "spec": bare})
+        movable = job("moves", {"nvidia.com/gpu": "1"})
+        movable["spec"]["template"]["metadata"]["annotations"] = two_hours
+        batch.create_namespaced_job(ns, movable)
+        assert wait_for("the Job's pod to run", lambda: running_on(core, ns, "moves")) == big
+
+        def bare_node() -> str | None:
+            obj = core.read_namespaced_pod("bare", ns)
+            return obj.spec.node_name if obj.status.phase == "Running" else None
+
+        node = wait_for("the bare pod to run", bare_node, timeout=90)
+        assert node != big
+        labels = managed_nodes(core)[node].metadata.labels
+        assert labels["node.kubernetes.io/instance-type"] == p2.name
+        assert ctl.metrics.registry.get_sample_value("gpufleet_launches_total", {
+            "capacity_type": "on-demand", "instance_type": p2.name}) == 1
+    finally:
+        for ctl in cloud_lab["controllers"]:
+            ctl.stop()
+        cloud_lab["controllers"] = []
+        core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
+        for inst in kw.list():
+            kw.delete(inst.instance_id)
+
+
 def test_a_pending_dra_pod_launches_a_node_whose_slices_serve_its_claim(
         lab: Any, cloud_lab: dict) -> None:
     """A pod whose ResourceClaim asks 4 whole GPUs and nothing fits: the capacity loop launches

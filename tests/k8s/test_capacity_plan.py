@@ -15,6 +15,7 @@ from gpufleet.errors import InputError
 from gpufleet.k8s.capacity.inputs import (
     inflight,
     markets_from,
+    node_caps,
     node_views,
     offers_from,
     pending_pods,
@@ -62,6 +63,40 @@ def test_pending_pods_keep_only_refused_readable_pods_and_their_gangs() -> None:
     assert by["ns/a"].spot_ok and by["ns/a"].waited_s == 30.0
     assert by["ns/a"].request.tolerations == frozenset()
     assert [p.gang_size for p in got if p.job_id == "ns/g"] == [2, 2]
+
+
+P3 = [CAT[n] for n in ("p3.2xlarge", "p3.8xlarge", "p3.16xlarge")]  # 1, 4, 8 V100
+
+
+@pytest.mark.parametrize(("gpus", "ann", "labels", "movable", "want"), [
+    # cannot move (not in consolidation's movable set), 2 h > 600 s: max(2 × 1, 1) = 2 GPUs
+    (1, {"gpufleet.io/duration": "7200"}, {}, set(), 2),
+    # the same pod where consolidation may move it: no cap
+    (1, {"gpufleet.io/duration": "7200"}, {}, {"ns/x"}, None),
+    # no more work than the scale-down horizon: no cap
+    (1, {"gpufleet.io/duration": "600"}, {}, set(), None),
+    # states no duration: not capped (its work left is unknown)
+    (1, {}, {}, set(), None),
+    # a 2-GPU pod: max(4, 1) = 4
+    (2, {"gpufleet.io/duration": "7200"}, {}, set(), 4),
+    # a pod group's replica cannot move even where its pod could: 8-GPU replicas → 16, the
+    # smallest fitting type is 8, so max(16, 8) = 16 (any p3)
+    (8, {"gpufleet.io/duration": "7200", "scheduling.x-k8s.io/min-available": "2"},
+     {"scheduling.x-k8s.io/pod-group": "g"}, {"ns/x"}, 16),
+])
+def test_node_caps_right_size_pods_that_cannot_move(
+        gpus: int, ann: dict, labels: dict, movable: set[str], want: int | None) -> None:
+    snap = build_snapshot([], [pod("x", gpus, ann=ann, labels=labels)])
+    got = node_caps(snap, P3, 600.0, True, movable, None, 0.0)
+    job = "ns/g" if labels else "ns/x"
+    assert got.get(job) == want
+    pending = pending_pods(snap, ["ns/x"], 0.0, caps=got)
+    assert [p.max_node_gpus for p in pending] == [want]
+
+
+def test_node_caps_without_checkpointing_every_long_pod_pins_its_node() -> None:
+    snap = build_snapshot([], [pod("x", 1, ann={"gpufleet.io/duration": "7200"})])
+    assert node_caps(snap, P3, 600.0, False, {"ns/x"}, None, 0.0) == {"ns/x": 2}
 
 
 def test_offers_take_the_cheapest_available_spot_zone_and_one_on_demand_zone() -> None:

@@ -172,3 +172,17 @@ def test_gang_room_input_reads_ends_and_movable_pods_from_the_pods() -> None:
     book.record("ns/g", Costs(1.0, None, None, 100.0), 0.0)  # it waits: not due at 50 s
     quiet = gang_room_input(snap, settings, book, lambda r: 1.0, 50.0, {"ns/timed"})
     assert quiet is None  # nothing due, nothing reserved: the step is skipped
+
+
+def test_a_capped_pod_only_sees_nodes_within_its_size() -> None:
+    """Right-sized nodes (``caps``, ``k8s.capacity.inputs.node_caps``): best fit would put the
+    pod on the nearly full 8-GPU node; capped at 2 GPUs it goes to the 2-GPU node."""
+    busy = pod("r", {"nvidia.com/gpu": "7"}, node_name="big",
+               ann={"gpufleet.io/node": "big", "gpufleet.io/gpus": "0,1,2,3,4,5,6",
+                    "gpufleet.io/gpu-milli": "1000"})
+    nodes = [node("big", 8), node("small", 2)]
+    for caps, where in (({}, "big"), ({"ns/x": 2}, "small")):
+        snap = build_snapshot(nodes, [busy, pod("x", {"nvidia.com/gpu": "1"})])
+        got = plan_cycle(snap, get_policy("bestfit", tie_seed=0), np.random.default_rng(0),
+                         caps=caps)
+        assert [(b.job_id, b.node) for b in got.of(Bind)] == [("ns/x", where)]

@@ -17,8 +17,9 @@ everything. A deadline job that cannot wait for a new node (``control.deadline.u
 whatever room there is. Placement keeps it off larger nodes (an eligibility mask), and
 scale-up launches and counts booting capacity for it within the same cap, so the two agree.
 It applies only where the fleet can launch a right-sized node (autoscaling); a fixed fleet
-places as before. The live driver does not apply it yet (it would need the pod's remaining
-work and whether it checkpoints from its annotations).
+places as before. Both drivers apply it (:func:`cap_for`): the live one reads the work left
+from ``gpufleet.io/duration`` (a pod without it is not capped) and whether the pod can move
+from consolidation's rule.
 
 Example: a 1-GPU job without checkpoints, 72 h left, scale-down after 600 s, p3 types of 1, 4
 and 8 GPUs → cap max(2, 1) = 2 GPUs: only a p3.2xlarge. The same job with checkpoints → no
@@ -55,6 +56,17 @@ def node_gpu_cap(req: ResourceRequest, fitting_node_gpus: Iterable[int]) -> int 
     if g == 0 or not sizes:
         return None
     return max(2 * g, min(sizes))
+
+
+def cap_for(req: ResourceRequest, checkpoints: bool, replicas: int, work_left_s: float | None,
+            unneeded_s: float, urgent: bool, fitting_node_gpus: Iterable[int]) -> int | None:
+    """The rule in one call, for a driver: the largest node (GPUs) the pod may use, or None
+    (any node) when it can move, has no more work left than ``unneeded_s`` (or states none:
+    ``work_left_s`` None), or is an urgent deadline job."""
+    if urgent or work_left_s is None or not pins_node(checkpoints, replicas, work_left_s,
+                                                      unneeded_s):
+        return None
+    return node_gpu_cap(req, fitting_node_gpus)
 
 
 def rows_within(state: FleetState, cap: int) -> np.ndarray:

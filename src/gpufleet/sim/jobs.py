@@ -39,7 +39,7 @@ from gpufleet.control.gang_room import (
 )
 from gpufleet.control.policies import Controls
 from gpufleet.control.queue import PendingQueue, effective_shape, is_urgent
-from gpufleet.control.right_size import node_gpu_cap, pins_node, rows_within
+from gpufleet.control.right_size import cap_for, pins_node, rows_within
 from gpufleet.control.teams import Gate, scale_up_gates
 from gpufleet.decisions import Bind, CapacityType, Decision, Requeue
 from gpufleet.placement.mig import bind_masks
@@ -152,7 +152,7 @@ class JobLifecycle:
         self._pass_at: float | None = None
         self._recent_recoveries: list[float] = []
         self._units: dict[int, tuple[tuple, PendingUnit]] = {}
-        self._caps: dict[ResourceRequest, int | None] = {}  # node_cap per request
+        self._sizes: dict[ResourceRequest, tuple[int, ...]] = {}  # node sizes that fit it
         # preemption needs two priorities; a workload with one never builds victims
         self._preemptible = len({j.spec.priority for j in jobs}) > 1
         self._running_idx: set[int] = set()  # running jobs (single-replica ones are victims)
@@ -269,16 +269,18 @@ class JobLifecycle:
         if not sc.autoscaling or not pins_node(
                 j.spec.checkpointable and sc.checkpointing, j.spec.replicas,
                 j.spec.duration_s - j.work_s, sc.scale_down_unneeded_s):
-            return None
-        if urgent(j.spec, j.work_s, bool(j.interruptions), self.now, self.ctl.guards):
-            return None  # its deadline cannot wait for a node of its size: it takes any room
+            return None  # (the cheap test first: most jobs can move)
         req = j.req
-        if req not in self._caps:
+        if req not in self._sizes:
             offers = self.nodes.offers
-            self._caps[req] = node_gpu_cap(req, (
-                it.gpus for it in offers.types.values()
-                if fits_shape(req, offers.shape(it, req.mig_profile is not None))))
-        return self._caps[req]
+            self._sizes[req] = tuple(it.gpus for it in offers.types.values()
+                                     if fits_shape(req, offers.shape(it, req.mig_profile
+                                                                     is not None)))
+        # an urgent deadline job cannot wait for a node of its size: it takes any room
+        return cap_for(req, j.spec.checkpointable and sc.checkpointing, j.spec.replicas,
+                       j.spec.duration_s - j.work_s, sc.scale_down_unneeded_s,
+                       urgent(j.spec, j.work_s, bool(j.interruptions), self.now,
+                              self.ctl.guards), self._sizes[req])
 
     def job_milli(self, j: JobRun) -> int:
         """The job's size in milli-GPU-equivalents, all replicas (``queueing.teams.shares``)."""

@@ -9,6 +9,11 @@ what the live driver sees into their inputs:
   ``control.deadline.urgent`` (its slack cannot absorb scale-up's wait trigger); with team
   queues, each job's ``control.teams.Gate`` (``k8s.schedule.cycle.launch_gates``): nothing for
   work its quota or budget holds, spot only for a ``spot-only`` team's (the simulator's rule);
+* right-sized nodes (``control.right_size.cap_for``, :func:`node_caps`): a pending pod that
+  cannot move (consolidation's rule says no, or the fleet does not checkpoint, or it is a pod
+  group's) and states more work (``gpufleet.io/duration``) than the scale-down horizon may use
+  only nodes of at most ``max(2 × its GPUs, the smallest fitting type)`` — the cycle's
+  eligibility mask and scale-up's ``PendingPod.max_node_gpus``, as in the simulator;
 * the provider's offerings → prices per type and zone → ``control.offers.offer_list`` (the
   simulator's offer rule) and, for a provider without market history, a ``ZoneMarket`` per
   available spot zone;
@@ -29,21 +34,62 @@ from gpufleet.cloud.provider import Instance, Offering
 from gpufleet.control.deadline import GuardConfig, urgent
 from gpufleet.control.node_clocks import Idle, SinceClock, idle_state
 from gpufleet.control.offers import offer_list
+from gpufleet.control.right_size import cap_for
 from gpufleet.control.teams import Gate
 from gpufleet.control.views import node_view, spot_risk
 from gpufleet.decisions import CapacityType
 from gpufleet.k8s.translate.deadlines import deadline_view, pinned_on_demand
-from gpufleet.k8s.translate.pods import finished, spot_ok, stays_on_drain
+from gpufleet.k8s.translate.pods import PodInfo, finished, spot_ok, stays_on_drain
 from gpufleet.k8s.translate.snapshot import Snapshot
 from gpufleet.market.bidding import ZoneMarket
 from gpufleet.provisioning import InFlight, NodeShape, NodeView, Offer, PendingPod, PodView
+from gpufleet.provisioning.binpack import fits_shape
 from gpufleet.state import GPU_MILLI, FleetState
 from gpufleet.traces.jobs import JobSpec
 
 
+def _urgent(p: PodInfo, guards: GuardConfig | None, now: float) -> bool:
+    """The deadline guard's ``urgent`` for a pending pod (False without guards)."""
+    if guards is None:
+        return False
+    view = deadline_view(p, spot_ok(p))
+    return view is not None and urgent(view.spec, 0.0, False, now, guards)
+
+
+def node_caps(snap: Snapshot, types: Iterable[InstanceType], unneeded_s: float,
+              checkpointing: bool, movable: Collection[str], guards: GuardConfig | None,
+              now: float) -> dict[str, int]:
+    """Job id (pod group or pod key) → the largest node in GPUs its pods may use
+    (``control.right_size.cap_for``); absent: any node. ``types``: what scale-up may launch;
+    ``movable``: the pods consolidation may move."""
+    shapes = [t for t in types if t.gpus > 0]
+    sizes: dict[tuple[object, ...], tuple[int, ...]] = {}
+    groups: dict[str, int] = {}
+    for p in snap.pending:
+        if p.group is not None:
+            groups[p.group] = groups.get(p.group, 0) + 1
+    out: dict[str, int] = {}
+    for p in snap.pending:
+        req = p.request
+        if req is None or p.refusal is not None or p.work_s is None:
+            continue
+        mig = req.mig_profile is not None
+        key = (req, mig)
+        if key not in sizes:
+            sizes[key] = tuple(t.gpus for t in shapes if fits_shape(req, NodeShape.of(t, mig)))
+        replicas = max(p.min_available, groups.get(p.group, 1)) if p.group is not None else 1
+        cap = cap_for(req, checkpointing and p.key in movable, replicas, p.work_s, unneeded_s,
+                      _urgent(p, guards, now), sizes[key])
+        if cap is not None:
+            job = p.group or p.key
+            out[job] = min(cap, out.get(job, cap))
+    return out
+
+
 def pending_pods(snap: Snapshot, refused: Iterable[str], now: float,
                  guards: GuardConfig | None = None, checkpointing: bool = True,
-                 gates: Mapping[str, Gate] | None = None) -> list[PendingPod]:
+                 gates: Mapping[str, Gate] | None = None,
+                 caps: Mapping[str, int] | None = None) -> list[PendingPod]:
     """The refused pods with a readable request (``guards``: the deadline guards' settings, None
     when they are off; ``gates``: job id — pod group or pod key — → its team gate, None without
     queues, absent: ANY): those that cannot go on spot first, then the rest, each in the
@@ -70,10 +116,7 @@ def pending_pods(snap: Snapshot, refused: Iterable[str], now: float,
         gang = max(p.min_available, sizes.get(p.group, 1)) if p.group is not None else 1
         ok = spot_ok(p)
         pinned = p.on_demand_only or pinned_on_demand(p, ok, guards, now)
-        hurry = False
-        if guards is not None:
-            view = deadline_view(p, ok)
-            hurry = view is not None and urgent(view.spec, 0.0, False, now, guards)
+        hurry = _urgent(p, guards, now)
         spot_only = gate is Gate.SPOT
         risk = None
         if ok and p.work_s is not None:  # what a reclaim would cost it (market.spot_cost); a
@@ -82,7 +125,8 @@ def pending_pods(snap: Snapshot, refused: Iterable[str], now: float,
                              0.0, False, now, checkpointing)
         out.append(PendingPod(job, req, spot_only or (ok and not pinned),
                               max(0.0, now - p.created_s), hurry, gang_size=gang,
-                              spot_only=spot_only, risk=risk))
+                              spot_only=spot_only, risk=risk,
+                              max_node_gpus=(caps or {}).get(job)))
     return sorted(out, key=lambda p: p.spot_ok)
 
 

@@ -93,8 +93,10 @@ class CapacityController:
     # -- the cycle ----------------------------------------------------------------------------
     def reconcile(self, snap: Snapshot, refused: Sequence[str], nodes: Sequence[Mapping[str, Any]],
                   pods: Sequence[Mapping[str, Any]],
-                  gates: Mapping[str, Gate] | None = None) -> ReconcileReport:
-        """One pass; ``gates``: the refused jobs' team gates (None without team queues)."""
+                  gates: Mapping[str, Gate] | None = None,
+                  caps: Mapping[str, int] | None = None) -> ReconcileReport:
+        """One pass; ``gates``: the refused jobs' team gates (None without team queues);
+        ``caps``: the largest node each job may use (right-sized nodes)."""
         out = ReconcileReport()
         now = self.clock()
         instances = self.provider.list()
@@ -110,7 +112,7 @@ class CapacityController:
             return self.provisioner.launch(want, now, out)
 
         if self.sc.autoscaling:
-            self.scale_up.run(snap, refused, live, booting, nodes, now, launch, gates)
+            self.scale_up.run(snap, refused, live, booting, nodes, now, launch, gates, caps)
         self.scale_down.run(snap, live, by_pid, pods, now, self.provisioner.recorded, launch,
                             out)
         return out

@@ -67,12 +67,14 @@ class ScaleUp:
     def run(self, snap: Snapshot, refused: Sequence[str], live: list[Instance],
             booting: list[Instance], nodes: Sequence[Mapping[str, Any]], now: float,
             launch: Callable[[Launch], str | None],
-            gates: Mapping[str, Gate] | None = None) -> None:
+            gates: Mapping[str, Gate] | None = None,
+            caps: Mapping[str, int] | None = None) -> None:
         """Launch what the policy asks for, one node at a time through ``launch`` (the
-        provisioner's record-first path; None: the cloud had no capacity for that launch)."""
+        provisioner's record-first path; None: the cloud had no capacity for that launch).
+        ``caps``: the largest node each job may use (``inputs.node_caps``)."""
         self.observe(live, now)
         pending = inputs.pending_pods(snap, refused, now, self.guards, self.sc.checkpointing,
-                                      gates)
+                                      gates, caps)
         if not pending:
             return
         offerings = self.provider.offerings()

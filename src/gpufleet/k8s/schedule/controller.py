@@ -38,6 +38,7 @@ from gpufleet.control.policies import backfill_pass, gang_room_settings, placeme
 from gpufleet.control.teams import Gate
 from gpufleet.decisions import Bind, CapacityType, Refuse
 from gpufleet.k8s.capacity.cost import LiveFleet, LiveFleetCollector, PriceBook
+from gpufleet.k8s.capacity.inputs import node_caps
 from gpufleet.k8s.capacity.loop import CapacityController
 from gpufleet.k8s.capacity.setup import build_capacity, capacity_types
 from gpufleet.k8s.disruption.consolidation_mark import movable_keys
@@ -216,9 +217,11 @@ class Controller:
             settings = replace(settings, launch=settings.launch and self.capacity is not None)
         self.gang_settings = settings
         self.gang_book = GangRoomBook() if settings is not None else None
+        types = self.capacity.types.values() if self.capacity is not None \
+            else capacity_types(scenario)  # what scale-up may launch, or would
         self._gang_offers = [Offer(it.name, CapacityType.ON_DEMAND, NodeShape.of(it),
                                    float(it.usd_per_hour))
-                             for it in capacity_types(scenario) if it.gpus > 0] \
+                             for it in types if it.gpus > 0] \
             if settings is not None else []
         self._gang_rates: dict[ResourceRequest, float | None] = {}
 
@@ -313,15 +316,18 @@ class Controller:
         out: Outcome | None = None
         refused: list[str] = []
         binds: list[Bind] = []
+        caps: dict[str, int] = {}
         if snap.pending or queues.draining:
             apply_levers(snap, self.scenario)
+            movable = movable_keys(pods)
             gang_room = None
             if self.gang_settings is not None and self.gang_book is not None:
                 gang_room = gang_room_input(
                     snap, self.gang_settings, self.gang_book, self._gpu_rate, now,
-                    movable_keys(pods) if self.preemption else frozenset())
+                    movable if self.preemption else frozenset())
+            caps = self._caps(snap, movable, now)
             plan = plan_cycle(snap, self.policy, self.rng, self.backfill, now, self.preemption,
-                              quota=queues, gang_room=gang_room)
+                              quota=queues, gang_room=gang_room, caps=caps)
             if not self.is_leader:  # lost the lease while planning: act on nothing
                 return None
             spot = {n.name for n in snap.state.nodes if SPOT_TAINT in n.taints}
@@ -346,8 +352,17 @@ class Controller:
         else:
             self.metrics.set_pending({})
         self.queues.sync(queues, snap, now, leader=self.is_leader)
-        self._capacity_cycle(snap, refused, nodes, pods, t0, queues, binds)
+        self._capacity_cycle(snap, refused, nodes, pods, t0, queues, binds, caps)
         return out
+
+    def _caps(self, snap: Snapshot, movable: set[str], now: float) -> dict[str, int]:
+        """Right-sized nodes (``control.right_size``) where the fleet can launch a node of the
+        pod's size: autoscaling with a cloud; {} otherwise (a fixed fleet places as before)."""
+        if self.capacity is None or not self.scenario.autoscaling:
+            return {}
+        sc = self.scenario
+        return node_caps(snap, self.capacity.types.values(), sc.scale_down_unneeded_s,
+                         sc.checkpointing, movable, self.capacity.scale_up.guards, now)
 
     def _gpu_rate(self, req: ResourceRequest) -> float | None:
         """$/GPU-h of ``req``'s GPUs: the cheapest fitting on-demand list price."""
@@ -431,7 +446,8 @@ class Controller:
 
     def _capacity_cycle(self, snap: Snapshot, refused: list[str], nodes: list[dict[str, Any]],
                         pods: list[dict[str, Any]], t0: float, queues: LiveQuota | None = None,
-                        binds: Sequence[Bind] = ()) -> None:
+                        binds: Sequence[Bind] = (), caps: Mapping[str, int] | None = None
+                        ) -> None:
         """The capacity loop after placement, at most once per ``capacity_interval_s`` (each
         run lists records and instances); an API error is logged and retried next cycle."""
         if self.capacity is None or not self.is_leader:
@@ -446,7 +462,7 @@ class Controller:
                 if book is not None else []
             if held:
                 gates = {**(gates or {}), **dict.fromkeys(held, Gate.SKIP)}
-            self.capacity.reconcile(snap, refused, nodes, pods, gates)
+            self.capacity.reconcile(snap, refused, nodes, pods, gates, caps)
         except ApiException as exc:
             log.warning("capacity loop: API error %s %s; retrying next cycle", exc.status,
                         exc.reason)

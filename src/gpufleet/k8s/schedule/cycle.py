@@ -30,7 +30,7 @@ gang is waiting for).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import replace
 
 import numpy as np
@@ -45,6 +45,7 @@ from gpufleet.control.gang_room import (
     Movable,
     eviction_loss_s,
 )
+from gpufleet.control.right_size import rows_within
 from gpufleet.control.teams import Gate, scale_up_gates
 from gpufleet.decisions import Bind
 from gpufleet.k8s.queues.tracker import LiveQuota
@@ -120,11 +121,24 @@ def _and(a: np.ndarray | None, b: np.ndarray | None) -> np.ndarray | None:
     return b if a is None else a if b is None else a & b
 
 
-def pending_units(snap: Snapshot) -> list[PendingUnit]:
+def pending_units(snap: Snapshot, caps: Mapping[str, int] | None = None) -> list[PendingUnit]:
     """The snapshot's pending pods as the cycle's units (see the module docstring); a pod
-    pinned to its allocated claims' node is bound there by the driver, not planned."""
+    pinned to its allocated claims' node is bound there by the driver, not planned. ``caps``:
+    job id → the largest node (GPUs) it may use (right-sized nodes,
+    ``k8s.capacity.inputs.node_caps``): its rows within that size only."""
     state = snap.state
     masks: dict[Selector, np.ndarray] = {}
+    caps = caps or {}
+    within: dict[int, np.ndarray] = {}
+
+    def capped(job: str, mask: np.ndarray | None) -> np.ndarray | None:
+        cap = caps.get(job)
+        if cap is None:
+            return mask
+        if cap not in within:
+            within[cap] = rows_within(state, cap)
+        return _and(mask, within[cap])
+
     groups: dict[str, list[PodInfo]] = {}
     units: list[PendingUnit] = []
     for p in snap.pending:
@@ -141,9 +155,11 @@ def pending_units(snap: Snapshot) -> list[PendingUnit]:
             p.key, req, p.priority, (p.key,), 1, submit_s=p.created_s,
             requeued=p.key in snap.requeued,
             urgent=p.on_demand_only and p.deadline_s is not None,
-            eligible=_and(eligible_rows(state, p.selector, masks), device_mask(snap, p)),
+            eligible=capped(p.key, _and(eligible_rows(state, p.selector, masks),
+                                        device_mask(snap, p))),
             refusal=p.refusal, preempt_never=p.preempt_never,
-            shape=(req, 1, 1, False, p.selector, _source(snap, p)) if p.refusal is None else None))
+            shape=(req, 1, 1, False, p.selector, _source(snap, p), caps.get(p.key))
+            if p.refusal is None else None))
     bound: dict[str, int] = {}
     for a in snap.allocations.values():
         if a.pod.group is not None:
@@ -165,10 +181,10 @@ def pending_units(snap: Snapshot) -> list[PendingUnit]:
             g, req, max(p.priority for p in members), keys, need,
             gang=min_available > 1, submit_s=min(p.created_s for p in members),
             requeued=any(k in snap.requeued for k in keys),
-            eligible=_and(eligible_rows(state, members[0].selector, masks),
-                          device_mask(snap, members[0])), refusal=refusal,
-            shape=(req, len(keys), need, True, members[0].selector, _source(snap, members[0]))
-            if refusal is None else None))
+            eligible=capped(g, _and(eligible_rows(state, members[0].selector, masks),
+                                    device_mask(snap, members[0]))), refusal=refusal,
+            shape=(req, len(keys), need, True, members[0].selector, _source(snap, members[0]),
+                   caps.get(g)) if refusal is None else None))
     return units
 
 
@@ -230,12 +246,14 @@ def plan_cycle(
     preemption: bool = True,
     quota: LiveQuota | None = None,
     gang_room: GangRoomInput | None = None,
+    caps: Mapping[str, int] | None = None,
 ) -> CyclePlan:
     """Plan one cycle on ``snap``; the binds are then allocated into ``snap.state`` (the
     cycle's scratch copy), so what runs after placement this cycle — the capacity loop's node
     views — sees the room they take. ``quota``: the cycle's team queues (None: none);
-    ``gang_room``: price pending pod groups (:func:`gang_room_input`; None: not priced)."""
-    units = pending_units(snap)
+    ``gang_room``: price pending pod groups (:func:`gang_room_input`; None: not priced);
+    ``caps``: right-sized nodes (:func:`pending_units`)."""
+    units = pending_units(snap, caps)
     victims = victims_of(snap) if preemption else []
     q = quota.input if quota is not None else None
     if quota is not None and q is not None:
