@@ -12,12 +12,14 @@ Eviction).
 from __future__ import annotations
 
 import json
+import threading
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from live_wait import wait_for
 
 from gpufleet.config import default_scenario
 from gpufleet.k8s.schedule.controller import Controller
@@ -73,10 +75,14 @@ def listed(objs: list[dict]) -> Any:
     return call
 
 
-def controller(nodes: list[dict], pods: list[dict]) -> tuple[Controller, RecordingCore]:
+def controller(nodes: list[dict], pods: list[dict], async_binds: bool = False
+               ) -> tuple[Controller, RecordingCore]:
+    """A controller whose writes go to a recorder; binds answered within ``run_cycle`` unless
+    ``async_binds`` (then by the binding threads, as in production)."""
     cfg = client.Configuration()
     cfg.host = "http://127.0.0.1:9"  # never reached: the informers are filled below
-    ctl = Controller(client.ApiClient(cfg), default_scenario(), leader_elect=False, workers=1)
+    ctl = Controller(client.ApiClient(cfg), default_scenario(), leader_elect=False, workers=1,
+                     async_binds=async_binds)
     rec = RecordingCore()
     ctl.applier.core = rec
     inform(ctl, nodes, pods)
@@ -207,3 +213,47 @@ def test_an_overcommitted_pod_is_counted_logged_once_and_its_room_not_handed_out
     ctl.run_cycle()
     assert sample("gpufleet_snapshot_unaccounted", {"kind": "pod"}) == 0
     assert rec.binds == [("s", "n")]
+
+
+class GatedCore(RecordingCore):
+    """Bindings wait for ``gate`` (a bind in flight while the next cycle plans), then are
+    answered 201, or 409 with ``conflict``."""
+
+    def __init__(self, conflict: bool = False) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+        self.conflict = conflict
+
+    def create_namespaced_binding(self, ns: str, body: dict, **_: Any) -> None:
+        assert self.gate.wait(10), "the test never opened the gate"
+        super().create_namespaced_binding(ns, body)
+        if self.conflict:
+            raise ApiException(status=409, reason="Conflict")
+
+
+@pytest.mark.parametrize("conflict", [False, True], ids=["accepted", "409"])
+def test_an_async_bind_in_flight_holds_its_gpus_while_the_next_cycle_plans(
+        conflict: bool) -> None:
+    n = node("n", 4)
+    a = pod("a", {"nvidia.com/gpu": "4"}, t=1)
+    ctl, _ = controller([n], [a], async_binds=True)
+    ctl.applier.core = rec = GatedCore(conflict)
+    try:
+        out = ctl.run_cycle()  # returns with a's bind still in flight
+        assert out is not None and out.bound == [] and rec.binds == []
+        assert ctl.assumed.bound_nodes() == {"ns/a": "n"}
+        inform(ctl, [n], [a, pod("b", {"nvidia.com/gpu": "1"}, t=2)])
+        ctl.changed.clear()
+        ctl.run_cycle()  # b does not get a's GPUs, a is not planned again
+        rec.gate.set()
+        wait_for("a's bind to be answered", lambda: len(rec.binds) == 1, 10)
+        if conflict:  # forgotten, and the loop is woken to re-read the world
+            wait_for("the assumption to be dropped", lambda: len(ctl.assumed) == 0, 10)
+            assert ctl.changed.is_set()
+        else:  # held until the informer shows it
+            wait_for("the write to be finished", lambda: ctl.assumed.bound_nodes(), 10)
+            assert ctl.assumed.bound_nodes() == {"ns/a": "n"}
+        assert rec.binds == [("a", "n")]
+    finally:
+        rec.gate.set()
+        ctl.stop(release=False)

@@ -21,7 +21,9 @@ import socket
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
+from functools import partial
 from http.server import ThreadingHTTPServer
 from typing import Any
 
@@ -136,6 +138,7 @@ class Controller:
         workers: int = 32,
         queue_spend_interval_s: float = 10.0,
         dra: bool | None = None,
+        async_binds: bool = True,
     ) -> None:
         api = client_with_pool(api, workers + BASE_CONNECTIONS)  # no handshake per call
         self.api = api
@@ -174,6 +177,11 @@ class Controller:
                                         self.applier.limiter)
         self.applier.prebind = self._prebind
         self.applier.in_claims = self._in_claims
+        # binds run in their own threads while the next cycle plans (kube-scheduler's binding
+        # cycle): the assume cache holds each until its write is answered
+        self.async_binds = async_binds
+        self._binding = ThreadPoolExecutor(workers, thread_name_prefix="gpufleet-bind") \
+            if async_binds else None
         # the live capacity loop, when the scenario names a cloud (k8s.capacity)
         self.capacity = build_capacity(self.core, scenario, capacity_namespace or lease_namespace,
                                        self.metrics.registry)
@@ -270,6 +278,8 @@ class Controller:
         self.changed.set()
         for t in self._threads:
             t.join(timeout=5)
+        if self._binding is not None:
+            self._binding.shutdown(wait=True)  # binds in flight are answered first
         self.applier.close()
         if release and self.elector is not None:
             self.elector.release()
@@ -400,9 +410,24 @@ class Controller:
     def _apply(self, decisions: list, binds: list[Bind],
                by_key: Mapping[str, Mapping[str, Any]], spot_nodes: set[str]) -> Outcome:
         """Apply the plan with its binds assumed while they are written (kube-scheduler's
-        AssumePod → bind → FinishBinding, or ForgetPod when the bind failed or 409'd)."""
+        AssumePod → bind → FinishBinding, or ForgetPod when the bind failed or 409'd).
+
+        With ``async_binds`` a pod's bind (unless its devices come from ResourceClaims: their
+        writes read this cycle's DRA view) is handed to the binding threads and this returns
+        without waiting; the next cycle sees it through the assume cache, and a bind that
+        fails is forgotten and wakes the loop. Evictions and refusals are written here."""
         for b in binds:
             self.assumed.assume(b, _uid(by_key.get(b.job_id)))
+        pool = self._binding
+        if pool is not None:
+            later = {b.job_id for b in binds if not self._uses_claims(b)}
+            for b in binds:
+                if b.job_id in later:
+                    fut = pool.submit(self.applier.apply, [b], by_key, spot_nodes)
+                    fut.add_done_callback(partial(self._bind_done, b))
+            decisions = [d for d in decisions
+                         if not (isinstance(d, Bind) and d.job_id in later)]
+            binds = [b for b in binds if b.job_id not in later]
         accepted: set[str] = set()
         try:
             out = self.applier.apply(decisions, by_key, spot_nodes)
@@ -416,6 +441,24 @@ class Controller:
         for k in out.evicted:
             self.assumed.evicted(k, _uid(by_key.get(k)))
         return out
+
+    def _uses_claims(self, b: Bind) -> bool:
+        snap = self._cycle_dra
+        return snap is not None and snap.claims.get(b.job_id) is not None
+
+    def _bind_done(self, b: Bind, fut: Future[Outcome]) -> None:
+        """A binding thread's answer: keep the assumption until the informer shows the pod
+        (accepted), or drop it and wake the loop to re-read (409, error, pod gone)."""
+        try:
+            ok = any(x.job_id == b.job_id for x in fut.result().bound)
+        except Exception:  # a bug in a bind thread must not hold its GPUs
+            log.exception("bind %s → %s", b.job_id, b.node)
+            ok = False
+        if ok:
+            self.assumed.finish(b.job_id)
+        else:
+            self.assumed.forget(b.job_id)
+            self.changed.set()
 
     def _prebind(self, d: Bind, pod: Mapping[str, Any]) -> str | Mapping[str, Any] | None:
         """The pod's claims written before its Binding (``claim_writes``); pods without
