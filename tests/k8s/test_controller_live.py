@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from live_objects import clean_space
 from live_wait import wait_for
 
 from gpufleet.config import default_scenario
@@ -86,15 +87,7 @@ class Space:
 def space(lab: Any, core: client.CoreV1Api) -> Iterator[Space]:
     sp = Space(lab.namespace(), lab)
     yield sp
-    name = sp.name
-    batch = client.BatchV1Api(core.api_client)
-    for job in batch.list_namespaced_job(name).items:
-        batch.delete_namespaced_job(job.metadata.name, name, propagation_policy="Background")
-    core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
-    wait_for("the test's pods to go", lambda: not core.list_namespaced_pod(name).items, 60)
-    for n in sp.nodes:
-        core.delete_node(n)
-    core.delete_namespace(name)
+    clean_space(core.api_client, sp.name, sp.nodes)
 
 
 @pytest.fixture()

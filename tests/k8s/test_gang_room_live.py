@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from live_objects import clean_space, gpu_pod
 from live_wait import wait_for
 
 from gpufleet.config import default_scenario
@@ -30,18 +31,13 @@ V100 = {"nvidia.com/gpu.product": "Tesla-V100-SXM2-16GB"}
 ZONE = "topology.kubernetes.io/zone"
 
 
-def gpu_pod(name: str, gpus: int, selector: dict, *, ann: dict | None = None,
-            labels: dict | None = None, **spec: Any) -> dict:
-    return {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "annotations": ann or {}, "labels": labels or {}},
-        "spec": {"schedulerName": "gpufleet", "nodeSelector": selector,
-                 "terminationGracePeriodSeconds": 0,
-                 "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
-                                 "resources": {"limits": {"cpu": "1", "memory": "1Gi",
-                                                          "nvidia.com/gpu": str(gpus)}}}],
-                 **spec},
-    }
+def pod(name: str, gpus: int, selector: dict, *, ann: dict | None = None,
+        labels: dict | None = None, **spec: Any) -> dict:
+    """``live_objects.gpu_pod`` with annotations, labels and more spec."""
+    out = gpu_pod(name, gpus, selector)
+    out["metadata"].update(annotations=ann or {}, labels=labels or {})
+    out["spec"].update(spec)
+    return out
 
 
 @pytest.fixture()
@@ -50,14 +46,7 @@ def space(lab: Any) -> Iterator[tuple[str, list[str], client.CoreV1Api]]:
     ns = lab.namespace()
     nodes = lab.add_instance_nodes("p3.8xlarge", 4, zone=ns, prefix=ns)
     yield ns, nodes, core
-    batch = client.BatchV1Api(lab.api)
-    for job in batch.list_namespaced_job(ns).items:
-        batch.delete_namespaced_job(job.metadata.name, ns, propagation_policy="Background")
-    core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
-    wait_for("the test's pods to go", lambda: not core.list_namespaced_pod(ns).items, 60)
-    for n in nodes:
-        core.delete_node(n)
-    core.delete_namespace(ns)
+    clean_space(lab.api, ns, nodes)
 
 
 @pytest.fixture()
@@ -87,11 +76,11 @@ def test_a_pod_group_evicts_movable_pods_into_the_holes_elsewhere(
     ns, _nodes, core = space
     sel = {**V100, ZONE: ns}
     for i in range(2):
-        core.create_namespaced_pod(ns, gpu_pod(f"fixed-{i}", 2, sel))
+        core.create_namespaced_pod(ns, pod(f"fixed-{i}", 2, sel))
     fixed = {wait_for("a bare pod to bind", lambda i=i: node_of(core, ns, f"fixed-{i}"))
              for i in range(2)}
     assert len(fixed) == 2  # spread: one per node
-    tmpl = gpu_pod("small", 1, sel, restartPolicy="Never",
+    tmpl = pod("small", 1, sel, restartPolicy="Never",
                    ann={"pod-complete.stage.kwok.x-k8s.io/delay": "10m"})
     batch = client.BatchV1Api(lab.api)
     batch.create_namespaced_job(ns, {
@@ -108,7 +97,7 @@ def test_a_pod_group_evicts_movable_pods_into_the_holes_elsewhere(
     assert holes.isdisjoint(fixed) and len(holes) == 2  # two by two on the other two nodes
 
     for i in range(2):
-        core.create_namespaced_pod(ns, gpu_pod(
+        core.create_namespaced_pod(ns, pod(
             f"gang-{i}", 4, sel, labels={"scheduling.x-k8s.io/pod-group": "gang"},
             ann={"scheduling.x-k8s.io/min-available": "2"}))
     gang = {wait_for("the gang to bind", lambda i=i: node_of(core, ns, f"gang-{i}"), 90)

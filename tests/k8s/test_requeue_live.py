@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from live_objects import gpu_pod
+from live_objects import clean_space, gpu_pod
 from live_wait import wait_for
 
 from gpufleet.config import default_scenario
@@ -36,15 +36,7 @@ def space(lab: Any) -> Iterator[tuple[Any, str, list[str]]]:
     ns = lab.namespace()
     nodes = lab.add_instance_nodes("g4dn.12xlarge", 1, zone=ns, prefix=ns)
     yield lab, ns, nodes
-    core = client.CoreV1Api(lab.api)
-    batch = client.BatchV1Api(lab.api)
-    for job in batch.list_namespaced_job(ns).items:
-        batch.delete_namespaced_job(job.metadata.name, ns, propagation_policy="Background")
-    core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
-    wait_for("the test's pods to go", lambda: not core.list_namespaced_pod(ns).items, 60)
-    for n in nodes:
-        core.delete_node(n)
-    core.delete_namespace(ns)
+    clean_space(lab.api, ns, nodes)
 
 
 @pytest.fixture()

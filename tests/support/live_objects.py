@@ -1,12 +1,14 @@
-"""Objects the live tests make and look for on the real API server: a GPU pod for gpufleet, and
-"is it gone" (a 404 on read)."""
+"""Objects the live tests make and look for on the real API server: a GPU pod for gpufleet,
+"is it gone" (a 404 on read), and a test's namespace cleaned away."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from live_wait import wait_for
 
 
 def gpu_pod(name: str, gpus: int, node_selector: Mapping[str, str]) -> dict:
@@ -28,3 +30,17 @@ def absent(read: Callable[[], Any]) -> bool:
     except ApiException as exc:
         return exc.status == 404
     return False
+
+
+def clean_space(api: Any, ns: str, nodes: Iterable[str] = ()) -> None:
+    """Remove what a live test made in its namespace ``ns`` — its Jobs (their pods with them),
+    every pod, waiting until they are gone — then the ``nodes`` it added and the namespace."""
+    core = client.CoreV1Api(api)
+    batch = client.BatchV1Api(api)
+    for job in batch.list_namespaced_job(ns).items:
+        batch.delete_namespaced_job(job.metadata.name, ns, propagation_policy="Background")
+    core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
+    wait_for("the test's pods to go", lambda: not core.list_namespaced_pod(ns).items, 60)
+    for n in nodes:
+        core.delete_node(n)
+    core.delete_namespace(ns)
