@@ -188,6 +188,17 @@ class FleetState:
                 bits |= 1 << idx
         return bits
 
+    def copy(self) -> FleetState:
+        """An independent copy: every array and table copied (``NodeInfo`` records, which
+        nothing changes once added, are shared). A driver that rebuilds its snapshot every
+        cycle copies its nodes-only state instead of adding every node again."""
+        new = FleetState.__new__(FleetState)
+        for k, v in self.__dict__.items():
+            if isinstance(v, np.ndarray | list | dict):
+                v = v.copy()
+            new.__dict__[k] = v
+        return new
+
     # -- mutation (drivers only) -------------------------------------------------------------
     def add_node(
         self,

@@ -7,7 +7,7 @@ import numpy as np
 from gpufleet.control.gang_room import Costs, GangRoomBook, GangRoomSettings
 from gpufleet.decisions import Bind, Preempt, Refuse
 from gpufleet.k8s.schedule.cycle import gang_room_input, plan_cycle
-from gpufleet.k8s.translate.snapshot import build_snapshot
+from gpufleet.k8s.translate.snapshot import ParseCache, build_snapshot
 from gpufleet.placement import get_policy
 
 
@@ -126,8 +126,6 @@ def test_node_selector_masks_nodes_and_names_them_in_the_reason() -> None:
 
 
 def test_parse_cache_reuses_unchanged_objects_and_sees_changes() -> None:
-    from gpufleet.k8s.translate.snapshot import ParseCache
-
     cache = ParseCache()
     n = node("t4", 2)
     n["metadata"]["resourceVersion"] = "1"
@@ -186,3 +184,33 @@ def test_a_capped_pod_only_sees_nodes_within_its_size() -> None:
         got = plan_cycle(snap, get_policy("bestfit", tie_seed=0), np.random.default_rng(0),
                          caps=caps)
         assert [(b.job_id, b.node) for b in got.of(Bind)] == [("ns/x", where)]
+
+
+def test_the_nodes_only_state_is_reused_while_the_nodes_do_not_change() -> None:
+    """``ParseCache.fleet``: the second build copies the first's nodes-only state; each build
+    books its own pods on its own copy; a Node's new resourceVersion with the same spec (a
+    heartbeat) keeps it, a changed spec rebuilds it."""
+    def versioned(n: dict, rv: str) -> dict:
+        return {**n, "metadata": {**n["metadata"], "resourceVersion": rv}}
+
+    nodes = [versioned(node("a", 2), "1"), versioned(node("b", 4), "1")]
+    held = pod("r", {"nvidia.com/gpu": "2"}, node_name="b",
+               ann={"gpufleet.io/node": "b", "gpufleet.io/gpus": "0,1",
+                    "gpufleet.io/gpu-milli": "1000"})
+    cache = ParseCache()
+    first = build_snapshot(nodes, [held], cache=cache)
+    assert cache.fleet is not None
+    base = cache.fleet[1]
+    second = build_snapshot(nodes, [], cache=cache)
+    assert cache.fleet[1] is base  # reused, not rebuilt
+    fresh = build_snapshot(nodes, [])
+    for name in ("free_milli", "cpu_free", "active", "num_gpus"):
+        assert (getattr(second.state, name)[:2] == getattr(fresh.state, name)[:2]).all(), name
+    assert first.state.free_milli[1, :2].tolist() == [0, 0]  # r's GPUs, on first's copy only
+    assert second.state.free_milli[1, :2].tolist() == [1000, 1000]
+    beat = [nodes[0], versioned(node("b", 4), "2")]  # a status heartbeat: same spec
+    build_snapshot(beat, [], cache=cache)
+    assert cache.fleet[1] is base
+    grown = [nodes[0], versioned(node("b", 8), "3")]
+    third = build_snapshot(grown, [], cache=cache)
+    assert cache.fleet[1] is not base and int(third.state.num_gpus[1]) == 8

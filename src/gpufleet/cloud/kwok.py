@@ -63,6 +63,7 @@ from gpufleet.k8s.translate.node_objects import (
     spec_from_instance,
 )
 from gpufleet.k8s.translate.resource_slices import GPU_CLASS, nvlink_domains_for, resource_slices
+from gpufleet.k8s.watch.connections import release
 from gpufleet.market.bidding import ZoneMarket
 from gpufleet.market.spot_model import SpotMarket
 
@@ -210,7 +211,7 @@ class KwokProvider:
         for body in resource_slices(spec, node_uid=uid,
                                     nvlink_domains=nvlink_domains_for(spec)):
             try:
-                resource.create_resource_slice(body, _preload_content=False)
+                release(resource.create_resource_slice(body, _preload_content=False))
             except ApiException as exc:
                 if exc.status != 409:
                     raise

@@ -47,6 +47,7 @@ from typing import Any
 
 import numpy as np
 
+from gpufleet.k8s.watch.connections import release
 from gpufleet.state import GPU_MILLI, ResourceRequest
 from gpufleet.traces.openb import OpenbNode
 
@@ -217,10 +218,11 @@ def run_one(
                 claim = None
                 if dra and seq[i].num_gpu:
                     claim = names[i]
-                    resource.create_namespaced_resource_claim(
-                        ns, claim_manifest(claim, seq[i]), _preload_content=False)
-                core.create_namespaced_pod(ns, pod_manifest(names[i], seq[i], scheduler, claim),
-                                           _preload_content=False)
+                    release(resource.create_namespaced_resource_claim(
+                        ns, claim_manifest(claim, seq[i]), _preload_content=False))
+                release(core.create_namespaced_pod(
+                    ns, pod_manifest(names[i], seq[i], scheduler, claim),
+                    _preload_content=False))
                 created_at[names[i]] = time.monotonic()
 
             with ThreadPoolExecutor(8) as pool:

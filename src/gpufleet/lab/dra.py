@@ -18,6 +18,7 @@ from gpufleet.k8s.translate.resource_slices import (
     nvlink_domains_for,
     resource_slices,
 )
+from gpufleet.k8s.watch.connections import release
 from gpufleet.k8s.watch.informer import list_all
 from gpufleet.lab.errors import LabError
 
@@ -49,7 +50,8 @@ def _create(custom: Any, plural: str, body: dict[str, Any]) -> None:
     from kubernetes.client.exceptions import ApiException
 
     try:
-        custom.create_cluster_custom_object(GROUP, VERSION, plural, body, _preload_content=False)
+        release(custom.create_cluster_custom_object(GROUP, VERSION, plural, body,
+                                                    _preload_content=False))
     except ApiException as exc:
         if exc.status != 409:  # already there: a restarted lab keeps its objects
             raise LabError(

@@ -22,6 +22,7 @@ from gpufleet.k8s.translate.node_objects import (
     spec_from_instance,
     spec_from_openb,
 )
+from gpufleet.k8s.watch.connections import release
 from gpufleet.k8s.watch.informer import list_all
 from gpufleet.lab.errors import LabError
 from gpufleet.traces.openb import load_nodes
@@ -87,7 +88,7 @@ def create_nodes(api_client: Any, specs: Iterable[GpuNodeSpec], workers: int = 8
 
     def create(spec: GpuNodeSpec) -> str:
         try:
-            core.create_node(body=node_object(spec), _preload_content=False)
+            release(core.create_node(body=node_object(spec), _preload_content=False))
         except ApiException as exc:
             if exc.status != 409:  # already there: a restarted lab keeps its nodes
                 raise LabError(f"creating node {spec.name}: {exc.status} {exc.reason}") from exc

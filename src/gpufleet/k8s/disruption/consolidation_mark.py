@@ -45,6 +45,7 @@ from kubernetes.client.exceptions import ApiException
 from gpufleet.decisions import Preempt
 from gpufleet.k8s.translate import names
 from gpufleet.k8s.translate.node_marks import epoch_seconds, json_object, read_mark
+from gpufleet.k8s.watch.connections import release
 from gpufleet.provisioning.disruption import Command, DisruptionSnapshot, NodeView
 
 log = logging.getLogger(__name__)
@@ -173,7 +174,7 @@ def unmark_node(core: Any, node: str, why: str) -> bool:
 def _patch_node(core: Any, node: str, body: dict) -> bool:
     """One merge patch of ``node``; False when the Node is gone (404), other errors raise."""
     try:
-        core.patch_node(node, body, _preload_content=False)
+        release(core.patch_node(node, body, _preload_content=False))
     except ApiException as exc:
         if exc.status == 404:
             return False

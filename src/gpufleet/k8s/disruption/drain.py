@@ -51,6 +51,7 @@ from gpufleet.k8s.disruption.recovery_clock import RecoveryClock
 from gpufleet.k8s.schedule.apply import ApiErrors, Applier
 from gpufleet.k8s.schedule.telemetry import ControllerMetrics
 from gpufleet.k8s.translate.pods import finished, pod_key, stays_on_drain
+from gpufleet.k8s.watch.connections import release
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +137,8 @@ def plan_drain(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, A
 def apply_cordon(core: Any, c: Cordon) -> bool:
     """Cordon one Node (a merge patch: idempotent). False when the Node is gone."""
     try:
-        core.patch_node(c.node, {"spec": {"unschedulable": True}}, _preload_content=False)
+        release(core.patch_node(c.node, {"spec": {"unschedulable": True}},
+                                _preload_content=False))
     except ApiException as exc:
         if exc.status == 404:
             return False
@@ -151,7 +153,7 @@ def delete_node(core: Any, t: Terminate) -> bool:
     :meth:`gpufleet.k8s.capacity.loop.CapacityController.terminate` instead, which deletes the
     instance through the provider and then the Node."""
     try:
-        core.delete_node(t.node, _preload_content=False)
+        release(core.delete_node(t.node, _preload_content=False))
     except ApiException as exc:
         if exc.status == 404:
             return False

@@ -30,6 +30,7 @@ from gpufleet.checkpoint.notices import Notice
 from gpufleet.cloud.provider import Interruption, InterruptionKind
 from gpufleet.k8s.translate import names
 from gpufleet.k8s.translate.node_marks import epoch_seconds, json_object, read_mark
+from gpufleet.k8s.watch.connections import release
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +127,8 @@ def mark_node(core: Any, node_name: str, mark: InterruptionMark) -> bool:
         if mark_of(node) is not None:
             return False
         try:
-            core.patch_node(node_name, marking_patch(node, mark), _preload_content=False)
+            release(core.patch_node(node_name, marking_patch(node, mark),
+                                    _preload_content=False))
         except ApiException as exc:
             if exc.status == 409:  # changed since we read it: re-read; marked → someone else did
                 continue

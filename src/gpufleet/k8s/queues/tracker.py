@@ -57,6 +57,7 @@ from gpufleet.k8s.queues.usage import (
     usage_by_queue,
 )
 from gpufleet.k8s.translate.snapshot import Snapshot
+from gpufleet.k8s.watch.connections import release
 from gpufleet.k8s.watch.informer import Informer
 from gpufleet.queueing.teams.budget import BudgetState, budget_verdicts, restrictions
 from gpufleet.queueing.teams.fairshare import DEFAULT_HALF_LIFE_S, UsageHistory, carried
@@ -238,9 +239,9 @@ class QueueTracker:
         body = {"metadata": {"resourceVersion": obj["metadata"].get("resourceVersion")},
                 "status": body_status}
         try:
-            self.custom.patch_cluster_custom_object_status(
+            release(self.custom.patch_cluster_custom_object_status(
                 GROUP, VERSION, PLURAL, name, body,
-                _content_type="application/merge-patch+json", _preload_content=False)
+                _content_type="application/merge-patch+json", _preload_content=False))
         except ApiException as exc:
             if exc.status == 409:
                 log.info("queue %s: status changed since read (409); next cycle re-reads", name)

@@ -52,6 +52,7 @@ from gpufleet.decisions import Bind, Preempt, Refuse
 from gpufleet.k8s.schedule.claim_writes import CONFLICT
 from gpufleet.k8s.schedule.telemetry import ControllerMetrics
 from gpufleet.k8s.translate.pods import binding_annotations, parse_time, tolerates
+from gpufleet.k8s.watch.connections import release
 from gpufleet.k8s.watch.ratelimit import TokenBucket
 
 log = logging.getLogger(__name__)
@@ -160,7 +161,7 @@ class Applier:
                 "target": {"apiVersion": "v1", "kind": "Node", "name": d.node}}
         try:
             self.limiter.take()
-            self.core.create_namespaced_binding(ns, body, _preload_content=False)
+            release(self.core.create_namespaced_binding(ns, body, _preload_content=False))
         except ApiException as exc:
             if exc.status == 409:
                 out.conflicts.append(d.job_id)
@@ -221,8 +222,8 @@ class Applier:
             body["deleteOptions"] = {"gracePeriodSeconds": int(grace)}
         try:
             self.limiter.take()
-            self.core.create_namespaced_pod_eviction(meta["name"], meta["namespace"], body,
-                                                     _preload_content=False)
+            release(self.core.create_namespaced_pod_eviction(
+                meta["name"], meta["namespace"], body, _preload_content=False))
         except ApiException as exc:
             if exc.status in (404, 429):  # gone already / a disruption budget says not now
                 log.info("evict %s: %s %s", d.job_id, exc.status, exc.reason)
@@ -252,9 +253,9 @@ class Applier:
                 "message": d.message, "lastTransitionTime": _now()}
         try:
             self.limiter.take()
-            self.core.patch_namespaced_pod_status(
+            release(self.core.patch_namespaced_pod_status(
                 meta["name"], meta["namespace"], {"status": {"conditions": [cond]}},
-                _preload_content=False)
+                _preload_content=False))
         except ApiException as exc:
             if exc.status != 404:
                 self._error(out, f"status of {d.job_id}: {exc.status} {exc.reason}")
@@ -288,7 +289,7 @@ class Applier:
         }
         try:
             self.limiter.take()
-            self.core.create_namespaced_event(ns, body, _preload_content=False)
+            release(self.core.create_namespaced_event(ns, body, _preload_content=False))
         except ApiErrors as exc:  # an event is best effort: the condition already says it
             log.warning("event for %s/%s: %s", ns, meta["name"], exc)
 

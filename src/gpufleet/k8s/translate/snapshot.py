@@ -104,6 +104,11 @@ class ParseCache:
     def __init__(self) -> None:
         self.nodes: dict[str, tuple[str, NodeSpec]] = {}
         self.pods: dict[str, tuple[str, PodInfo]] = {}
+        # the nodes-only state of the last build without DRA devices and the parsed nodes it
+        # was built from: a cycle whose nodes parse to the same specs (a heartbeat changes a
+        # Node's resourceVersion, not its spec) copies it instead of adding each node again (a
+        # tenth of the controller's samples at 1,213 nodes, py-spy)
+        self.fleet: tuple[tuple[NodeSpec, ...], FleetState, frozenset[str]] | None = None
 
     def node(self, obj: Mapping[str, Any], cat: GpuCatalog) -> NodeSpec:
         meta = obj["metadata"]
@@ -112,6 +117,8 @@ class ParseCache:
         if hit is not None and rv and hit[0] == rv:
             return hit[1]
         spec = node_spec(obj, cat)
+        if hit is not None and spec == hit[1]:
+            spec = hit[1]  # a status heartbeat: the same node, kept as the same object
         if rv:
             self.nodes[meta["name"]] = (rv, spec)
         return spec
@@ -152,15 +159,25 @@ def build_snapshot(
     node_list = sorted(nodes, key=lambda n: n["metadata"]["name"])
     pod_list = list(pods)
     device_only: set[str] = set()
-    for node in node_list:
-        spec = cache.node(node, cat) if cache is not None else node_spec(node, cat)
-        devices = dra.devices.get(spec.name) if dra is not None else None
-        if devices is not None:  # the slices are the inventory; the labels only what's left
-            if not spec.num_gpus:
-                device_only.add(spec.name)
-            spec = devices.inventory.apply_to(spec)
-        spec.add_to(state)
-        taints |= spec.info.taints
+    specs = tuple(cache.node(n, cat) if cache is not None else node_spec(n, cat)
+                  for n in node_list)
+    # (ResourceSlices rewrite their nodes' specs each cycle: no reuse while any are served)
+    reuse = cache is not None and (dra is None or not dra.devices)
+    last = cache.fleet if cache is not None else None
+    if reuse and last is not None and len(last[0]) == len(specs) and all(
+            a is b for a, b in zip(last[0], specs, strict=True)):
+        state, taints = last[1].copy(), set(last[2])
+    else:
+        for spec in specs:
+            devices = dra.devices.get(spec.name) if dra is not None else None
+            if devices is not None:  # the slices are the inventory; the labels what's left
+                if not spec.num_gpus:
+                    device_only.add(spec.name)
+                spec = devices.inventory.apply_to(spec)
+            spec.add_to(state)
+            taints |= spec.info.taints
+        if reuse and cache is not None:
+            cache.fleet = (specs, state.copy(), frozenset(taints))
     infos = [cache.pod(p, cat) if cache is not None else pod_info(p, cat) for p in pod_list]
     if cache is not None:
         cache.prune({n["metadata"]["name"] for n in node_list}, {i.key for i in infos})

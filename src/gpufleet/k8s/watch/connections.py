@@ -26,3 +26,17 @@ def client_with_pool(api: Any, connections: int) -> Any:
     cfg = copy.deepcopy(api.configuration)
     cfg.connection_pool_maxsize = max(connections, cfg.connection_pool_maxsize or 0)
     return client.ApiClient(cfg)
+
+
+def release(resp: Any) -> None:
+    """Read a raw response (a call made with ``_preload_content=False``) to its end and give
+    its connection back to the pool. Unread, the response keeps the connection and the pool
+    opens — and TLS-handshakes — a new one for the next call: a py-spy profile of the
+    controller during the 3,000-pod benchmark found a fifth of its samples in handshakes.
+    A missing response (a test double's None) is fine."""
+    if resp is None:
+        return
+    getattr(resp, "data", None)  # reads the body
+    done = getattr(resp, "release_conn", None)
+    if callable(done):
+        done()

@@ -27,6 +27,8 @@ from typing import Any
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
+from gpufleet.k8s.watch.connections import release
+
 log = logging.getLogger(__name__)
 
 
@@ -97,7 +99,8 @@ class LeaderElector:
             body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                     "metadata": {"name": self.name, "namespace": self.namespace},
                     "spec": self._spec(None)}
-            self.api.create_namespaced_lease(self.namespace, body, _preload_content=False)
+            release(self.api.create_namespaced_lease(self.namespace, body,
+                                                     _preload_content=False))
             self._renewed_at = now
             self.transitions += 1
             return True
@@ -115,8 +118,8 @@ class LeaderElector:
                 "metadata": {"name": self.name, "namespace": self.namespace,
                              "resourceVersion": lease["metadata"]["resourceVersion"]},
                 "spec": self._spec(lease)}
-        self.api.replace_namespaced_lease(self.name, self.namespace, body,
-                                          _preload_content=False)
+        release(self.api.replace_namespaced_lease(self.name, self.namespace, body,
+                                                  _preload_content=False))
         if holder != self.identity:
             self.transitions += 1
             log.info("%s: acquired lease %s/%s from %r", self.identity, self.namespace,
@@ -153,8 +156,8 @@ class LeaderElector:
                 return
             lease["spec"]["holderIdentity"] = ""
             lease["spec"]["leaseDurationSeconds"] = 1
-            self.api.replace_namespaced_lease(self.name, self.namespace, lease,
-                                              _preload_content=False)
+            release(self.api.replace_namespaced_lease(self.name, self.namespace, lease,
+                                                      _preload_content=False))
         except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
             log.warning("%s: could not release lease: %s", self.identity, exc)
         self._renewed_at = None
