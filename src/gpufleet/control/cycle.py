@@ -102,10 +102,12 @@ import numpy as np
 
 from gpufleet.control.admission import request_now, request_on_spot
 from gpufleet.control.gang_room import (
+    HOUR,
     Costs,
     GangRoomInput,
     Room,
     eviction_plan,
+    eviction_usd,
     request_gpus,
     room_frees_in,
     scale_up_usd,
@@ -469,9 +471,8 @@ def _gang_room(state: FleetState, left: list[PendingUnit], policy: Policy, gr: G
             if got is not None:
                 taken, binds = got
                 leave = max((m.leave_s for m in taken), default=0.0)
-                pre = sum(request_gpus(m.victim.request) * (gr.usd_per_gpu_h(m.victim.request)
-                                                            or 0.0) * m.loss_s
-                          for m in taken) / 3600 + gpus * rate * leave / 3600
+                pre = sum(eviction_usd(m, gr.usd_per_gpu_h) for m in taken) \
+                    + gpus * rate * leave / HOUR
                 victims = tuple(m.victim.job_id for m in taken)
                 nodes = tuple(sorted({b.node for b in binds}))
         costs = Costs(wait_usd(gpus, rate, wait_s), scale_up_usd(gpus, rate, gr.settings, wait_s),

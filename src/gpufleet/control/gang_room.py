@@ -174,6 +174,12 @@ class Movable:
     leave_s: float = 0.0
 
 
+def eviction_usd(m: Movable, usd_per_gpu_h: Callable[[ResourceRequest], float | None]) -> float:
+    """What evicting ``m`` loses, in dollars: its GPUs × their rate × its loss."""
+    rate = usd_per_gpu_h(m.victim.request) or 0.0
+    return request_gpus(m.victim.request) * rate * m.loss_s / HOUR
+
+
 Place = Callable[[], list[Bind] | None]
 
 
@@ -249,8 +255,7 @@ def eviction_plan(state: FleetState, place: Place, request: ResourceRequest,
         by_node.setdefault(m.victim.bind.node, []).append(m)
 
     def usd(m: Movable) -> float:
-        rate = usd_per_gpu_h(m.victim.request) or 0.0
-        return request_gpus(m.victim.request) * rate * m.loss_s / HOUR
+        return eviction_usd(m, usd_per_gpu_h)
 
     def per_gpu(node: str) -> tuple[float, str]:
         ms = by_node[node]

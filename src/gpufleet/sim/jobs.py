@@ -28,7 +28,7 @@ from gpufleet.catalog.gpus import GpuCatalog
 from gpufleet.config import Scenario
 from gpufleet.control.admission import request_now
 from gpufleet.control.cycle import CyclePlan, PendingUnit, QuotaInput, plan_cycle
-from gpufleet.control.deadline import DeadlineGuards, DeadlineView, movable, urgent
+from gpufleet.control.deadline import DeadlineGuards, DeadlineView, urgent
 from gpufleet.control.gang_room import (
     GangRoomBook,
     GangRoomInput,
@@ -41,6 +41,7 @@ from gpufleet.control.policies import Controls
 from gpufleet.control.queue import PendingQueue, effective_shape, is_urgent
 from gpufleet.control.right_size import cap_for, pins_node, rows_within
 from gpufleet.control.teams import Gate, scale_up_gates
+from gpufleet.control.views import pod_view
 from gpufleet.decisions import Bind, CapacityType, Decision, Requeue
 from gpufleet.placement.mig import bind_masks
 from gpufleet.provisioning.binpack import fits_shape
@@ -616,10 +617,11 @@ class JobLifecycle:
         preemption gives (none: it has until it is done)."""
         spec = j.spec
         if not (spec.checkpointable and self.sc.checkpointing):
-            return None
+            return None  # (the cheap test first)
         now = self.now
         done, saved = j.progress(now)
-        if not movable(spec, done, j.ckpt_cost, now, self.ctl.guards):
+        if not pod_view(spec, j.req, j.on_demand_only, done, j.ckpt_cost, now,
+                        self.ctl.guards).movable:  # consolidation's rule: one place
             return None
         plan = self.ctl.recovery.on_notice(NoticeView(
             job_id=spec.job_id, checkpointable=True, work_done_s=done, last_checkpoint_s=saved,
