@@ -77,9 +77,8 @@ class Tally:
     node_failures: int = 0
     replacements: int = 0  # nodes launched by multi-node consolidation
     failure_interruptions: int = 0
-    # pending gangs priced by ``control.gang_room``: how often each choice won, and the pods
-    # evicted for them
-    gang_room: Counter = field(default_factory=Counter)
+    # pods evicted for pending gangs by ``control.gang_room`` (how often each choice won is
+    # the book's ``GangRoomBook.counts``)
     gang_room_evictions: int = 0
 
     def lose(self, j: JobRun, lost_s: float) -> None:

@@ -641,7 +641,6 @@ class JobLifecycle:
             book.started(uid)
         for gid, costs in plan.gang_room.items():
             room = book.record(gid, costs, now)
-            self.tally.gang_room[room.value] += 1
             if room is Room.SCALE_UP:
                 self._scan_at(self.ctl.scan.demand(now))
             elif room is Room.PREEMPT:

@@ -128,6 +128,8 @@ def summarize(sim: ClusterSim, wall_s: float, pricing: str | None = None) -> dic
         if not fresh_node_fits(j.spec.submit_s, deadline_of(j.spec), j.spec.duration_s, delay)
     )
     t = sim.tally
+    book = sim.life.gang_book
+    chosen = book.counts if book is not None else {}  # gang room: how often each choice won
     useful_h = t.useful_gpu_s / 3600.0
     rec = t.recoveries
     if pricing is not None and sim.sc.teams is not None:
@@ -163,9 +165,9 @@ def summarize(sim: ClusterSim, wall_s: float, pricing: str | None = None) -> dic
         "consolidation_moves": t.consolidations,
         "consolidation_replacements": t.replacements,
         "deadline_switches": t.deadline_switches,
-        "gang_room_wait": t.gang_room["wait"],
-        "gang_room_scale_up": t.gang_room["scale-up"],
-        "gang_room_preempt": t.gang_room["preempt"],
+        "gang_room_wait": chosen.get("wait", 0),
+        "gang_room_scale_up": chosen.get("scale-up", 0),
+        "gang_room_preempt": chosen.get("preempt", 0),
         "gang_room_evictions": t.gang_room_evictions,
         "nodes_launched": sim.cloud.launches,
         "launches_failed": t.launches_failed,
