@@ -231,3 +231,16 @@ def test_book_holds_a_choice_until_it_lapses() -> None:
     book.started("h")
     assert book.reserved(0.0) == {}
     assert book.counts == {"wait": 1, "scale-up": 1, "preempt": 1}
+
+
+def test_book_applies_a_cycle_as_both_drivers_do() -> None:
+    """``apply``: the started units are forgotten first, then each priced gang's choice is
+    recorded (a gang that started and was priced again in one cycle keeps the new choice)."""
+    book = GangRoomBook()
+    book.record("old", Costs(1.0, None, None, 100.0), 0.0)
+    book.record("g", Costs(1.0, None, None, 100.0), 0.0)
+    up = Costs(24.48, 13.056, None, 1800.0)
+    got = book.apply(["old", "g", "lone-pod"], {"g": up}, 50.0)
+    assert got == [("g", up, Room.SCALE_UP)]
+    assert set(book.decided) == {"g"} and book.decided["g"].room is Room.SCALE_UP
+    assert book.counts == {"wait": 2, "scale-up": 1, "preempt": 0}

@@ -3,6 +3,7 @@ each thing the informer may show meanwhile (TTL 30 s, a hand-driven clock)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -159,3 +160,21 @@ def test_held_eviction_stops_a_second_preemption() -> None:
     assert not plan.of(Preempt) and [r.job_id for r in plan.of(Refuse)] == ["ns/vip"]
     assert snap.pods[victim.job_id].terminating
     assert victim.job_id in snap.allocations  # a terminating pod still holds its GPU
+
+
+def test_a_write_during_the_overlay_is_kept() -> None:
+    """The pass over the pods runs outside the lock: a binding thread may assume the pod again
+    while it runs (the old pod confirmed gone, a new one under the name bound). The pass drops
+    the entry it saw, not the new one."""
+    cache = AssumeCache(30.0, clock=Clock())
+    cache.assume(BIND, "u1")
+    again = Bind(job_id="ns/a", node="t4-b", gpus=(0,), milli_per_gpu=1000)
+
+    def informer() -> Iterator[PodInfo]:
+        yield pod_info(pod(uid="u2"))  # recreated: the held bind of u1 is moot
+        cache.assume(again, "u2")  # meanwhile the new pod's bind is assumed
+
+    got = cache.overlay(informer())
+    assert got.confirmed == 1 and got.infos[0].node_name == ""
+    later = cache.overlay([pod_info(pod(uid="u2"))])
+    assert later.infos[0].assignment == again  # still held

@@ -63,6 +63,7 @@ def test_both_schedulers_bind_the_same_slice(shared_data: Path) -> None:
         assert r["pods_submitted"] == 40 and 0 < r["pods_bound"] <= 40
         assert r["pods_per_s"] > 0 and r["latency_p50_s"] <= r["latency_p99_s"]
         assert r["overcommitted_gpus"] == 0
+        assert sum(n for _start, n, _p50, _p99 in r["timeline"]) == r["pods_bound"]
     # sharing never leaves more of the requested GPU load unallocated than rounding up does
     assert res["gpufleet"]["unallocated_pct"] <= res["kube-scheduler"]["unallocated_pct"]
     assert out["client_qps"] > 0 and out["nodes"] == len(nodes)

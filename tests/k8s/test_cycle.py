@@ -214,3 +214,31 @@ def test_the_nodes_only_state_is_reused_while_the_nodes_do_not_change() -> None:
     grown = [nodes[0], versioned(node("b", 8), "3")]
     third = build_snapshot(grown, [], cache=cache)
     assert cache.fleet[1] is not base and int(third.state.num_gpus[1]) == 8
+
+
+def test_victims_are_read_only_when_a_pod_is_left_and_reused_across_cycles() -> None:
+    """``victims_of``'s memo: a cycle that places every pod never builds the victims; one that
+    leaves a pod does, and the next build (the incremental booking keeps the allocation
+    objects) reuses each ``Victim``."""
+    def versioned(obj: dict, rv: str = "1") -> dict:
+        return {**obj, "metadata": {**obj["metadata"], "resourceVersion": rv, "uid": rv}}
+
+    nodes = [versioned(node("t4", 2))]
+    running = versioned(pod("r", {"nvidia.com/gpu": "1"}, node_name="t4",
+                            ann={"gpufleet.io/node": "t4", "gpufleet.io/gpus": "0",
+                                 "gpufleet.io/gpu-milli": "1000"}))
+    memo: dict = {}
+    cache = ParseCache()
+    fits = build_snapshot(nodes, [running, versioned(pod("a", {"nvidia.com/gpu": "1"}))],
+                          cache=cache)
+    got = plan_cycle(fits, POLICY, np.random.default_rng(0), victim_memo=memo)
+    assert [b.job_id for b in got.of(Bind)] == ["ns/a"] and memo == {}
+    left = [running, versioned(pod("big", {"nvidia.com/gpu": "2"}, priority=5))]
+    snap = build_snapshot(nodes, left, cache=cache)
+    got = plan_cycle(snap, POLICY, np.random.default_rng(0), victim_memo=memo)
+    assert [p.job_id for p in got.of(Preempt)] == ["ns/r"]  # it reads the victims
+    first = memo["ns/r"][1]
+    again = build_snapshot(nodes, left, cache=cache)
+    assert again.allocations["ns/r"] is snap.allocations["ns/r"]
+    plan_cycle(again, POLICY, np.random.default_rng(0), victim_memo=memo)
+    assert memo["ns/r"][1] is first

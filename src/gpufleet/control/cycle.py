@@ -387,7 +387,9 @@ def plan_cycle(
                     if stopped is not None else ("not tried this cycle", False))
                 msg = why if isinstance(why, str) else why()
                 plan.refusals.extend(Refuse(m, msg, never) for m in order[i].placed_ids)
-        if (victims or fresh) and not evicting and not drained:
+        # ``left`` first: with every unit placed neither step has work, and a driver's
+        # victims may be built only when read (the live driver's are every running pod)
+        if left and (victims or fresh) and not evicting and not drained:
             plan.evictions = _preempt(state, [order[i] for i in left if i not in over],
                                       victims, policy, book)
             if book is not None and not plan.evictions:

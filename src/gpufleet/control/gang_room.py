@@ -332,6 +332,15 @@ class GangRoomBook:
     def started(self, gang: str) -> None:
         self.decided.pop(gang, None)
 
+    def apply(self, started: Iterable[str], priced: Mapping[str, Costs],
+              now: float) -> list[tuple[str, Costs, Room]]:
+        """One cycle's outcome, as both drivers book it: the units that started are forgotten,
+        each gang priced this cycle records its choice; returns (gang, costs, choice) per
+        pricing for the driver's own reaction (a scan, a metric, a log line)."""
+        for uid in started:
+            self.started(uid)
+        return [(gid, costs, self.record(gid, costs, now)) for gid, costs in priced.items()]
+
     def holds_scale_up(self, gang: str, now: float) -> bool:
         """Scale-up does not launch for a gang that waits or whose victims are leaving."""
         d = self.decided.get(gang)

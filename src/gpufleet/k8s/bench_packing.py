@@ -39,7 +39,7 @@ import os
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -79,6 +79,24 @@ class BenchResult:
     # GPUs given out beyond what they have at the end (translate.overcommit, from the API's
     # Pods and Nodes); anything but 0 is a scheduler bug
     overcommitted_gpus: int = 0
+    # create→bound by when the pod was created: per ``TIMELINE_S`` window of the submission,
+    # [window start s, pods, p50 s, p99 s] — whether latency grows as the cluster fills
+    timeline: tuple[tuple[float, int, float, float], ...] = ()
+
+
+TIMELINE_S = 10.0
+
+
+def timeline(created: Mapping[str, float], bound: Mapping[str, float], t0: float,
+             window_s: float = TIMELINE_S) -> tuple[tuple[float, int, float, float], ...]:
+    """[start, pods, p50, p99] of create→bound for the bound pods created in each window of
+    ``window_s`` from ``t0`` (a window with no bound pod is left out)."""
+    by: dict[int, list[float]] = {}
+    for name, at in bound.items():
+        if name in created:
+            by.setdefault(int((created[name] - t0) // window_s), []).append(at - created[name])
+    return tuple((k * window_s, len(v), round(float(np.percentile(v, 50)), 3),
+                  round(float(np.percentile(v, 99)), 3)) for k, v in sorted(by.items()))
 
 
 SHARE_BASE_MIB = 16384  # --dra: a fraction's memory request is this share of 16 GiB
@@ -270,6 +288,7 @@ def run_one(
         wall_s=round(wall, 2),
         load_1m_start=round(load_start, 2), load_1m_end=round(load_end, 2),
         overcommitted_gpus=overcommitted_gpus(found),
+        timeline=timeline(created_at, watch.bound_at, t0),
     )
 
 

@@ -637,10 +637,7 @@ class JobLifecycle:
         book = self.gang_book
         assert book is not None
         now = self.now
-        for uid in plan.started:
-            book.started(uid)
-        for gid, costs in plan.gang_room.items():
-            room = book.record(gid, costs, now)
+        for _gid, costs, room in book.apply(plan.started, plan.gang_room, now):
             if room is Room.SCALE_UP:
                 self._scan_at(self.ctl.scan.demand(now))
             elif room is Room.PREEMPT:

@@ -62,6 +62,8 @@ class RecoveryClock:
     def note(self, marked: Mapping[str, InterruptionMark],
              pods: Iterable[Mapping[str, Any]]) -> None:
         """Start the clock for the owner of every pod on a marked node (once per owner)."""
+        if not marked:  # the usual cycle: no pass over every pod
+            return
         for p in pods:
             node = (p.get("spec") or {}).get("nodeName")
             if not node:

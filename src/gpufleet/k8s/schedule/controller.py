@@ -49,7 +49,7 @@ from gpufleet.k8s.queues.metrics import QueueCollector
 from gpufleet.k8s.queues.tracker import LiveQuota, QueueTracker
 from gpufleet.k8s.schedule.apply import ApiErrors, Applier, Outcome
 from gpufleet.k8s.schedule.claim_writes import ClaimWriter
-from gpufleet.k8s.schedule.cycle import gang_room_input, launch_gates, plan_cycle
+from gpufleet.k8s.schedule.cycle import VictimMemo, gang_room_input, launch_gates, plan_cycle
 from gpufleet.k8s.schedule.telemetry import ControllerMetrics, pending_reason, serve
 from gpufleet.k8s.settings import apply_levers
 from gpufleet.k8s.translate.assume import AssumeCache
@@ -64,11 +64,6 @@ from gpufleet.provisioning import NodeShape, Offer
 from gpufleet.state import ResourceRequest
 
 log = logging.getLogger(__name__)
-
-
-def _key(obj: Mapping[str, Any]) -> str:
-    m = obj["metadata"]
-    return f"{m.get('namespace')}/{m['name']}"
 
 
 def _uid(obj: Mapping[str, Any] | None) -> str:
@@ -207,6 +202,7 @@ class Controller:
         self.assume_ttl_s = assume_ttl_s
         self.preemption = preemption
         self._cache = ParseCache()
+        self._victim_memo: VictimMemo = {}  # victims_of's, across cycles
         self._catalog = default_gpu_catalog()
         self._devices = DeviceCache()
         self.assumed = AssumeCache(assume_ttl_s)
@@ -306,9 +302,9 @@ class Controller:
         Returns what was applied (None: nothing pending)."""
         t0 = time.monotonic()
         now = time.time()
-        pods = self.pods.objects()
+        by_key = self.pods.by_key()  # the informer's own keys: no pass to make them
+        pods = list(by_key.values())
         nodes = self.nodes.objects()
-        by_key = {_key(p): p for p in pods}
         # interrupted nodes first; the drain counts held binds on their node and does not evict
         # a pod again whose eviction is held
         for k in self.drainer.cycle(nodes, pods, now, assumed_on=self.assumed.bound_nodes(),
@@ -344,7 +340,8 @@ class Controller:
                     movable if self.preemption else frozenset())
             caps = self._caps(snap, movable, now)
             plan = plan_cycle(snap, self.policy, self.rng, self.backfill, now, self.preemption,
-                              quota=queues, gang_room=gang_room, caps=caps)
+                              quota=queues, gang_room=gang_room, caps=caps,
+                              victim_memo=self._victim_memo)
             if not self.is_leader:  # lost the lease while planning: act on nothing
                 return None
             spot = {n.name for n in snap.state.nodes if SPOT_TAINT in n.taints}
@@ -393,13 +390,9 @@ class Controller:
         book = self.gang_book
         if book is None:
             return
-        for uid in plan.started:
-            book.started(uid)
         pending = {p.group for p in snap.pending if p.group is not None}
-        for gid in [g for g in book.decided if g not in pending]:
-            book.started(gid)
-        for gid, costs in plan.gang_room.items():
-            room = book.record(gid, costs, now)
+        gone = [g for g in book.decided if g not in pending]  # started, or deleted
+        for gid, costs, room in book.apply([*plan.started, *gone], plan.gang_room, now):
             self.metrics.gang_room.labels(choice=room.value).inc()
             log.info("gang room: %s %s (wait $%.2f, scale up %s, preempt %s)", gid, room.value,
                      costs.wait_usd, _usd(costs.scale_up_usd), _usd(costs.preempt_usd))

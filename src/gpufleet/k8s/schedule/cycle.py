@@ -30,8 +30,9 @@ gang is waiting for).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
+from typing import overload
 
 import numpy as np
 
@@ -52,7 +53,7 @@ from gpufleet.k8s.queues.tracker import LiveQuota
 from gpufleet.k8s.queues.usage import tag_units, tag_victims
 from gpufleet.k8s.translate.node_selector import Selector, matches
 from gpufleet.k8s.translate.pods import PodInfo, tolerated_now
-from gpufleet.k8s.translate.snapshot import Snapshot
+from gpufleet.k8s.translate.snapshot import Allocation, Snapshot
 from gpufleet.placement.mig import bind_masks
 from gpufleet.placement.policy import Policy
 from gpufleet.queueing import BackfillPass
@@ -188,18 +189,75 @@ def pending_units(snap: Snapshot, caps: Mapping[str, int] | None = None) -> list
     return units
 
 
-def victims_of(snap: Snapshot) -> list[Victim]:
+VictimMemo = dict[str, tuple[Allocation, Victim]]
+
+
+def victims_of(snap: Snapshot, memo: VictimMemo | None = None) -> list[Victim]:
     """Running pods preemption may evict: those without claims (a claim's devices are freed by
     the controller-manager's deallocation, not by the eviction, so the plan could not count on
     them), and not terminating already (evicted, or an eviction the assume cache holds: a
     budget drain, ``control.cycle`` step 6, runs whatever else is evicting and must not evict
     one twice). A pod group's pods carry the group as their ``workload``: priority preemption
     leaves them alone (a gang is never torn apart) and team reclaim takes a borrowed gang whole
-    (``control.cycle`` step 5), as the simulator's ``gang_victims``."""
-    return [Victim(a.pod.key, a.pod.priority, a.pod.created_s, a.request, a.bind, a.masks,
-                   workload=a.pod.group)
-            for a in snap.allocations.values() if not a.pod.uses_claims
-            and not a.pod.terminating]
+    (``control.cycle`` step 5), as the simulator's ``gang_victims``.
+
+    ``memo`` (the driver's, kept across cycles): the victim made for each allocation, reused
+    while the snapshot carries the same allocation object (the incremental booking keeps
+    them): at 8,000 running pods, making each ``Victim`` anew was a seventh of the loop."""
+    out: list[Victim] = []
+    for a in snap.allocations.values():
+        pod = a.pod
+        if pod.uses_claims or pod.terminating:
+            continue
+        hit = memo.get(pod.key) if memo is not None else None
+        if hit is not None and hit[0] is a:
+            out.append(hit[1])
+            continue
+        v = Victim(pod.key, pod.priority, pod.created_s, a.request, a.bind, a.masks,
+                   workload=pod.group)
+        if memo is not None:
+            memo[pod.key] = (a, v)
+        out.append(v)
+    if memo is not None and len(memo) > 2 * len(out) + 64:  # pods gone: drop their entries
+        live = {v.job_id for v in out}
+        for k in [k for k in memo if k not in live]:
+            del memo[k]
+    return out
+
+
+class LazyVictims(Sequence[Victim]):
+    """:func:`victims_of`, built on first read: ``control.cycle`` reads the victims only when
+    some unit was left unplaced (or a budget drains), and most cycles place every pod."""
+
+    __slots__ = ("_build", "_got")
+
+    def __init__(self, build: Callable[[], list[Victim]]) -> None:
+        self._build = build
+        self._got: list[Victim] | None = None
+
+    def _items(self) -> list[Victim]:
+        if self._got is None:
+            self._got = self._build()
+        return self._got
+
+    def __len__(self) -> int:
+        return len(self._items())
+
+    @overload
+    def __getitem__(self, i: int) -> Victim: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[Victim]: ...
+
+    def __getitem__(self, i: int | slice) -> Victim | Sequence[Victim]:
+        return self._items()[i]
+
+    def __iter__(self) -> Iterator[Victim]:
+        return iter(self._items())
+
+    @property
+    def built(self) -> bool:
+        return self._got is not None
 
 
 def gang_room_input(
@@ -247,14 +305,17 @@ def plan_cycle(
     quota: LiveQuota | None = None,
     gang_room: GangRoomInput | None = None,
     caps: Mapping[str, int] | None = None,
+    victim_memo: VictimMemo | None = None,
 ) -> CyclePlan:
     """Plan one cycle on ``snap``; the binds are then allocated into ``snap.state`` (the
     cycle's scratch copy), so what runs after placement this cycle — the capacity loop's node
     views — sees the room they take. ``quota``: the cycle's team queues (None: none);
     ``gang_room``: price pending pod groups (:func:`gang_room_input`; None: not priced);
-    ``caps``: right-sized nodes (:func:`pending_units`)."""
+    ``caps``: right-sized nodes (:func:`pending_units`); ``victim_memo``: the driver's
+    :func:`victims_of` memo."""
     units = pending_units(snap, caps)
-    victims = victims_of(snap) if preemption else []
+    victims: Sequence[Victim] = LazyVictims(lambda: victims_of(snap, victim_memo)) \
+        if preemption else []
     q = quota.input if quota is not None else None
     if quota is not None and q is not None:
         units = tag_units(units, quota.teams, policy.catalog)

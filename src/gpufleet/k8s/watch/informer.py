@@ -76,6 +76,12 @@ class Informer:
         with self._lock:
             return list(self._store.values())
 
+    def by_key(self) -> dict[str, dict[str, Any]]:
+        """The objects by ``namespace/name`` (``name`` for cluster-scoped ones): a copy of the
+        store itself, so a caller that needs both the list and the lookup builds no key."""
+        with self._lock:
+            return dict(self._store)
+
     def get(self, key: str) -> dict[str, Any] | None:
         with self._lock:
             return self._store.get(key)

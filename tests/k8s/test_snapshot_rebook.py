@@ -1,0 +1,179 @@
+"""``ParseCache.accounted``: a build books only the bound pods that changed since the last one.
+
+The oracle is a build without the cache: after every step of each case the cached build must
+hold the same arrays (all but the rows' change counters) and the same allocations, in the same
+order; and the case says whether the step went the incremental way or rebuilt."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gpufleet.k8s.translate.snapshot import ParseCache, Snapshot, build_snapshot
+
+from .test_cycle import node, pod
+
+
+def versioned(obj: dict, rv: str) -> dict:
+    return {**obj, "metadata": {**obj["metadata"], "resourceVersion": rv}}
+
+
+def bound(name: str, where: str, gpus: str, milli: int = 1000, n: int = 1, rv: str = "1",
+          uid: str = "") -> dict:
+    limits = {"nvidia.com/gpu": str(n)} if milli == 1000 else {}
+    ann = {"gpufleet.io/node": where, "gpufleet.io/gpus": gpus,
+           "gpufleet.io/gpu-milli": str(milli)}
+    if milli != 1000:
+        ann["gpu-fraction"] = f"{milli / 1000:.3f}"
+    p = versioned(pod(name, limits, ann=ann, node_name=where), rv)
+    p["metadata"]["uid"] = uid or f"uid-{name}"
+    return p
+
+
+def mig(name: str, where: str, rv: str = "1") -> dict:
+    ann = {"gpufleet.io/node": where, "gpufleet.io/mig": "0:1g.5gb@6"}
+    p = versioned(pod(name, {"nvidia.com/mig-1g.5gb": "1"}, ann=ann, node_name=where), rv)
+    p["metadata"]["uid"] = f"uid-{name}"
+    return p
+
+
+NODES = [versioned(node("a", 4), "1"), versioned(node("b", 8, product="NVIDIA-A100-SXM4-80GB"),
+                                                  "1"),
+         versioned(node("m", 1, product="NVIDIA-A100-SXM4-40GB", mig=1), "1")]
+
+
+def same(got: Snapshot, want: Snapshot) -> None:
+    n = want.state.n
+    assert got.state.n == n and got.state.index == want.state.index
+    for name, arr in want.state.__dict__.items():
+        if isinstance(arr, np.ndarray) and name != "row_version":
+            assert (getattr(got.state, name)[:n] == arr[:n]).all(), name
+    assert list(got.allocations) == list(want.allocations)
+    assert got.allocations == want.allocations
+    assert got.unaccounted == want.unaccounted
+    assert [p.key for p in got.pending] == [p.key for p in want.pending]
+
+
+# each step: the pods the API holds; whether the cached build books incrementally
+STEPS: dict[str, list[tuple[list[dict], bool]]] = {
+    "pods come, change and go": [
+        ([bound("x", "a", "0"), bound("y", "b", "0,1", n=2)], False),  # first build
+        ([bound("x", "a", "0"), bound("y", "b", "0,1", n=2), bound("z", "a", "1")], True),
+        ([bound("y", "b", "0,1", n=2), bound("z", "a", "1")], True),  # x deleted
+        ([bound("y", "b", "0,1", n=2), bound("z", "a", "1", rv="2")], True),  # status update
+        # z evicted and its replacement bound elsewhere under the same name
+        ([bound("y", "b", "0,1", n=2), bound("z", "b", "5", rv="3", uid="z2")], True),
+        ([bound("y", "b", "0,1", n=2), bound("s1", "a", "2", milli=300),
+          bound("s2", "a", "2", milli=500), mig("g", "m")], True),
+        ([bound("s2", "a", "2", milli=500), mig("g", "m")], True),
+    ],
+    "a pod without our annotations rebuilds, and so does the build after it": [
+        ([bound("x", "a", "0")], False),
+        ([bound("x", "a", "0"), versioned(pod("f", {"nvidia.com/gpu": "1"}, node_name="a",
+                                              schedulerName="default-scheduler"), "1")], False),
+        ([bound("x", "a", "0")], False),  # the unannotated build was not kept
+        ([bound("x", "a", "0"), bound("w", "a", "3")], True),
+    ],
+    "an over-commit rebuilds and is booked as a fresh build books it": [
+        ([bound("x", "a", "0")], False),
+        ([bound("x", "a", "0"), bound("o", "a", "0")], False),  # GPU 0 twice: unaccounted
+        ([bound("x", "a", "0"), bound("o", "a", "0")], False),  # still: never kept
+        ([bound("x", "a", "0")], False),
+        ([bound("x", "a", "0"), bound("v", "b", "7")], True),
+    ],
+    "a pod bound to a node not in the fleet rebuilds": [
+        ([bound("x", "a", "0")], False),
+        ([bound("x", "a", "0"), bound("gone", "nowhere", "0")], False),
+        ([bound("x", "a", "0")], False),
+    ],
+    "pending and terminal pods book nothing": [
+        ([bound("x", "a", "0")], False),
+        ([bound("x", "a", "0"), versioned(pod("p", {"nvidia.com/gpu": "1"}), "1")], True),
+        ([{**bound("x", "a", "0", rv="2"), "status": {"phase": "Succeeded"}}], True),
+    ],
+}
+
+
+@pytest.mark.parametrize("case", list(STEPS))
+def test_cached_builds_equal_fresh_builds(case: str) -> None:
+    cache = ParseCache()
+    for i, (pods, incremental) in enumerate(STEPS[case]):
+        before = cache.accounted
+        got = build_snapshot(NODES, pods, cache=cache)
+        same(got, build_snapshot(NODES, pods))
+        took = before is not None and cache.accounted is before
+        assert took == incremental, f"step {i}"
+
+
+def test_a_changed_node_rebuilds() -> None:
+    cache = ParseCache()
+    pods = [bound("x", "a", "0")]
+    build_snapshot(NODES, pods, cache=cache)
+    kept = cache.accounted
+    build_snapshot([versioned(NODES[0], "2"), *NODES[1:]], pods, cache=cache)  # heartbeat
+    assert cache.accounted is kept
+    grown = [versioned(node("a", 8), "3"), *NODES[1:]]
+    got = build_snapshot(grown, pods, cache=cache)
+    assert cache.accounted is not kept and cache.accounted is not None
+    same(got, build_snapshot(grown, pods))
+
+
+def test_the_planner_writes_on_its_own_copy() -> None:
+    """A snapshot's state is the planner's to change: the kept booking must not see it."""
+    cache = ParseCache()
+    pods = [bound("x", "a", "0")]
+    first = build_snapshot(NODES, pods, cache=cache)
+    first.state.free_milli[0, :] = 0
+    same(build_snapshot(NODES, pods, cache=cache), build_snapshot(NODES, pods))
+
+
+def test_random_churn_matches_fresh_builds() -> None:
+    """Seeded churn over whole-GPU and shared pods: binds, deletions, moves; every step is
+    compared with a fresh build."""
+    rng = np.random.default_rng(7)
+    nodes = [versioned(node(f"n{i}", 8), "1") for i in range(6)]
+    live: dict[str, dict] = {}
+    cache = ParseCache()
+    incremental = 0
+    for step in range(60):
+        for _ in range(int(rng.integers(1, 6))):
+            name = f"p{int(rng.integers(0, 40))}"
+            if name in live and rng.random() < 0.5:
+                del live[name]
+                continue
+            where = f"n{int(rng.integers(0, 6))}"
+            gpu = int(rng.integers(0, 8))
+            taken = {(p["spec"]["nodeName"], p["metadata"]["annotations"]["gpufleet.io/gpus"])
+                     for k, p in live.items() if k != name}
+            if (where, str(gpu)) in taken:
+                continue  # keep it clean: an over-commit is its own case above
+            live[name] = bound(name, where, str(gpu), rv=str(step))
+        pods = list(live.values())
+        before = cache.accounted
+        got = build_snapshot(nodes, pods, cache=cache)
+        same(got, build_snapshot(nodes, pods))
+        incremental += before is not None and cache.accounted is before
+    assert incremental == 59
+
+
+def test_an_api_serving_dra_without_devices_or_claims_still_books_incrementally() -> None:
+    """The controller builds a DRA world whenever the API serves resource.k8s.io; with no
+    slices and no claims it books nothing, and the carried-over booking holds. A claim in the
+    world (or a slice's devices) makes every build a full one."""
+    from gpufleet.catalog.gpus import default_gpu_catalog
+    from gpufleet.k8s.translate.claim_view import DraWorld
+
+    cat = default_gpu_catalog()
+    empty = DraWorld.of([], [], [], cat)
+    cache = ParseCache()
+    pods = [bound("x", "a", "0")]
+    build_snapshot(NODES, pods, cache=cache, dra=empty)
+    kept = cache.accounted
+    more = [*pods, bound("y", "a", "1")]
+    got = build_snapshot(NODES, more, cache=cache, dra=empty)
+    assert kept is not None and cache.accounted is kept
+    same(got, build_snapshot(NODES, more, dra=DraWorld.of([], [], [], cat)))
+    claim = {"metadata": {"name": "c", "namespace": "ns", "uid": "cu"},
+             "spec": {"devices": {"requests": []}}, "status": {}}
+    build_snapshot(NODES, more, cache=cache, dra=DraWorld.of([], [claim], [], cat))
+    assert cache.accounted is None
