@@ -132,12 +132,10 @@ class AssumeCache:
             seen.add(info.key)
             b = binds.get(info.key)
             if b is not None:
-                if info.uid != b.uid or info.node_name or info.terminating or info.terminal:
+                seen_done = bool(info.uid != b.uid or info.node_name or info.terminating
+                                 or info.terminal)
+                if _ends(b, seen_done, now, out):
                     drop.append((self._binds, info.key, b))
-                    out.confirmed += 1
-                elif b.deadline is not None and now > b.deadline:
-                    drop.append((self._binds, info.key, b))
-                    out.expired += 1
                 else:
                     assert b.bind is not None
                     ann = dict(info.annotations)
@@ -147,12 +145,8 @@ class AssumeCache:
                     out.binds.append(info.key)
             e = evictions.get(info.key)
             if e is not None:
-                if info.uid != e.uid or info.terminating or info.terminal:
+                if _ends(e, info.uid != e.uid or info.terminating or info.terminal, now, out):
                     drop.append((self._evictions, info.key, e))
-                    out.confirmed += 1
-                elif e.deadline is not None and now > e.deadline:
-                    drop.append((self._evictions, info.key, e))
-                    out.expired += 1
                 else:
                     info = replace(info, terminating=True)
                     out.evictions.append(info.key)
@@ -166,3 +160,15 @@ class AssumeCache:
                 if live.get(key) is entry:
                     del live[key]
         return out
+
+
+def _ends(entry: _Entry, confirmed: bool, now: float, out: Overlay) -> bool:
+    """Whether an assumption ends this cycle — the informer shows it done (or moot), or its
+    deadline passed — counted in ``out`` as confirmed or expired."""
+    if confirmed:
+        out.confirmed += 1
+        return True
+    if entry.deadline is not None and now > entry.deadline:
+        out.expired += 1
+        return True
+    return False
