@@ -166,8 +166,10 @@ def build_snapshot(
     dra: DraWorld | None = None,
 ) -> Snapshot:
     """The fleet as ``nodes`` and ``pods`` (the API's JSON) show it; ``cache`` re-uses parses of
-    unchanged objects, ``assumed`` adds this replica's writes the informer has not shown yet,
-    ``dra`` the ResourceSlices' devices and the claims' allocations (:mod:`.claim_view`)."""
+    unchanged objects and the last build's booked state (only the bound pods that changed are
+    released or booked: :func:`_rebook`, with the full booking as its fallback and test oracle),
+    ``assumed`` adds this replica's writes the informer has not shown yet, ``dra`` the
+    ResourceSlices' devices and the claims' allocations (:mod:`.claim_view`)."""
     cat = catalog or default_gpu_catalog()
     state = FleetState()
     taints: set[str] = set()
