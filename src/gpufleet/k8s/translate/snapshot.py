@@ -259,8 +259,9 @@ def _rebook(base: Accounted, bound: list[PodInfo], cat: GpuCatalog) -> bool:
     releasing the bookings that went or changed and booking the new ones: the same arrays a
     fresh build gives (sums and disjoint MIG masks do not depend on order; only the rows'
     change counters differ, and nothing compares those across states). False when a booking
-    does not fit as written — ``base`` is then half-changed and must be dropped: the caller
-    rebuilds from scratch, which books the over-commit as it always has."""
+    does not fit as written (:func:`_book`, the full build's own booking) — ``base`` is then
+    half-changed and must be dropped: the caller rebuilds from scratch, which books the
+    over-commit as it always has."""
     state, held = base.state, base.allocations
     want: dict[str, PodInfo] = {i.key: i for i in bound}
     # the same parsed pod (the parse cache hands back the same object for an unchanged pod)
@@ -275,19 +276,10 @@ def _rebook(base: Accounted, bound: list[PodInfo], cat: GpuCatalog) -> bool:
             if kept.pod is not info:
                 held[key] = Allocation(info, kept.request, kept.bind, kept.masks)
             continue
-        bind = info.assignment
-        assert bind is not None
-        req = info.request or _NOTHING
-        if info.node_name not in state.index:
+        booked = _book(state, info, info.assignment, cat)
+        if isinstance(booked, str):
             return False
-        masks = mig_masks(state, bind, cat)
-        if masks is None:
-            return False
-        try:
-            state.allocate(req, bind, masks)
-        except ValueError:
-            return False
-        held[key] = Allocation(info, req, bind, masks)
+        held[key] = booked
     return True
 
 
@@ -325,28 +317,35 @@ _NOTHING = ResourceRequest()  # an unreadable request (e.g. two MIG kinds) books
 
 
 def _account(snap: Snapshot, info: PodInfo, bind: Bind | None, cat: GpuCatalog) -> None:
-    state = snap.state
+    got = _book(snap.state, info, bind, cat)
+    if isinstance(got, str):
+        snap.unaccounted[info.key] = got
+    else:
+        snap.allocations[info.key] = got
+
+
+def _book(state: FleetState, info: PodInfo, bind: Bind | None,
+          cat: GpuCatalog) -> Allocation | str:
+    """Book a bound pod's share of its node (``bind`` None: GPUs picked as placement's Reserve
+    would, for a pod without our annotations); or why it could not be booked as written — a
+    pod over-committed by whoever bound it still takes what is left of its GPUs."""
     req = info.request or _NOTHING
     if info.node_name not in state.index:
-        snap.unaccounted[info.key] = f"node {info.node_name} is not in the fleet"
-        return
+        return f"node {info.node_name} is not in the fleet"
     if bind is None:
         got = _reserve(state, req, info.node_name, info.key, cat)
         if got is None:
-            snap.unaccounted[info.key] = f"no free GPUs left for it on {info.node_name}"
-            return
+            return f"no free GPUs left for it on {info.node_name}"
         bind, masks = got
     else:
         found = mig_masks(state, bind, cat)
         if found is None:
-            snap.unaccounted[info.key] = f"MIG slot {bind.mig} does not exist on {info.node_name}"
-            return
+            return f"MIG slot {bind.mig} does not exist on {info.node_name}"
         masks = found
     try:
         state.allocate(req, bind, masks)
     except ValueError as exc:
-        snap.unaccounted[info.key] = str(exc)
         if not masks:  # the pod runs there all the same: what is left of its GPUs is taken
             _book_rest(state, ResourceRequest(), bind)
-        return
-    snap.allocations[info.key] = Allocation(info, req, bind, masks)
+        return str(exc)
+    return Allocation(info, req, bind, masks)
