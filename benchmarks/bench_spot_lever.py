@@ -19,10 +19,11 @@ Per cell the table gives each row's cost vs static, the spot lever's saving (no-
 as a share of no-spot: negative = spot made it dearer), which row is cheapest (ties within
 0.5 % go to gpufleet, as the issue counts them), gpufleet's p50/p95 JCT against static, jobs
 lost, spot share of GPU-hours, reclaims and lost GPU-hours. A last table sums each workload and
-market over its seeds. Usage:
+market over its seeds. ``--gpufleet NAME`` has another built-in scenario play the gpufleet
+row (``gpufleet-spot-swap``: the opt-in on-demand → spot swap, ``control.spot_swap``). Usage:
 
     .venv/bin/python benchmarks/bench_spot_lever.py [--seeds 0,1,2] [--markets trace,price]
-        [--workloads default,bursty-long,short-heavy] [--workers 2]
+        [--workloads default,bursty-long,short-heavy] [--workers 2] [--gpufleet NAME]
 """
 
 from __future__ import annotations
@@ -52,10 +53,14 @@ SHAPES: dict[str, SyntheticWorkload] = {
 TIE = 0.005  # ties within 0.5 % count as cheapest (issue 19)
 
 
-def cell(jobs: list[JobSpec], market: str, seed: int, workers: int) -> dict[str, dict[str, Any]]:
+def cell(jobs: list[JobSpec], market: str, seed: int, workers: int, gpufleet: str = "gpufleet"
+         ) -> dict[str, dict[str, Any]]:
+    """The four rows of one cell; ``gpufleet``: the scenario that plays the gpufleet row."""
+    names = [gpufleet if n == "gpufleet" else n for n in NAMES]
     scs: list[Scenario] = [s.model_copy(update={"spot_market": market}) if s.spot else s
-                           for s in scenarios_named(list(NAMES))]
-    return {n: o.summary for n, o in run_all(jobs, scs, seed=seed, workers=workers).items()}
+                           for s in scenarios_named(names)]
+    got = {n: o.summary for n, o in run_all(jobs, scs, seed=seed, workers=workers).items()}
+    return {n: got[m] for n, m in zip(NAMES, names, strict=True)}
 
 
 def cheapest(rows: dict[str, dict[str, Any]]) -> str:
@@ -76,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--markets", default="trace,price")
     ap.add_argument("--workloads", default=",".join(SHAPES))
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--gpufleet", default="gpufleet",
+                    help="the built-in scenario that plays the gpufleet row")
     a = ap.parse_args(argv)
     seeds = [int(s) for s in a.seeds.split(",")]
     markets = a.markets.split(",")
@@ -87,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
         if w not in SHAPES:
             ap.error(f"--workloads: unknown workload {w!r}; expected one of {', '.join(SHAPES)}")
     console = Console()
-    t = Table(title="The spot lever per cell (cost vs static; saving = no-spot − gpufleet)")
+    t = Table(title=f"The spot lever per cell (cost vs static; saving = no-spot − gpufleet; "
+                    f"gpufleet = {a.gpufleet})")
     for col in ("workload", "market", "seed", "gpufleet", "no-spot", "bid-agent",
                 "spot saving", "cheapest", "JCT p50/p95 × static", "jobs lost", "spot share",
                 "reclaims", "lost GPU-h"):
@@ -99,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         for seed in seeds:
             jobs = generate(SHAPES[w], seed=seed)
             for m in markets:
-                rows = cell(jobs, m, seed, a.workers)
+                rows = cell(jobs, m, seed, a.workers, a.gpufleet)
                 st, gf = rows["static"], rows["gpufleet"]
                 for n, r in rows.items():
                     sums[(w, m)][n] += r["cost_usd"]

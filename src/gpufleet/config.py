@@ -161,6 +161,9 @@ class Scenario(BaseModel):
     # a pending gang waits, scales up or evicts movable pods, whichever costs least
     # (``control.gang_room``); false: scale-up launches for every pending gang
     gang_room: bool = True
+    # move a running on-demand node's work to spot when the move pays (``control.spot_swap``;
+    # opt-in: it trades JCT for cost, docs/simulator.md); needs autoscaling and spot
+    spot_swap: bool = False
 
     # the live capacity controller's cloud provider (None: the controller only schedules)
     cloud: CloudSettings | None = None
@@ -254,9 +257,17 @@ def default_scenarios() -> list[Scenario]:
     return out
 
 
+def opt_in_scenarios() -> list[Scenario]:
+    """gpufleet with an opt-in rule on, run only when named (``--only``): ``gpufleet-spot-swap``
+    (``control.spot_swap``)."""
+    return [default_scenario().model_copy(update={"name": "gpufleet-spot-swap",
+                                                  "spot_swap": True})]
+
+
 def builtin_scenarios() -> list[Scenario]:
-    """Every scenario known by name: the default run plus the single-lever ones."""
-    return [*default_scenarios(), *single_lever_scenarios()]
+    """Every scenario known by name: the default run, the single-lever ones and the opt-in
+    ones."""
+    return [*default_scenarios(), *single_lever_scenarios(), *opt_in_scenarios()]
 
 
 def scenarios_named(names: list[str]) -> list[Scenario]:

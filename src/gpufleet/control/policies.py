@@ -19,6 +19,7 @@ from gpufleet.config import Scenario
 from gpufleet.control.deadline import DeadlineGuards, GuardConfig
 from gpufleet.control.gang_room import GangRoomSettings
 from gpufleet.control.scan import ScanClock, ScanConfig
+from gpufleet.control.spot_swap import SwapSettings
 from gpufleet.market.bidding import SpotStrategy, get_spot_strategy
 from gpufleet.market.deadline import DEFAULT_DEADLINE_POLICY, DeadlinePolicy, get_deadline_policy
 from gpufleet.placement import DEFAULT_POLICY, get_policy
@@ -71,6 +72,13 @@ def gang_room_settings(sc: Scenario) -> GangRoomSettings | None:
     return GangRoomSettings(sc.autoscaling, sc.provisioning_delay_s, sc.scale_down_unneeded_s)
 
 
+def spot_swap_settings(sc: Scenario) -> SwapSettings | None:
+    """The on-demand → spot swap, where the scenario asks for it and can launch spot."""
+    if not (sc.spot_swap and sc.spot and sc.autoscaling):
+        return None
+    return SwapSettings()
+
+
 def guard_config(sc: Scenario) -> GuardConfig:
     return GuardConfig(sc.autoscaling, sc.checkpointing, sc.provisioning_delay_s,
                        sc.max_pending_wait_s)
@@ -110,6 +118,7 @@ class Controls:
     scan: ScanClock
     guards: GuardConfig
     gang_room: GangRoomSettings | None = None
+    spot_swap: SwapSettings | None = None
 
 
 def controls_for(sc: Scenario) -> Controls:
@@ -126,6 +135,7 @@ def controls_for(sc: Scenario) -> Controls:
         scan=ScanClock(scan_config(sc)),
         guards=guard_config(sc),
         gang_room=gang_room_settings(sc),
+        spot_swap=spot_swap_settings(sc),
     )
 
 

@@ -177,7 +177,7 @@ class ScaleUpPolicy:
         # packed onto the same nodes instead of each rounding up its own
         for key in sorted((k for k in groups if k[3]), key=group_order):
             members = groups.pop(key)
-            plan, why = self._launch_group(members, offers, markets or {}, spot_strategy,
+            plan, why = self.launch_group(members, offers, markets or {}, spot_strategy,
                                            hazard)
             if plan and all(x.capacity_type == CapacityType.ON_DEMAND for x in plan):
                 od_key: _GroupKey = (key[0], key[1], key[2], False, key[4], key[5], key[6],
@@ -189,7 +189,7 @@ class ScaleUpPolicy:
                 ids = dict.fromkeys(p.job_id for p in members)
                 left.extend(Unprovisioned(i, why) for i in ids)
         for key in sorted(groups, key=group_order):
-            plan, why = self._launch_group(groups[key], offers, markets or {}, spot_strategy,
+            plan, why = self.launch_group(groups[key], offers, markets or {}, spot_strategy,
                                            hazard)
             out.extend(plan)
             if why:
@@ -197,7 +197,7 @@ class ScaleUpPolicy:
                 left.extend(Unprovisioned(i, why) for i in ids)
         return ScaleUpReply(tuple(out), tuple(left))
 
-    def _launch_group(
+    def launch_group(
         self,
         pods: list[PendingPod],
         offers: Sequence[Offer],
@@ -205,7 +205,9 @@ class ScaleUpPolicy:
         spot_strategy: SpotStrategy | None,
         hazard: Hazard | None = None,
     ) -> tuple[list[Launch], str]:
-        """The group's launches, or [] and why none."""
+        """The group's launches, or [] and why none: the cheapest offer by expected cost that
+        fits every pod of ``pods`` (one group: the same key in ``plan``). Also asked by the
+        on-demand → spot swap (``control.spot_swap``) for the pods of a running node."""
         reqs = [p.request for p in pods]
         spot_ok = pods[0].spot_ok
         spot_only = pods[0].spot_only

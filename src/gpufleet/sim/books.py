@@ -76,6 +76,7 @@ class Tally:
     deadline_switches: int = 0
     node_failures: int = 0
     replacements: int = 0  # nodes launched by multi-node consolidation
+    spot_swaps: int = 0  # on-demand nodes whose work moved to spot (``control.spot_swap``)
     failure_interruptions: int = 0
     # pods evicted for pending gangs by ``control.gang_room`` (how often each choice won is
     # the book's ``GangRoomBook.counts``)

@@ -56,6 +56,13 @@ from gpufleet.control.policies import controls_for, deadline_guards
 from gpufleet.control.queue import PendingQueue
 from gpufleet.control.replacement import FixedFleet, Replacement, replaces_lost_node
 from gpufleet.control.scan import Disrupt
+from gpufleet.control.spot_swap import (
+    SwapNode,
+    SwapSettings,
+    first_swap,
+    swap_decisions,
+    swap_order,
+)
 from gpufleet.control.teams import Gate
 from gpufleet.control.views import node_view, pending_pods, pod_view
 from gpufleet.decisions import (
@@ -68,9 +75,10 @@ from gpufleet.decisions import (
     Requeue,
     Terminate,
 )
+from gpufleet.market.bidding import ZoneMarket
 from gpufleet.market.spot_cost import ReclaimHazard
 from gpufleet.market.spot_model import SpotMarket
-from gpufleet.provisioning import InFlight, NodeView, Unprovisioned
+from gpufleet.provisioning import InFlight, NodeView, Offer, Unprovisioned
 from gpufleet.recovery import SpotExposure
 from gpufleet.sim.books import Series, Tally
 from gpufleet.sim.cloud import SimCloud, SimNode
@@ -375,6 +383,8 @@ class ClusterSim:
         if self.ctl.scan.scale_up_due(self.now, bool(self.pending)):
             launched = self._scale_up()
         self._disrupt()
+        if self.ctl.spot_swap is not None:
+            self._spot_swap(self.ctl.spot_swap)
         more_work = bool(self.life.running or self.nodes.booting or self.arrived < len(self.jobs)
                          or launched)
         self._scan_at(self.ctl.scan.after_scan(
@@ -451,6 +461,50 @@ class ClusterSim:
         self.tally.consolidations += sum(1 for d in cmd.decisions if isinstance(d, Preempt)
                                          and self.life.is_running(d.job_id))
         self.tally.replacements += self._apply(list(cmd.decisions))
+
+    def _spot_swap(self, cfg: SwapSettings) -> None:
+        """At most one on-demand node's work moved to spot (``control.spot_swap``): the rule
+        orders and walks the candidates; this asks scale-up for each one's launch."""
+        now = self.now
+        if not may_launch(len(self.cloud.live), self.sc.max_nodes):
+            return
+        nodes = self.cloud.nodes
+        order = swap_order([(n.name, n.ready_s, n.usd_per_hour) for n in self.cloud.live.values()
+                            if n.state == "ready" and not n.spot and n.jobs], now, cfg)
+        market: list[tuple[list[Offer], dict[str, list[ZoneMarket]]]] = []  # read once, if asked
+
+        def runs(name: str) -> list[tuple[JobRun, float]]:
+            return [(j, j.progress(now)[0]) for j in (self.jobs[i] for i in nodes[name].jobs)]
+
+        def movable(name: str) -> bool:
+            return all(v.movable and v.spot_ok for v in (
+                pod_view(j.spec, j.req, j.on_demand_only, done, j.ckpt_cost, now, self.ctl.guards)
+                for j, done in runs(name)))
+
+        def judge(name: str) -> list[Decision] | None:
+            if not market:
+                market.append((self.offers.offers(now), self.offers.markets(now)))
+            offers, zones = market[0]
+            here = runs(name)
+            pods = [p for j, done in here
+                    for p in pending_pods(j.spec, j.req, j.on_demand_only, 0.0, done,
+                                          bool(j.interruptions), now, self.ctl.guards)]
+            plan, _ = self.ctl.scale_up.launch_group(
+                pods, offers, zones, self.ctl.spot_strategy,
+                lambda it, zone: self.hazard.rate_per_h(it, zone, now))
+            price = sum(float(z.price) * x.count for x in plan
+                        for z in zones.get(x.instance_type, ()) if z.zone == x.zone)
+            node = nodes[name]
+            return swap_decisions(SwapNode(
+                name, node.usd_per_hour, node.gpus, tuple(j.spec.job_id for j, _ in here),
+                sum(j.gpus for j, _ in here), min(done for _, done in here),
+                max(j.ckpt_cost + j.spec.restart_overhead_s for j, _ in here)
+                + self.sc.provisioning_delay_s), plan, price, cfg)
+
+        decisions = first_swap(order, movable, judge, cfg)
+        if decisions is not None:
+            self.tally.spot_swaps += 1
+            self._apply(decisions)
 
     def _view(self, n: SimNode, room_only: bool = False) -> NodeView:
         """The disruption policy's view of a node (``room_only``: not a candidate yet, it can

@@ -164,6 +164,7 @@ def summarize(sim: ClusterSim, wall_s: float, pricing: str | None = None) -> dic
         "jobs_lost": len(sim.jobs) - len(finished),
         "consolidation_moves": t.consolidations,
         "consolidation_replacements": t.replacements,
+        "spot_swaps": t.spot_swaps,
         "deadline_switches": t.deadline_switches,
         "gang_room_wait": chosen.get("wait", 0),
         "gang_room_scale_up": chosen.get("scale-up", 0),

@@ -1,0 +1,121 @@
+"""On-demand → spot swap: move a running on-demand node's work to spot when the move pays.
+
+Why: placement fills the room that exists before anything is launched, so once on-demand nodes
+are up they keep taking new work, and spot only ever carries the burst above them. On the Philly
+replay 80 % of the GPUs launched go to spot, yet spot carries 12 % of the GPU-hours: spot nodes
+are reclaimed within the hour, and their work comes back to the long-lived on-demand nodes.
+Karpenter's consolidation replaces a node by a cheaper one; this is that move with spot as the
+cheaper node, priced by the same expected-cost rule as a launch (``market.spot_cost``).
+
+The rule (opt-in: ``Scenario.spot_swap``; measured in docs/simulator.md):
+
+1. **Candidates** (``swap_order``): on-demand nodes ready for at least ``min_age_s`` (the demand
+   they serve has lasted), dearest first; the driver tries at most ``max_tries`` of those whose
+   every pod may move (``control.views.pod_view``: one replica, checkpointing, deadline-safe)
+   and tolerates spot, and swaps at most one node per look.
+2. **The launch** is the one scale-up would make for those pods now
+   (``ScaleUpPolicy.launch_group``): spot only where its expected cost, with the reclaim hazard
+   learned so far, beats on-demand. A plan with any on-demand launch is no swap.
+3. **The margin** (``swap_decisions``): the plan's spot price is at most ``max_price_ratio`` × the
+   node's on-demand price. The hazard is already in the launch choice; the margin covers what it
+   leaves out (the new node's boot billed, the requeue after a reclaim).
+4. **Payback**: the hourly saving, over the work the pods have already done, pays for the move
+   ``payback`` times: (od − spot) × attained ≥ payback × GPUs × (od $/GPU-h) × (checkpoint +
+   restart + provisioning delay). Work done, not work left: a scheduler does not know how long a
+   job will run, and for heavy-tailed job lengths the work done is the usual estimate of the work
+   left. It also leaves short jobs where they are.
+
+Then the decisions are the spot launch, a graceful ``Preempt`` of every pod (checkpoint, requeue)
+and ``Terminate`` of the node, applied in that order.
+
+Example (``tests/control/test_spot_swap.py``): a p3.16xlarge at 24.48 $/h running one 8-GPU job
+that has worked 2 h; spot planned at 7.34 $/h; checkpoint 30 s, restart 120 s, provisioning 180 s.
+7.34 ≤ 0.6 × 24.48 = 14.688; the move costs 8 × 3.06 × 330 / 3600 = 2.244 $; the saving over the
+work done is (24.48 − 7.34) × 2 = 34.28 ≥ 8 × 2.244 = 17.952 → swap. After 1 h of work: 17.14 <
+17.952 → not yet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from gpufleet.decisions import CapacityType, Decision, Launch, Preempt, Terminate
+
+HOUR_S = 3600.0
+REASON = "spot swap"
+
+
+@dataclass(frozen=True, slots=True)
+class SwapSettings:
+    """The rule's knobs (module docstring)."""
+
+    min_age_s: float = 1800.0
+    max_price_ratio: float = 0.6
+    payback: float = 8.0
+    max_tries: int = 5
+
+
+@dataclass(frozen=True, slots=True)
+class SwapNode:
+    """One on-demand node as the rule reads it.
+
+    ``job_ids``: its pods' jobs; ``pod_gpus``: the GPUs they hold; ``attained_s``: the least
+    work any of them has done; ``move_s``: what one move costs each pod in seconds (the longest
+    checkpoint + restart overhead among them + the provisioning delay)."""
+
+    name: str
+    usd_per_hour: float
+    gpus: int
+    job_ids: tuple[str, ...]
+    pod_gpus: float
+    attained_s: float
+    move_s: float
+
+
+def swap_order(
+    nodes: Sequence[tuple[str, float, float]], now: float, cfg: SwapSettings
+) -> list[str]:
+    """Candidate names from ``(name, ready_s, usd_per_hour)`` of the ready on-demand nodes that
+    hold pods: ready for ``min_age_s`` or more, dearest first (name breaks ties)."""
+    old = [(name, usd) for name, ready_s, usd in nodes if now - ready_s >= cfg.min_age_s]
+    old.sort(key=lambda x: (-x[1], x[0]))
+    return [name for name, _ in old]
+
+
+def first_swap(
+    order: Sequence[str], movable: Callable[[str], bool],
+    judge: Callable[[str], list[Decision] | None], cfg: SwapSettings,
+) -> list[Decision] | None:
+    """Walk ``order`` (``swap_order``): a node whose pods may all move and tolerate spot
+    (``movable``) is judged (``judge``: the driver asks scale-up and ``swap_decisions``), at most
+    ``max_tries`` of them; the first swap that pays is the look's one swap."""
+    tries = 0
+    for name in order:
+        if not movable(name):
+            continue
+        tries += 1
+        if tries > cfg.max_tries:
+            return None
+        got = judge(name)
+        if got is not None:
+            return got
+    return None
+
+
+def swap_decisions(
+    node: SwapNode, plan: Sequence[Launch], spot_usd_h: float, cfg: SwapSettings
+) -> list[Decision] | None:
+    """The swap for ``node`` given scale-up's ``plan`` for its pods (``spot_usd_h``: that plan's
+    price per hour), or None when the move does not pay (module docstring, steps 2–4)."""
+    if not node.job_ids or not plan:
+        return None
+    if any(x.capacity_type != CapacityType.SPOT for x in plan):
+        return None
+    od = node.usd_per_hour
+    if spot_usd_h > cfg.max_price_ratio * od:
+        return None
+    move_usd = node.pod_gpus * (od / max(node.gpus, 1)) * node.move_s / HOUR_S
+    if (od - spot_usd_h) * node.attained_s / HOUR_S < cfg.payback * move_usd:
+        return None
+    return [*plan, *(Preempt(j, REASON) for j in node.job_ids), Terminate(node.name, REASON)]

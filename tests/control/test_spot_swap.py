@@ -1,0 +1,86 @@
+"""On-demand → spot swap: the candidate order and the decision, as case tables with hand-worked
+numbers (``control.spot_swap``'s docstring example is the first row)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpufleet.control.spot_swap import (
+    REASON,
+    SwapNode,
+    SwapSettings,
+    first_swap,
+    swap_decisions,
+    swap_order,
+)
+from gpufleet.decisions import CapacityType, Decision, Launch, Preempt, Terminate
+
+CFG = SwapSettings()  # min age 1800 s, price ratio 0.6, payback 8, 5 tries
+SPOT = Launch("p3.16xlarge", "us-west-2a", CapacityType.SPOT, 1)
+OD = Launch("p3.16xlarge", "us-west-2a", CapacityType.ON_DEMAND, 1)
+MOVE_S = 30 + 120 + 180  # checkpoint + restart + provisioning delay
+
+
+def node(attained_h: float, gpus: float = 8.0, jobs: tuple[str, ...] = ("j1",),
+         usd: float = 24.48) -> SwapNode:
+    return SwapNode("n1", usd, 8, jobs, gpus, attained_h * 3600, MOVE_S)
+
+
+@pytest.mark.parametrize(("swap", "plan", "spot_usd", "want", "why"), [
+    # move cost 8 × 3.06 × 330/3600 = 2.244 $; 8 × that = 17.952 $
+    (node(2.0), [SPOT], 7.34, True, "(24.48 − 7.34) × 2 = 34.28 ≥ 17.952"),
+    (node(1.0), [SPOT], 7.34, False, "17.14 < 17.952: the work done does not pay yet"),
+    (node(1.05), [SPOT], 7.34, True, "17.14 × 1.05 = 17.997 ≥ 17.952"),
+    # one 1-GPU job on the 8-GPU node: move cost 1 × 3.06 × 330/3600 = 0.2805 $, × 8 = 2.244 $
+    (node(0.14, gpus=1.0), [SPOT], 7.34, True, "17.14 × 0.14 = 2.3996 ≥ 2.244"),
+    (node(0.13, gpus=1.0), [SPOT], 7.34, False, "17.14 × 0.13 = 2.228 < 2.244"),
+    (node(5.0), [SPOT], 14.68, True, "just under 0.6 × 24.48 = 14.688"),
+    (node(5.0), [SPOT], 14.70, False, "above 0.6 × 24.48 = 14.688"),
+    (node(5.0), [SPOT, OD], 7.34, False, "a plan with on-demand in it is no swap"),
+    (node(5.0), [], 7.34, False, "scale-up found no launch"),
+    (node(5.0, jobs=()), [SPOT], 7.34, False, "nothing to move"),
+])
+def test_swap_decisions(swap: SwapNode, plan: list[Launch], spot_usd: float, want: bool,
+                        why: str) -> None:
+    got = swap_decisions(swap, plan, spot_usd, CFG)
+    assert (got is not None) == want, why
+    if got is not None:  # launch first, then the graceful moves, then the node
+        assert got == [*plan, *(Preempt(j, REASON) for j in swap.job_ids),
+                       Terminate("n1", REASON)]
+
+
+def test_two_pods_each_preempted_once() -> None:
+    got = swap_decisions(node(3.0, gpus=2.0, jobs=("a", "b")), [SPOT], 7.34, CFG)
+    assert got is not None
+    assert [d for d in got if isinstance(d, Preempt)] == [Preempt("a", REASON),
+                                                         Preempt("b", REASON)]
+
+
+@pytest.mark.parametrize(("nodes", "now", "want"), [
+    # (name, ready_s, usd/h): at 2000 s only nodes ready by 200 s are old enough
+    ([("a", 0.0, 3.06), ("b", 100.0, 24.48), ("c", 1000.0, 24.48)], 2000.0, ["b", "a"]),
+    ([("a", 0.0, 3.06), ("b", 200.0, 24.48)], 2000.0, ["b", "a"]),  # exactly 1800 s counts
+    ([("z", 0.0, 12.24), ("y", 0.0, 12.24)], 5000.0, ["y", "z"]),  # equal price: by name
+    ([("a", 500.0, 3.06)], 2000.0, []),
+])
+def test_swap_order(nodes: list[tuple[str, float, float]], now: float, want: list[str]) -> None:
+    assert swap_order(nodes, now, CFG) == want
+
+
+@pytest.mark.parametrize(("movable", "pays", "want", "judged"), [
+    # nodes a..g in order; judged = the ones scale-up was asked about
+    ("abcdefg", "c", "c", "abc"),  # the first that pays wins; later ones are not asked
+    ("abcdefg", "f", None, "abcde"),  # five tries, then the look ends
+    ("bdfg", "g", "g", "bdfg"),  # nodes whose pods may not move are skipped, not counted
+    ("", "a", None, ""),
+])
+def test_first_swap(movable: str, pays: str, want: str | None, judged: str) -> None:
+    asked: list[str] = []
+
+    def judge(name: str) -> list[Decision] | None:
+        asked.append(name)
+        return [Terminate(name, REASON)] if name in pays else None
+
+    got = first_swap(list("abcdefg"), lambda n: n in movable, judge, CFG)
+    assert got == ([Terminate(want, REASON)] if want else None)
+    assert "".join(asked) == judged
