@@ -6,7 +6,7 @@ import numpy as np
 
 from gpufleet.control.gang_room import Costs, GangRoomBook, GangRoomSettings
 from gpufleet.decisions import Bind, Preempt, Refuse
-from gpufleet.k8s.schedule.cycle import gang_room_input, plan_cycle
+from gpufleet.k8s.schedule.cycle import VictimMemo, gang_room_input, plan_cycle, victims_of
 from gpufleet.k8s.translate.snapshot import ParseCache, build_snapshot
 from gpufleet.placement import get_policy
 
@@ -167,6 +167,13 @@ def test_gang_room_input_reads_ends_and_movable_pods_from_the_pods() -> None:
     (m,) = got.movable
     # JobSpec's defaults: 30 s write + 120 s restart; it leaves within min(grace 10, write 30)
     assert (m.victim.job_id, m.loss_s, m.leave_s) == ("ns/timed", 150.0, 10.0)
+    # the running pods are preemption's victims, made once: with the driver's memo the
+    # gang room and the cycle's preemption hold the same objects
+    memo: VictimMemo = {}
+    first = gang_room_input(snap, settings, book, lambda r: 1.0, 0.0, {"ns/timed"}, memo)
+    assert first is not None
+    assert {v.job_id: v for v in first.running} == {v.job_id: v for v in victims_of(snap, memo)}
+    assert all(a is b for a, b in zip(first.running, victims_of(snap, memo), strict=True))
     book.record("ns/g", Costs(1.0, None, None, 100.0), 0.0)  # it waits: not due at 50 s
     quiet = gang_room_input(snap, settings, book, lambda r: 1.0, 50.0, {"ns/timed"})
     assert quiet is None  # nothing due, nothing reserved: the step is skipped

@@ -337,7 +337,7 @@ class Controller:
             if self.gang_settings is not None and self.gang_book is not None:
                 gang_room = gang_room_input(
                     snap, self.gang_settings, self.gang_book, self._gpu_rate, now,
-                    movable if self.preemption else frozenset())
+                    movable if self.preemption else frozenset(), self._victim_memo)
             caps = self._caps(snap, movable, now)
             plan = plan_cycle(snap, self.policy, self.rng, self.backfill, now, self.preemption,
                               quota=queues, gang_room=gang_room, caps=caps,

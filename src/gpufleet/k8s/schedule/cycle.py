@@ -263,24 +263,20 @@ class LazyVictims(Sequence[Victim]):
 def gang_room_input(
     snap: Snapshot, settings: GangRoomSettings, book: GangRoomBook,
     usd_per_gpu_h: Callable[[ResourceRequest], float | None], now: float,
-    movable: Collection[str] = frozenset(),
+    movable: Collection[str] = frozenset(), memo: VictimMemo | None = None,
 ) -> GangRoomInput | None:
     """The cycle's gang-room input (module docstring); the running pods are listed only when a
     pending pod group is due to be priced (``book.due``); None when none is and no rows are
-    reserved (the step would do nothing)."""
+    reserved (the step would do nothing). The running pods are preemption's victims
+    (``victims_of``, with the driver's ``memo``): the same pods, made once."""
     groups = {p.group for p in snap.pending if p.group is not None}
     if not any(book.due(g, now) for g in groups):
         return GangRoomInput(settings, book, usd_per_gpu_h) if book.reserved(now) else None
-    running: list[Victim] = []
+    running = victims_of(snap, memo)
     ends: dict[str, float] = {}
     moves: list[Movable] = []
-    for a in snap.allocations.values():
-        pod = a.pod
-        if pod.uses_claims or pod.terminating:
-            continue
-        v = Victim(pod.key, pod.priority, pod.created_s, a.request, a.bind, a.masks,
-                   workload=pod.group)
-        running.append(v)
+    for v in running:
+        pod = snap.allocations[v.job_id].pod
         if pod.work_s is not None:
             ends[pod.key] = (pod.started_s or pod.created_s) + pod.work_s
         if pod.key in movable and pod.group is None:
