@@ -29,6 +29,18 @@ def test_config_is_a_simulator_scenario_unknown_keys_rejected(tmp_path: Path) ->
     assert "Traceback" not in res.output
 
 
+def test_a_simulator_only_key_is_refused_not_ignored(tmp_path: Path) -> None:
+    swap = tmp_path / "swap.yaml"
+    swap.write_text("name: live\nspot_swap: true\n")
+    res = runner.invoke(app, ["controller", "--kubeconfig", str(swap), "--config", str(swap)])
+    assert res.exit_code == 2
+    assert "swap.yaml" in res.output and "spot_swap" in res.output
+    assert "Traceback" not in res.output
+    off = tmp_path / "off.yaml"
+    off.write_text("name: live\nspot_swap: false\n")
+    assert not load_config(off).spot_swap
+
+
 def test_missing_or_broken_kubeconfig(tmp_path: Path) -> None:
     res = runner.invoke(app, ["controller", "--kubeconfig", str(tmp_path / "nope")])
     assert res.exit_code == 2 and "kubeconfig file not found" in res.output
