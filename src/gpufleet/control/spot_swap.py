@@ -1,9 +1,10 @@
 """On-demand → spot swap: move a running on-demand node's work to spot when the move pays.
 
 Why: placement fills the room that exists before anything is launched, so once on-demand nodes
-are up they keep taking new work, and spot only ever carries the burst above them. On the Philly
-replay 80 % of the GPUs launched go to spot, yet spot carries 12 % of the GPU-hours: spot nodes
-are reclaimed within the hour, and their work comes back to the long-lived on-demand nodes.
+are up they keep taking new work, and spot only ever carries the burst above them. On the first
+20,000 Philly jobs 83 % of scale-up's launches are spot (63 % of the GPUs launched), yet spot
+carries 9 % of the GPU-hours: nearly every spot node is reclaimed (2,999 reclaims for 3,047
+spot launches), and its work comes back to the long-lived on-demand nodes.
 Karpenter's consolidation replaces a node by a cheaper one; this is that move with spot as the
 cheaper node, priced by the same expected-cost rule as a launch (``market.spot_cost``).
 
