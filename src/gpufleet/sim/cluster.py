@@ -78,7 +78,7 @@ from gpufleet.decisions import (
 from gpufleet.market.bidding import ZoneMarket
 from gpufleet.market.spot_cost import ReclaimHazard
 from gpufleet.market.spot_model import SpotMarket
-from gpufleet.provisioning import InFlight, NodeView, Offer, Unprovisioned
+from gpufleet.provisioning import InFlight, NodeView, Offer, PodView, Unprovisioned
 from gpufleet.recovery import SpotExposure
 from gpufleet.sim.books import Series, Tally
 from gpufleet.sim.cloud import SimCloud, SimNode
@@ -473,19 +473,14 @@ class ClusterSim:
                             if n.state == "ready" and not n.spot and n.jobs], now, cfg)
         market: list[tuple[list[Offer], dict[str, list[ZoneMarket]]]] = []  # read once, if asked
 
-        def runs(name: str) -> list[tuple[JobRun, float]]:
-            return [(j, j.progress(now)[0]) for j in (self.jobs[i] for i in nodes[name].jobs)]
-
         def movable(name: str) -> bool:
-            return all(v.movable and v.spot_ok for v in (
-                pod_view(j.spec, j.req, j.on_demand_only, done, j.ckpt_cost, now, self.ctl.guards)
-                for j, done in runs(name)))
+            return all(v.movable and v.spot_ok for v in self._pod_views(nodes[name]))
 
         def judge(name: str) -> list[Decision] | None:
             if not market:
                 market.append((self.offers.offers(now), self.offers.markets(now)))
             offers, zones = market[0]
-            here = runs(name)
+            here = [(j, j.progress(now)[0]) for j in (self.jobs[i] for i in nodes[name].jobs)]
             pods = [p for j, done in here
                     for p in pending_pods(j.spec, j.req, j.on_demand_only, 0.0, done,
                                           bool(j.interruptions), now, self.ctl.guards)]
@@ -509,13 +504,18 @@ class ClusterSim:
     def _view(self, n: SimNode, room_only: bool = False) -> NodeView:
         """The disruption policy's view of a node (``room_only``: not a candidate yet, it can
         only receive pods: ``control.views.node_view``)."""
+        pods = None if room_only else self._pod_views(n)
+        return node_view(self.state, n.name, self.offers.shape(n.itype, n.mig), n.spot,
+                         n.usd_per_hour, pods, n.empty_since, n.underused_since)
+
+    def _pod_views(self, n: SimNode) -> tuple[PodView, ...]:
+        """The node's pods as consolidation and the spot swap judge them: movable or not,
+        spot-tolerant or not (``control.views.pod_view``)."""
         now = self.now
-        pods = None if room_only else tuple(
+        return tuple(
             pod_view(j.spec, j.req, j.on_demand_only, j.progress(now)[0], j.ckpt_cost, now,
                      self.ctl.guards)
             for j in (self.jobs[i] for i in n.jobs))
-        return node_view(self.state, n.name, self.offers.shape(n.itype, n.mig), n.spot,
-                         n.usd_per_hour, pods, n.empty_since, n.underused_since)
 
     # -- deadline-aware spot fallback ---------------------------------------------------------
     def _on_deadline(self, _: object) -> None:
