@@ -164,6 +164,9 @@ class Scenario(BaseModel):
     # move a running on-demand node's work to spot when the move pays (``control.spot_swap``;
     # opt-in: it trades JCT for cost, docs/simulator.md); needs autoscaling and spot
     spot_swap: bool = False
+    # keep spare GPUs ready for the arrivals expected while a node boots (``control.headroom``;
+    # opt-in: it trades cost for queueing, docs/simulator.md); needs autoscaling
+    headroom: bool = False
 
     # the live capacity controller's cloud provider (None: the controller only schedules)
     cloud: CloudSettings | None = None
@@ -258,10 +261,14 @@ def default_scenarios() -> list[Scenario]:
 
 
 def opt_in_scenarios() -> list[Scenario]:
-    """gpufleet with an opt-in rule on, run only when named (``--only``): ``gpufleet-spot-swap``
-    (``control.spot_swap``)."""
-    return [default_scenario().model_copy(update={"name": "gpufleet-spot-swap",
-                                                  "spot_swap": True})]
+    """gpufleet with opt-in rules on, run only when named (``--only``): ``gpufleet-headroom``
+    (``control.headroom``) and ``gpufleet-spot-swap``, the on-demand → spot swap
+    (``control.spot_swap``) with headroom: the swap puts the work of long-lived on-demand nodes
+    on spot, so new arrivals find less free room, and the buffer gives that room back."""
+    base = default_scenario()
+    return [base.model_copy(update={"name": "gpufleet-headroom", "headroom": True}),
+            base.model_copy(update={"name": "gpufleet-spot-swap", "spot_swap": True,
+                                    "headroom": True})]
 
 
 def builtin_scenarios() -> list[Scenario]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -311,4 +312,58 @@ def test_scale_down_terminates_only_empty_gpufleet_nodes_after_the_idle_time(
         kw.delete(node_name(tok))
         for n in static:
             core.delete_node(n)
+        core.delete_namespace(ns)
+
+
+def test_headroom_launches_spare_gpus_and_scale_down_keeps_them(lab: Any,
+                                                                tmp_path: Path) -> None:
+    """``control.headroom`` in the capacity loop: the GPUs that arrived buy a buffer of free
+    GPUs, launched with the pending pod, which emptiness keeps until the arrivals are an hour
+    old."""
+    core = lab.core
+    ns = lab.namespace("room")
+    clock = Clock()
+    kw = provider(core, ns, clock, tmp_path, delay_s=0.0)
+    # horizon = provisioning 3590 s + scan 10 s = the 1 h window: the Poisson mean is simply
+    # the GPUs that arrived over the last hour
+    sc = scenario(headroom=True, scale_down_unneeded_s=30.0, provisioning_delay_s=3590.0)
+    cap = CapacityController(core, kw, sc, [P3], namespace=ns, registry=CollectorRegistry(),
+                             clock=clock)
+    created = datetime.fromtimestamp(clock.t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    pod = gpu_pod("p", 1)
+    pod["metadata"]["creationTimestamp"] = created
+    try:
+        snap = build_snapshot([], [pod])
+        got = cap.reconcile(snap, list(snap.pods), [], [])
+        # 1 GPU arrived: mean 1 → buffer 2 (CDF 0.368, 0.736, 0.920); nothing is free, so the
+        # pod and 2 placeholders: three 1-GPU p3.2xlarge
+        assert len(got.launched) == 3
+        mine = {node_name(t) for t in got.launched}
+
+        def nodes() -> list[dict]:
+            return [lab.api.sanitize_for_serialization(n) for n in core.list_node().items
+                    if n.metadata.name in mine]
+
+        def idle() -> list[str]:
+            """One cycle on the Nodes left, the pod gone (it ran and finished)."""
+            now = nodes()
+            return cap.reconcile(build_snapshot(now, []), [], now, []).terminated
+
+        end = time.monotonic() + 30
+        while time.monotonic() < end and not (len(nodes()) == 3 and all(
+                any(c["type"] == "Ready" and c["status"] == "True"
+                    for c in n["status"].get("conditions") or ()) for n in nodes())):
+            time.sleep(0.2)
+        assert idle() == []  # the idle clocks start
+        clock.t += 31.0
+        gone = idle()  # 3 free GPUs, a buffer of 2: one node may go
+        assert len(gone) == 1 and set(gone) < mine
+        clock.t += 31.0
+        assert idle() == []  # 2 free = the buffer
+        clock.t += 3600.0  # the arrival left the window: no buffer, the fleet may reach zero
+        assert sorted(idle()) == sorted(mine - set(gone))
+        assert kw.list() == []
+    finally:
+        for i in kw.list():
+            kw.delete(i.instance_id)
         core.delete_namespace(ns)

@@ -13,6 +13,7 @@ from gpufleet.control.node_clocks import SinceClock
 from gpufleet.decisions import CapacityType
 from gpufleet.errors import InputError
 from gpufleet.k8s.capacity.inputs import (
+    arrivals,
     inflight,
     markets_from,
     node_caps,
@@ -231,3 +232,30 @@ def test_a_node_launched_for_mig_pods_advertises_every_profile_under_mixed_strat
     assert cap["nvidia.com/mig-1g.5gb"] == str(7 * 8)  # seven 1g.5gb per A100, eight GPUs
     with pytest.raises(InputError, match="all-enabled"):
         node_object(spec_from_instance(CAT["p4d.24xlarge"], "n", mig_config="all-bogus"))
+
+
+def test_arrivals_count_each_pod_once_in_creation_order() -> None:
+    """``inputs.arrivals``, the headroom's live input: new pods only, oldest first; a requeued
+    pod (the replacement of an evicted one) is no arrival; a pod that left is forgotten."""
+    def at(name: str, t: int, gpus: int = 1, **kw: object) -> dict:
+        body = pod(name, gpus, **kw)  # type: ignore[arg-type]
+        body["metadata"]["creationTimestamp"] = f"2026-01-01T00:00:{t:02d}Z"
+        return body
+
+    t0 = 1767225600.0  # 2026-01-01T00:00:00Z
+    evicted = at("old", 1)
+    evicted["metadata"]["ownerReferences"] = [{"kind": "Job", "name": "j", "uid": "u",
+                                               "controller": True}]
+    evicted["status"] = {"phase": "Failed", "conditions": [
+        {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}]}
+    again = at("new", 9)
+    again["metadata"]["ownerReferences"] = evicted["metadata"]["ownerReferences"]
+    first = build_snapshot([], [at("b", 5, 2), at("a", 3), evicted, again])
+    got, seen = arrivals(first, set())
+    # "old" has ended (evicted): no pod of the snapshot; "new" replaces it: not counted
+    assert got == [(t0 + 3, 1.0), (t0 + 5, 2.0)]
+    assert seen == {"ns/a", "ns/b", "ns/new"}
+    assert arrivals(first, seen)[0] == []  # the next cycle: nothing new
+    later = build_snapshot([], [at("b", 5, 2), at("c", 20, 4)])
+    got, seen = arrivals(later, seen)
+    assert got == [(t0 + 20, 4.0)] and seen == {"ns/b", "ns/c"}

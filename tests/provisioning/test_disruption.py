@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import dataclasses
+import math
+
 import pytest
 
 from gpufleet.decisions import Preempt, Terminate
@@ -170,3 +173,34 @@ def test_multi_node_prefers_room_on_other_nodes_and_is_off_when_disabled() -> No
     off = DisruptionPolicy(unneeded_s=600, multi_node=False)
     tight = [cpu_node("a", (hungry("j1"),)), cpu_node("b", (hungry("j2"),))]
     assert off.decide(tight, now=700.0, offers=offers(5.0)) is None
+
+
+def priced(n: NodeView, usd: float) -> NodeView:
+    return dataclasses.replace(n, usd_per_hour=usd)
+
+
+# 4-GPU nodes: "a" at 4 $/h (1 $/GPU-h), "b" at 2 $/h; "low" holds one movable pod that fits
+# on "busy" (2 of 4 used). Removing a node takes its 4 GPUs from the free room: its pods move
+# into room that was free already.
+EMPTY_AB = [priced(node("a", 0, empty=0.0), 4.0), priced(node("b", 0, empty=0.0), 2.0)]
+LOW_BUSY = [node("low", 1, (pod("j1"),), under=0.0), node("busy", 2, (pod("x"), pod("y")))]
+
+
+@pytest.mark.parametrize(("nodes", "spare", "want", "why"), [
+    (EMPTY_AB, math.inf, ("a", "b"), "no buffer kept: both empty nodes go"),
+    (EMPTY_AB, 8.0, ("a", "b"), "8 GPUs may go: both"),
+    (EMPTY_AB, 7.0, ("a",), "room for one: the dearer per GPU (a: 1 $/GPU-h > b: 0.5) goes"),
+    (EMPTY_AB, 4.0, ("a",), "exactly one node's GPUs"),
+    (EMPTY_AB, 3.9, None, "not even one node fits the spare: nothing"),
+    (EMPTY_AB, -2.5, None, "the buffer is short already"),
+    (LOW_BUSY, 4.0, ("low",), "the consolidation takes 4 GPUs: allowed"),
+    (LOW_BUSY, 3.0, None, "a consolidation is all or nothing"),
+])
+def test_disruption_keeps_the_headroom(nodes: list[NodeView], spare: float,
+                                       want: tuple[str, ...] | None, why: str) -> None:
+    cmd = DisruptionPolicy(unneeded_s=600).decide(nodes, now=700.0, spare_gpus=spare)
+    if want is None:
+        assert cmd is None, why
+        return
+    assert cmd is not None and cmd.candidates == want, why
+    assert [d.node for d in cmd.decisions if isinstance(d, Terminate)] == list(want), why

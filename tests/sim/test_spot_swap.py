@@ -33,7 +33,8 @@ def run(name: str, jobs: list[JobSpec], cfg: SwapSettings | None = None) -> Simu
 
 
 def test_swaps_move_work_to_spot_and_lose_nothing(shared_data, jobs) -> None:
-    plain, swap = run("gpufleet", jobs), run("gpufleet-spot-swap", jobs)
+    # gpufleet-spot-swap keeps headroom too: against gpufleet-headroom only the swap differs
+    plain, swap = run("gpufleet-headroom", jobs), run("gpufleet-spot-swap", jobs)
     p, s = plain.summary(), swap.summary()
     assert p["spot_swaps"] == 0 and s["spot_swaps"] > 0
     assert s["jobs_lost"] == 0 and s["jobs_finished"] == len(jobs)
@@ -45,9 +46,9 @@ def test_swaps_move_work_to_spot_and_lose_nothing(shared_data, jobs) -> None:
 
 
 def test_payback_knob_is_read(shared_data, jobs) -> None:
-    """A payback nothing can meet: no swap, and the run is the plain gpufleet run."""
+    """A payback nothing can meet: no swap, and the run is gpufleet-headroom's."""
     never = run("gpufleet-spot-swap", jobs, replace(SwapSettings(), payback=1e12))
-    plain = run("gpufleet", jobs)
+    plain = run("gpufleet-headroom", jobs)
     a, b = never.summary(), plain.summary()
     assert a["spot_swaps"] == 0
     assert a["cost_usd"] == b["cost_usd"] and a["jct_p95_s"] == b["jct_p95_s"]

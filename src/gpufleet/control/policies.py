@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from gpufleet.config import Scenario
 from gpufleet.control.deadline import DeadlineGuards, GuardConfig
 from gpufleet.control.gang_room import GangRoomSettings
+from gpufleet.control.headroom import Headroom, HeadroomSettings
 from gpufleet.control.scan import ScanClock, ScanConfig
 from gpufleet.control.spot_swap import SwapSettings
 from gpufleet.market.bidding import SpotStrategy, get_spot_strategy
@@ -79,6 +80,14 @@ def spot_swap_settings(sc: Scenario) -> SwapSettings | None:
     return SwapSettings()
 
 
+def headroom(sc: Scenario) -> Headroom | None:
+    """The spare-GPU buffer, where the scenario asks for it on an autoscaled fleet; its
+    horizon is the time a new node takes to be asked for and to boot."""
+    if not (sc.headroom and sc.autoscaling):
+        return None
+    return Headroom(HeadroomSettings(sc.provisioning_delay_s + sc.scan_interval_s))
+
+
 def guard_config(sc: Scenario) -> GuardConfig:
     return GuardConfig(sc.autoscaling, sc.checkpointing, sc.provisioning_delay_s,
                        sc.max_pending_wait_s)
@@ -119,6 +128,7 @@ class Controls:
     guards: GuardConfig
     gang_room: GangRoomSettings | None = None
     spot_swap: SwapSettings | None = None
+    headroom: Headroom | None = None
 
 
 def controls_for(sc: Scenario) -> Controls:
@@ -136,6 +146,7 @@ def controls_for(sc: Scenario) -> Controls:
         guards=guard_config(sc),
         gang_room=gang_room_settings(sc),
         spot_swap=spot_swap_settings(sc),
+        headroom=headroom(sc),
     )
 
 

@@ -11,6 +11,7 @@ with a ``cloud:`` key (or ``gpufleet controller --cloud``) the capacity loop run
 (``k8s.capacity``, docs/cloud.md). Every policy is built from the file by
 ``control.policies``, as the simulator builds its own. The ``recovery`` and ``checkpointing``
 keys are validated only: the live driver evicts and the pod's controller recreates it.
+``headroom: true`` keeps spare GPUs for arrivals (``control.headroom``) in the capacity loop.
 ``spot_swap: true`` is refused: the on-demand → spot swap (``control.spot_swap``) runs in the
 simulator only so far, and a key the controller would silently ignore is worse than an error.
 """

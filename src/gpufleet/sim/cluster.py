@@ -38,6 +38,7 @@ pending work or a node may become removable.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
@@ -50,6 +51,13 @@ from gpufleet.config import Scenario
 from gpufleet.control.admission import effective_request, tolerates_spot
 from gpufleet.control.deadline import market_signal
 from gpufleet.control.fleet import fixed_fleet
+from gpufleet.control.headroom import (
+    PLACEHOLDER,
+    free_gpus,
+    launch_wanted,
+    placeholders,
+    spare_gpus,
+)
 from gpufleet.control.limits import consolidation_set, may_launch
 from gpufleet.control.offers import OfferBook
 from gpufleet.control.policies import controls_for, deadline_guards
@@ -98,7 +106,7 @@ from gpufleet.sim.events import (
 from gpufleet.sim.jobrun import INF, PENDING, RUNNING, JobRun
 from gpufleet.sim.jobs import JobLifecycle
 from gpufleet.sim.nodes import Allocation, Became, SimFleet
-from gpufleet.state import FleetState
+from gpufleet.state import GPU_MILLI, FleetState
 from gpufleet.traces.jobs import JobSpec
 
 
@@ -259,6 +267,8 @@ class ClusterSim:
         dl = self.deadlines
         if dl is not None and dl.watches(j.spec, tolerates_spot(j.req)):
             self._apply(dl.on_arrival(idx, self.life.deadline_view(j), self.now))
+        if self.ctl.headroom is not None:
+            self.ctl.headroom.arrived(self.now, j.replica_milli * j.spec.replicas / GPU_MILLI)
         self.life.enqueue(j)
 
     # -- nodes (the world side: sim.nodes) ------------------------------------------------
@@ -380,16 +390,28 @@ class ClusterSim:
         if dl is not None and dl.arrivals_to_check():
             views = {i: self.life.deadline_view(self.jobs[i]) for i in dl.arrivals_to_check()}
             self._apply(dl.check_arrivals(views, self.now))
-        if self.ctl.scan.scale_up_due(self.now, bool(self.pending)):
-            launched = self._scale_up()
-        self._disrupt()
+        room = self._room()
+        short = room is not None and launch_wanted(*room, sum(
+            n.gpus for n in self.nodes.booting.values() if not n.mig))
+        if self.ctl.scan.scale_up_due(self.now, bool(self.pending) or short):
+            launched = self._scale_up(room)
+        self._disrupt(room)
         if self.ctl.spot_swap is not None:
             self._spot_swap(self.ctl.spot_swap)
         more_work = bool(self.life.running or self.nodes.booting or self.arrived < len(self.jobs)
                          or launched)
         self._scan_at(self.ctl.scan.after_scan(
-            self.now, bool(self.pending), more_work,
-            lambda: min(self.jobs[i].enqueued_s for _, i in self.pending)))
+            self.now, bool(self.pending) or short, more_work,
+            lambda: min((self.jobs[i].enqueued_s for _, i in self.pending), default=self.now)))
+
+    def _room(self) -> tuple[int, float] | None:
+        """(headroom buffer, wholly free GPUs on ready nodes: what a 1-GPU arrival can start
+        on; MIG GPUs offer slices, not whole GPUs) where the scenario keeps headroom
+        (``control.headroom``), else None."""
+        hr = self.ctl.headroom
+        if hr is None:
+            return None
+        return hr.buffer(self.now), float(free_gpus(self.state))
 
     def _rebalance(self) -> None:
         """Fixed spot fleet: empty fallback nodes back to spot (``control.replacement``); a
@@ -399,7 +421,9 @@ class ClusterSim:
             if not self._replace(rep, self.sc.provisioning_delay_s):
                 return
 
-    def _scale_up(self) -> int:
+    def _scale_up(self, room: tuple[int, float] | None = None) -> int:
+        """``room``: the headroom buffer and the free GPUs (``_room``): the shortfall joins
+        the pending pods as placeholders."""
         now = self.now
         if not may_launch(len(self.cloud.live), self.sc.max_nodes):
             return 0
@@ -415,12 +439,15 @@ class ClusterSim:
                                  bool(j.interruptions), now, self.ctl.guards,
                                  spot_only=gate is Gate.SPOT,
                                  max_node_gpus=self.life.node_cap(j))
+        if room is not None:
+            pods += placeholders(*room)
         inflight = [InFlight(self.offers.shape(n.itype, n.mig), n.spot, n.zone)
                     for n in self.nodes.booting.values()]
         reply = self.ctl.scale_up.plan(
             pods, self.offers.offers(now), inflight, self.offers.markets(now),
             self.ctl.spot_strategy, lambda it, zone: self.hazard.rate_per_h(it, zone, now))
-        self.unprovisioned = reply.unprovisioned  # the last scan's, for reports and tests
+        # the last scan's, for reports and tests (a placeholder is no job)
+        self.unprovisioned = tuple(u for u in reply.unprovisioned if u.job_id != PLACEHOLDER)
         return self._apply(list(reply.launches))
 
     def _apply_launch(self, launch: Launch) -> int:
@@ -436,7 +463,7 @@ class ClusterSim:
                 n += 1
         return n
 
-    def _disrupt(self) -> None:
+    def _disrupt(self, room: tuple[int, float] | None = None) -> None:
         now = self.now
         unneeded = self.sc.scale_down_unneeded_s
         kind, rescan = self.ctl.scan.disruption_due(
@@ -455,7 +482,8 @@ class ClusterSim:
             return
         offers = self.offers.on_demand_offers(now) \
             if due_under and may_launch(len(self.cloud.live), self.sc.max_nodes) else []
-        cmd = self.ctl.disruption.decide(views, now, offers)
+        cmd = self.ctl.disruption.decide(views, now, offers,
+                                         math.inf if room is None else spare_gpus(*room))
         if cmd is None:
             return
         self.tally.consolidations += sum(1 for d in cmd.decisions if isinstance(d, Preempt)

@@ -43,7 +43,7 @@ from gpufleet.k8s.translate.pods import PodInfo, finished, spot_ok, stays_on_dra
 from gpufleet.k8s.translate.snapshot import Snapshot
 from gpufleet.market.bidding import ZoneMarket
 from gpufleet.provisioning import InFlight, NodeShape, NodeView, Offer, PendingPod, PodView
-from gpufleet.provisioning.binpack import fits_shape
+from gpufleet.provisioning.binpack import fits_shape, gpu_milli_of
 from gpufleet.state import GPU_MILLI, FleetState
 from gpufleet.traces.jobs import JobSpec
 
@@ -128,6 +128,18 @@ def pending_pods(snap: Snapshot, refused: Iterable[str], now: float,
                               spot_only=spot_only, risk=risk,
                               max_node_gpus=(caps or {}).get(job)))
     return sorted(out, key=lambda p: p.spot_ok)
+
+
+def arrivals(snap: Snapshot, seen: Collection[str]) -> tuple[list[tuple[float, float]], set[str]]:
+    """The pods no earlier cycle saw, as ``(created_s, GPUs)`` arrivals for the headroom's rate
+    (``control.headroom``) in creation order, and the keys to remember (those in the snapshot:
+    a pod that left is not counted again, and the set stays the snapshot's size). A requeued
+    pod replaces an interrupted one and is no arrival, as the simulator counts only first
+    arrivals."""
+    new = sorted((p.created_s, gpu_milli_of(p.request) / GPU_MILLI)
+                 for k, p in snap.pods.items()
+                 if k not in seen and k not in snap.requeued and p.request is not None)
+    return new, set(snap.pods)
 
 
 def offers_from(offerings: Sequence[Offering], types: Mapping[str, InstanceType],

@@ -11,8 +11,10 @@ One :meth:`CapacityController.reconcile` per cycle, in this order, each step its
    drain's job (:class:`gpufleet.k8s.disruption.drain.Drainer`), which hands each drained Node
    back to :meth:`CapacityController.terminate`. A gpufleet Node whose instance is gone is
    deleted.
-3. **Scale up** (:mod:`.scale_up`), when the scenario autoscales.
-4. **Scale down** (:mod:`.scale_down`): emptiness and consolidation.
+3. **Scale up** (:mod:`.scale_up`), when the scenario autoscales; with ``headroom`` the
+   buffer's shortfall joins the pending pods as placeholders (``control.headroom``: its
+   arrivals are the pods this loop sees for the first time).
+4. **Scale down** (:mod:`.scale_down`): emptiness and consolidation, down to the buffer.
 
 Every termination — emptiness, a drained Node, a launch that never registered, a leak, a Node
 whose instance is gone — goes through one path, :class:`.termination.Terminator`.
@@ -21,6 +23,7 @@ whose instance is gone — goes through one path, :class:`.termination.Terminato
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -31,8 +34,11 @@ from prometheus_client import CollectorRegistry
 from gpufleet.catalog.instances import InstanceType
 from gpufleet.cloud.provider import CloudProvider, Instance, InterruptionKind
 from gpufleet.config import Scenario
+from gpufleet.control.headroom import free_gpus, spare_gpus
+from gpufleet.control.policies import headroom
 from gpufleet.control.teams import Gate
 from gpufleet.decisions import Launch, Terminate
+from gpufleet.k8s.capacity import inputs
 from gpufleet.k8s.capacity.launch_records import LaunchRecords
 from gpufleet.k8s.capacity.metrics import CapacityMetrics, ReconcileReport
 from gpufleet.k8s.capacity.provisioner import Provisioner
@@ -80,6 +86,8 @@ class CapacityController:
         self.provisioner = Provisioner(LaunchRecords(core, namespace), provider, self.metrics,
                                        self.terminator, registration_timeout_s)
         self.scale_up = ScaleUp(provider, scenario, self.types)
+        self.headroom = headroom(scenario)  # spare GPUs for arrivals (None: not kept)
+        self._seen: set[str] = set()  # pods already counted as arrivals
         self.scale_down = ScaleDown(core, provider, scenario, self.types, self.consolidator,
                                     self.terminator)
 
@@ -111,11 +119,25 @@ class CapacityController:
         def launch(want: Launch) -> str | None:
             return self.provisioner.launch(want, now, out)
 
+        room = self._room(snap, now)
         if self.sc.autoscaling:
-            self.scale_up.run(snap, refused, live, booting, nodes, now, launch, gates, caps)
+            self.scale_up.run(snap, refused, live, booting, nodes, now, launch, gates, caps,
+                              room)
         self.scale_down.run(snap, live, by_pid, pods, now, self.provisioner.recorded, launch,
-                            out)
+                            out, math.inf if room is None else spare_gpus(*room))
         return out
+
+    def _room(self, snap: Snapshot, now: float) -> tuple[int, float] | None:
+        """(headroom buffer, wholly free GPUs) where the scenario keeps headroom
+        (``control.headroom``), after counting the pods first seen this cycle as arrivals."""
+        hr = self.headroom
+        if hr is None:
+            return None
+        new, self._seen = inputs.arrivals(snap, self._seen)
+        for at, gpus in new:
+            if at > now - hr.cfg.window_s:
+                hr.arrived(at, gpus)
+        return hr.buffer(now), float(free_gpus(snap.state))
 
     def _interruptions(self, live: list[Instance], nodes: Sequence[Mapping[str, Any]],
                        out: ReconcileReport) -> None:

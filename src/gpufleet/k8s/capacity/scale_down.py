@@ -17,6 +17,7 @@ hands each emptied Node back to the termination path.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -72,7 +73,9 @@ class ScaleDown:
 
     def run(self, snap: Snapshot, live: list[Instance], by_pid: Mapping[str, Mapping[str, Any]],
             pods: Sequence[Mapping[str, Any]], now: float, recorded: set[str],
-            launch: Callable[[Launch], str | None], out: ReconcileReport) -> None:
+            launch: Callable[[Launch], str | None], out: ReconcileReport,
+            spare_gpus: float = math.inf) -> None:
+        """``spare_gpus``: the GPUs disruption may take away (``control.headroom``)."""
         cands: dict[str, tuple[InstanceType, bool]] = {}
         inst_of: dict[str, Instance] = {}
         marked: dict[str, tuple[InstanceType, bool, consolidation_mark.ConsolidationMark]] = {}
@@ -102,7 +105,7 @@ class ScaleDown:
         if self.consolidator.proposal is not None:  # one at a time, as Karpenter's orchestrator
             out.consolidating += self.consolidator.carry_out(views, live, by_pid, recorded, now)
             return
-        cmd = self._decide(views, live, now)
+        cmd = self._decide(views, live, now, spare_gpus)
         if cmd is None:
             return
         if cmd.method != EMPTINESS:
@@ -120,15 +123,15 @@ class ScaleDown:
             out.terminated.append(d.node)
 
     def _decide(self, views: list[NodeView], live: list[Instance],
-                now: float) -> Command | None:
+                now: float, spare_gpus: float) -> Command | None:
         """Emptiness every cycle; the whole policy when the consolidation look is due (the
         offers, for a multi-node replacement, only then and only below ``max_nodes``)."""
         if not self.consolidator.look_due(views, now):
-            return self.emptiness.decide(views, now)
+            return self.emptiness.decide(views, now, spare_gpus=spare_gpus)
         offers: list[Any] = []
         if self.sc.multi_node_consolidation and launch_room(len(live), self.sc.max_nodes) > 0:
             on_demand = [o for o in self.provider.offerings()
                          if o.capacity_type == CapacityType.ON_DEMAND]
             offers = inputs.live_offers(on_demand, live, self.types,
                                         any(v.shape.mig for v in views))
-        return self.consolidator.decide(views, now, offers)
+        return self.consolidator.decide(views, now, offers, spare_gpus)

@@ -21,6 +21,7 @@ from typing import Any
 from gpufleet.catalog.instances import InstanceType
 from gpufleet.cloud.provider import TAG_MIG_CONFIG, CloudProvider, Instance
 from gpufleet.config import Scenario
+from gpufleet.control.headroom import placeholders
 from gpufleet.control.limits import launch_room
 from gpufleet.control.policies import scale_up_policy, spot_strategy
 from gpufleet.control.teams import Gate
@@ -68,13 +69,18 @@ class ScaleUp:
             booting: list[Instance], nodes: Sequence[Mapping[str, Any]], now: float,
             launch: Callable[[Launch], str | None],
             gates: Mapping[str, Gate] | None = None,
-            caps: Mapping[str, int] | None = None) -> None:
+            caps: Mapping[str, int] | None = None,
+            room: tuple[int, float] | None = None) -> None:
         """Launch what the policy asks for, one node at a time through ``launch`` (the
         provisioner's record-first path; None: the cloud had no capacity for that launch).
-        ``caps``: the largest node each job may use (``inputs.node_caps``)."""
+        ``caps``: the largest node each job may use (``inputs.node_caps``); ``room``: the
+        headroom buffer and the free GPUs, whose shortfall joins the pending pods as
+        placeholders (``control.headroom``)."""
         self.observe(live, now)
         pending = inputs.pending_pods(snap, refused, now, self.guards, self.sc.checkpointing,
                                       gates, caps)
+        if room is not None:
+            pending = [*pending, *placeholders(*room)]
         if not pending:
             return
         offerings = self.provider.offerings()
@@ -96,11 +102,11 @@ class ScaleUp:
         launches = self.policy.decide(pending, offers, inputs.inflight(coming, self.types),
                                       markets, self.spot_strategy,
                                       lambda it, zone: self.hazard.rate_per_h(it, zone, now))
-        room = launch_room(len(live), self.sc.max_nodes)
+        left = launch_room(len(live), self.sc.max_nodes)
         for want in launches:
             for _ in range(want.count):
-                if room <= 0:
+                if left <= 0:
                     return
                 if launch(want) is None:
                     break
-                room -= 1
+                left -= 1

@@ -10,6 +10,7 @@ the cycle's views, launches and offers (:mod:`gpufleet.k8s.capacity.loop`).
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -69,8 +70,8 @@ class Consolidator:
         return self.look.due(now, due)
 
     def decide(self, views: Sequence[NodeView], now: float,
-               offers: Sequence[Offer]) -> Command | None:
-        return self.policy.decide(views, now, offers)
+               offers: Sequence[Offer], spare_gpus: float = math.inf) -> Command | None:
+        return self.policy.decide(views, now, offers, spare_gpus)
 
     def propose(self, cmd: Command, now: float, room: int,
                 launch: Callable[[Launch], str | None]) -> None:

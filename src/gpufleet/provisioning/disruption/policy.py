@@ -18,10 +18,12 @@ before executing it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gpufleet.provisioning.disruption.command import Command
+from gpufleet.decisions import Terminate
+from gpufleet.provisioning.disruption.command import EMPTINESS, Command
 from gpufleet.provisioning.disruption.emptiness import Emptiness
 from gpufleet.provisioning.disruption.method import DisruptionMethod
 from gpufleet.provisioning.disruption.multi_node import MultiNodeConsolidation
@@ -51,12 +53,44 @@ class DisruptionPolicy:
         return tuple(out)
 
     def decide(
-        self, nodes: Sequence[NodeView], now: float, offers: Sequence[Offer] = ()
+        self, nodes: Sequence[NodeView], now: float, offers: Sequence[Offer] = (),
+        spare_gpus: float = math.inf,
     ) -> Command | None:
-        """``offers``: what a replacement node could be (multi-node consolidation only)."""
+        """``offers``: what a replacement node could be (multi-node consolidation only).
+        ``spare_gpus``: how many GPUs the fleet may lose (``control.headroom``'s buffer kept):
+        a command that takes more is not made (``within_spare``)."""
         snapshot = DisruptionSnapshot(nodes, now, offers)
         for method in self.methods():
             cmd = method.compute(snapshot)
+            if cmd is not None and spare_gpus < math.inf:
+                cmd = within_spare(cmd, snapshot, spare_gpus)
             if cmd is not None:
                 return cmd
         return None
+
+
+def within_spare(cmd: Command, snapshot: DisruptionSnapshot, spare_gpus: float) -> Command | None:
+    """``cmd`` if the GPUs it takes away — its candidates' GPUs less its replacement's (the
+    pods move, so that is what the free room loses) — are at most ``spare_gpus``. Emptiness
+    keeps what it can: its dearest nodes per GPU go first while they fit; a consolidation is
+    all or nothing (None)."""
+    by = {n.name: n for n in snapshot.nodes}
+    gained = cmd.replacement.gpus if cmd.replacement is not None else 0
+    if sum(by[c].shape.gpus for c in cmd.candidates) - gained <= spare_gpus:
+        return cmd
+    if cmd.method != EMPTINESS:
+        return None
+    order = sorted(cmd.candidates,
+                   key=lambda c: (-by[c].usd_per_hour / max(by[c].shape.gpus, 1), c))
+    keep: list[str] = []
+    taken = 0
+    for c in order:
+        if taken + by[c].shape.gpus <= spare_gpus:
+            keep.append(c)
+            taken += by[c].shape.gpus
+    if not keep:
+        return None
+    gone = set(keep)
+    return Command(EMPTINESS, tuple(c for c in cmd.candidates if c in gone),
+                   tuple(d for d in cmd.decisions
+                         if not isinstance(d, Terminate) or d.node in gone))
