@@ -162,10 +162,11 @@ class Scenario(BaseModel):
     # (``control.gang_room``); false: scale-up launches for every pending gang
     gang_room: bool = True
     # move a running on-demand node's work to spot when the move pays (``control.spot_swap``;
-    # opt-in: it trades JCT for cost, docs/simulator.md); needs autoscaling and spot
+    # opt-in: its reclaims and moves cost ~4x the simulation time, docs/simulator.md); needs
+    # autoscaling and spot
     spot_swap: bool = False
     # keep spare GPUs ready for the arrivals expected while a node boots (``control.headroom``;
-    # opt-in: it trades cost for queueing, docs/simulator.md); needs autoscaling
+    # opt-in: measured apart from the default set, docs/simulator.md); needs autoscaling
     headroom: bool = False
 
     # the live capacity controller's cloud provider (None: the controller only schedules)

@@ -3,6 +3,8 @@ numbers (``control.spot_swap``'s docstring example is the first row)."""
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import pytest
 
 from gpufleet.control.spot_swap import (
@@ -10,10 +12,12 @@ from gpufleet.control.spot_swap import (
     SwapNode,
     SwapSettings,
     first_swap,
+    plan_price,
     swap_decisions,
     swap_order,
 )
 from gpufleet.decisions import CapacityType, Decision, Launch, Preempt, Terminate
+from gpufleet.market.bidding import ZoneMarket
 
 CFG = SwapSettings()  # min age 1800 s, price ratio 0.6, payback 8, 5 tries
 SPOT = Launch("p3.16xlarge", "us-west-2a", CapacityType.SPOT, 1)
@@ -84,3 +88,33 @@ def test_first_swap(movable: str, pays: str, want: str | None, judged: str) -> N
     got = first_swap(list("abcdefg"), lambda n: n in movable, judge, CFG)
     assert got == ([Terminate(want, REASON)] if want else None)
     assert "".join(asked) == judged
+
+
+def market(zone: str, price: str) -> ZoneMarket:
+    return ZoneMarket(zone, Decimal("24.48"), (Decimal("9.99"), Decimal(price)))
+
+
+TWO = Launch("p3.16xlarge", "us-west-2a", CapacityType.SPOT, 2)
+OTHER_ZONE = Launch("p3.16xlarge", "us-west-2b", CapacityType.SPOT, 1)
+
+
+@pytest.mark.parametrize(("plan", "want"), [
+    ([SPOT], 7.34),  # the current (last) price of the launch's zone
+    ([TWO], 14.68),  # × the count
+    ([SPOT, OTHER_ZONE], 7.34 + 8.0),
+    ([Launch("p3.2xlarge", "us-west-2a", CapacityType.SPOT, 1)], 0.0),  # no market for it
+    ([], 0.0),
+])
+def test_plan_price(plan: list[Launch], want: float) -> None:
+    markets = {"p3.16xlarge": [market("us-west-2a", "7.34"), market("us-west-2b", "8.0")]}
+    assert plan_price(plan, markets) == pytest.approx(want)
+
+
+@pytest.mark.parametrize(("plan", "max_nodes", "want"), [
+    ([SPOT], 1, True),  # the live consolidator carries one replacement
+    ([TWO], 1, False),  # two nodes for one swap: not there
+    ([TWO], None, True),  # the simulator launches any plan
+    ([SPOT, OTHER_ZONE], 1, False),
+])
+def test_max_nodes(plan: list[Launch], max_nodes: int | None, want: bool) -> None:
+    assert (swap_decisions(node(5.0), plan, 7.34, CFG, max_nodes) is not None) == want

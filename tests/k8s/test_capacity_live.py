@@ -41,6 +41,7 @@ from gpufleet.control.admission import SPOT_TAINT_EFFECT, SPOT_TAINT_KEY, SPOT_T
 from gpufleet.decisions import CapacityType
 from gpufleet.k8s.capacity.launch_records import LaunchRecord, LaunchRecords, new_token
 from gpufleet.k8s.capacity.loop import CapacityController
+from gpufleet.k8s.disruption.consolidation_mark import mark_of
 from gpufleet.k8s.translate.snapshot import build_snapshot
 
 pytestmark = pytest.mark.live
@@ -363,6 +364,73 @@ def test_headroom_launches_spare_gpus_and_scale_down_keeps_them(lab: Any,
         clock.t += 3600.0  # the arrival left the window: no buffer, the fleet may reach zero
         assert sorted(idle()) == sorted(mine - set(gone))
         assert kw.list() == []
+    finally:
+        for i in kw.list():
+            kw.delete(i.instance_id)
+        core.delete_namespace(ns)
+
+
+def test_spot_swap_launches_spot_first_then_marks_the_on_demand_node(lab: Any,
+                                                                     tmp_path: Path) -> None:
+    """``control.spot_swap`` in the capacity loop: an on-demand node whose pod has run 2 h is
+    swapped — scale-up's spot plan launched first, re-validated once Ready, then the on-demand
+    node marked for the drain, as a consolidation."""
+    core = lab.core
+    ns = lab.namespace("swap")
+    clock = Clock()
+    kw = provider(core, ns, clock, tmp_path, delay_s=0.0)
+    sc = Scenario(name="swap-test", spot=True, spot_swap=True, instance_types=(P3.name,),
+                  scale_down_unneeded_s=30.0)
+    cap = CapacityController(core, kw, sc, [P3], namespace=ns, registry=CollectorRegistry(),
+                             clock=clock, consolidation_validation_s=10.0)
+    tok = new_token()
+    od = kw.create(LaunchRequest(tok, (P3.name,), (ZONE,), CapacityType.ON_DEMAND, None,
+                                 {TAG_MANAGED: "true", TAG_TOKEN: tok}))
+    assert isinstance(od, Instance)
+    mine = {od.instance_id}
+
+    def nodes() -> list[dict]:
+        return [lab.api.sanitize_for_serialization(n) for n in core.list_node().items
+                if n.metadata.name in mine]
+
+    def wait_ready(want: int) -> None:
+        end = time.monotonic() + 30
+        while time.monotonic() < end and not (len(nodes()) == want and all(
+                any(c["type"] == "Ready" and c["status"] == "True"
+                    for c in n["status"].get("conditions") or ()) for n in nodes())):
+            time.sleep(0.2)
+
+    def iso(t: float) -> str:
+        return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    # a Job's pod (movable), tolerating spot, started 2 h ago on the on-demand node
+    pod = gpu_pod("p", 1)
+    pod["metadata"].update(namespace=ns, creationTimestamp=iso(clock.t - 7300), ownerReferences=[
+        {"kind": "Job", "name": "j", "uid": "uid-j", "controller": True}])
+    pod["spec"].update(nodeName=od.instance_id, tolerations=[
+        {"key": SPOT_TAINT_KEY, "operator": "Equal", "value": SPOT_TAINT_VALUE,
+         "effect": SPOT_TAINT_EFFECT}])
+    pod["status"] = {"phase": "Running", "startTime": iso(clock.t - 7200)}
+    try:
+        wait_ready(1)
+        # p3.2xlarge 3.06 $/h on-demand, spot 0.918 ≤ 0.6 × 3.06; the move costs
+        # 3.06 × (30 + 120 + 180) / 3600 = 0.2805 $, × 8 = 2.244 ≤ (3.06 − 0.918) × 2 h = 4.284
+        got = cap.reconcile(build_snapshot(nodes(), [pod]), [], nodes(), [pod])
+        assert len(got.launched) == 1 and got.consolidating == []
+        (spot,) = [i for i in kw.list() if i.client_token == got.launched[0]]
+        assert spot.capacity_type == CapacityType.SPOT
+        mine.add(spot.instance_id)
+        wait_ready(2)
+        clock.t += 5.0  # the spot node is Ready, the validation period is not over
+        assert cap.reconcile(build_snapshot(nodes(), [pod]), [], nodes(), [pod]).consolidating \
+            == []
+        clock.t += 6.0
+        out = cap.reconcile(build_snapshot(nodes(), [pod]), [], nodes(), [pod])
+        assert out.consolidating == [od.instance_id]  # marked for the drain
+        mark = mark_of(lab.api.sanitize_for_serialization(core.read_node(od.instance_id)))
+        assert mark is not None and mark.method == "spot-swap"
+        assert cap.metrics.consolidations.labels(method="spot-swap",
+                                                 outcome="started")._value.get() == 1
     finally:
         for i in kw.list():
             kw.delete(i.instance_id)

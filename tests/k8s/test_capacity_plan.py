@@ -20,13 +20,15 @@ from gpufleet.k8s.capacity.inputs import (
     node_views,
     offers_from,
     pending_pods,
+    running_pods,
+    swap_node,
 )
 from gpufleet.k8s.capacity.launch_records import LaunchRecord, new_token
 from gpufleet.k8s.settings import load_config
 from gpufleet.k8s.translate.node_objects import node_object, spec_from_instance
 from gpufleet.k8s.translate.pods import pod_info, spot_ok
 from gpufleet.k8s.translate.snapshot import build_snapshot
-from gpufleet.provisioning import ScaleUpPolicy
+from gpufleet.provisioning import NodeShape, NodeView, PodView, ScaleUpPolicy
 
 SPOT_TOL = {"key": "karpenter.sh/capacity-type", "operator": "Equal", "value": "spot",
             "effect": "NoSchedule"}
@@ -259,3 +261,32 @@ def test_arrivals_count_each_pod_once_in_creation_order() -> None:
     later = build_snapshot([], [at("b", 5, 2), at("c", 20, 4)])
     got, seen = arrivals(later, seen)
     assert got == [(t0 + 20, 4.0)] and seen == {"ns/b", "ns/c"}
+
+
+def test_running_pods_and_swap_node_read_the_pods_as_the_simulator_reads_jobs() -> None:
+    """The swap's live inputs (``inputs.running_pods``, ``inputs.swap_node``): work done since
+    the pod's start; the move's cost from JobSpec's defaults (30 s checkpoint, 120 s restart)
+    + the provisioning delay; a pod stating its work gets its reclaim risk."""
+    t0 = 1767225600.0  # 2026-01-01T00:00:00Z
+    a = pod("a", 2, node="n", tolerations=[SPOT_TOL])
+    a["status"]["startTime"] = "2026-01-01T00:00:00Z"
+    b = pod("b", 1, node="n", tolerations=[SPOT_TOL], ann={"gpufleet.io/duration": "7200"})
+    b["status"]["startTime"] = "2026-01-01T00:30:00Z"
+    snap = build_snapshot([], [a, b])
+    infos = [snap.pods["ns/a"], snap.pods["ns/b"]]
+    now = t0 + 3600
+    got = running_pods(infos, now, checkpointing=True)
+    assert [(p.job_id, p.request.num_gpu, p.spot_ok, p.waited_s) for p in got] == [
+        ("ns/a", 2, True, 0.0), ("ns/b", 1, True, 0.0)]
+    assert got[0].risk is None  # no stated work: spot judged on price alone
+    assert got[1].risk is not None and got[1].risk.remaining_s == 7200 - 1800
+    ra, rb = infos[0].request, infos[1].request
+    assert ra is not None and rb is not None
+    view = NodeView("n", NodeShape.of(TYPES["p3.8xlarge"], False), False, (0, 0, 0, 1000),
+                    0, 0, (PodView("ns/a", ra, True, True), PodView("ns/b", rb, True, True)),
+                    None, None, usd_per_hour=12.24)
+    sw = swap_node(view, infos, TYPES["p3.8xlarge"], now, provisioning_delay_s=180.0)
+    assert (sw.name, sw.usd_per_hour, sw.gpus, sw.job_ids, sw.pod_gpus) == \
+        ("n", 12.24, 4, ("ns/a", "ns/b"), 3.0)
+    assert sw.attained_s == 1800.0  # the least work done: b started 30 min after a
+    assert sw.move_s == 30.0 + 120.0 + 180.0

@@ -19,15 +19,15 @@ runner = CliRunner()
 def test_config_is_a_simulator_scenario(tmp_path: Path) -> None:
     good = tmp_path / "ok.yaml"
     good.write_text("name: live\nplacement: bestfit\nsharing: false\nscale_down_unneeded_s: 300\n"
-                    "spot_swap: false\n")
+                    "spot_swap: true\nheadroom: true\n")
     sc = load_config(good)
     assert sc.name == "live" and not sc.sharing and placement_policy(sc).name == "bestfit"
+    assert sc.spot_swap and sc.headroom  # both run in the capacity loop
 
 
 @pytest.mark.parametrize(("text", "key"), [
     ("name: live\nplacment: bestfit\n", "placment"),  # unknown keys are rejected
-    # simulator-only so far: refused, not silently ignored
-    ("name: live\nspot_swap: true\n", "spot_swap"),
+    ("name: live\nspot_swap: maybe\n", "spot_swap"),  # and values of the wrong type
 ])
 def test_bad_config_is_one_line_naming_file_and_key(tmp_path: Path, text: str, key: str) -> None:
     bad = tmp_path / "bad.yaml"

@@ -8,7 +8,9 @@ spot launches), and its work comes back to the long-lived on-demand nodes.
 Karpenter's consolidation replaces a node by a cheaper one; this is that move with spot as the
 cheaper node, priced by the same expected-cost rule as a launch (``market.spot_cost``).
 
-The rule (opt-in: ``Scenario.spot_swap``; measured in docs/simulator.md):
+The rule (opt-in: ``Scenario.spot_swap``; measured in docs/simulator.md). Both drivers apply
+it: the simulator's scan, and the live capacity loop's scale-down, which hands the decisions to
+its consolidator as a ``spot-swap`` command (spot node first, re-validated, then the drain):
 
 1. **Candidates** (``swap_order``): on-demand nodes ready for at least ``min_age_s`` (the demand
    they serve has lasted), dearest first; the driver tries at most ``max_tries`` of those whose
@@ -38,10 +40,11 @@ work done is (24.48 − 7.34) × 2 = 34.28 ≥ 8 × 2.244 = 17.952 → swap. Aft
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gpufleet.decisions import CapacityType, Decision, Launch, Preempt, Terminate
+from gpufleet.market.bidding import ZoneMarket
 
 HOUR_S = 3600.0
 REASON = "spot swap"
@@ -104,12 +107,24 @@ def first_swap(
     return None
 
 
+def plan_price(plan: Sequence[Launch], markets: Mapping[str, Sequence[ZoneMarket]]) -> float:
+    """What ``plan`` costs per hour at the markets' current prices (its zone's price for each
+    launch; a launch with no market in its zone counts 0, and the plan is then no spot plan)."""
+    return sum(float(z.price) * x.count for x in plan
+               for z in markets.get(x.instance_type, ()) if z.zone == x.zone)
+
+
 def swap_decisions(
-    node: SwapNode, plan: Sequence[Launch], spot_usd_h: float, cfg: SwapSettings
+    node: SwapNode, plan: Sequence[Launch], spot_usd_h: float, cfg: SwapSettings,
+    max_nodes: int | None = None,
 ) -> list[Decision] | None:
     """The swap for ``node`` given scale-up's ``plan`` for its pods (``spot_usd_h``: that plan's
-    price per hour), or None when the move does not pay (module docstring, steps 2–4)."""
+    price per hour), or None when the move does not pay (module docstring, steps 2–4).
+    ``max_nodes``: the most nodes the driver can launch for one swap (the live consolidator
+    carries one replacement per command); a plan of more is no swap there."""
     if not node.job_ids or not plan:
+        return None
+    if max_nodes is not None and sum(x.count for x in plan) > max_nodes:
         return None
     if any(x.capacity_type != CapacityType.SPOT for x in plan):
         return None

@@ -11,9 +11,8 @@ with a ``cloud:`` key (or ``gpufleet controller --cloud``) the capacity loop run
 (``k8s.capacity``, docs/cloud.md). Every policy is built from the file by
 ``control.policies``, as the simulator builds its own. The ``recovery`` and ``checkpointing``
 keys are validated only: the live driver evicts and the pod's controller recreates it.
-``headroom: true`` keeps spare GPUs for arrivals (``control.headroom``) in the capacity loop.
-``spot_swap: true`` is refused: the on-demand → spot swap (``control.spot_swap``) runs in the
-simulator only so far, and a key the controller would silently ignore is worse than an error.
+``headroom: true`` keeps spare GPUs for arrivals (``control.headroom``) and ``spot_swap: true``
+moves on-demand nodes' work to spot (``control.spot_swap``), both in the capacity loop.
 """
 
 from __future__ import annotations
@@ -39,12 +38,7 @@ def load_config(path: Path | str | None) -> Scenario:
     if len(found) != 1:
         raise InputError(f"expected one scenario, found {len(found)}", path=path,
                          field="scenarios")
-    sc = found[0]
-    if sc.spot_swap:
-        raise InputError("the on-demand → spot swap runs in the simulator only so far; the "
-                         "controller does not apply it (docs/simulator.md): set it to false",
-                         path=path, field="spot_swap")
-    return sc
+    return found[0]
 
 
 def live_guards(sc: Scenario) -> GuardConfig | None:

@@ -68,6 +68,7 @@ from gpufleet.control.spot_swap import (
     SwapNode,
     SwapSettings,
     first_swap,
+    plan_price,
     swap_decisions,
     swap_order,
 )
@@ -515,8 +516,7 @@ class ClusterSim:
             plan, _ = self.ctl.scale_up.launch_group(
                 pods, offers, zones, self.ctl.spot_strategy,
                 lambda it, zone: self.hazard.rate_per_h(it, zone, now))
-            price = sum(float(z.price) * x.count for x in plan
-                        for z in zones.get(x.instance_type, ()) if z.zone == x.zone)
+            price = plan_price(plan, zones)
             node = nodes[name]
             return swap_decisions(SwapNode(
                 name, node.usd_per_hour, node.gpus, tuple(j.spec.job_id for j, _ in here),

@@ -35,6 +35,7 @@ from gpufleet.control.deadline import GuardConfig, urgent
 from gpufleet.control.node_clocks import Idle, SinceClock, idle_state
 from gpufleet.control.offers import offer_list
 from gpufleet.control.right_size import cap_for
+from gpufleet.control.spot_swap import SwapNode
 from gpufleet.control.teams import Gate
 from gpufleet.control.views import node_view, spot_risk
 from gpufleet.decisions import CapacityType
@@ -44,7 +45,7 @@ from gpufleet.k8s.translate.snapshot import Snapshot
 from gpufleet.market.bidding import ZoneMarket
 from gpufleet.provisioning import InFlight, NodeShape, NodeView, Offer, PendingPod, PodView
 from gpufleet.provisioning.binpack import fits_shape, gpu_milli_of
-from gpufleet.state import GPU_MILLI, FleetState
+from gpufleet.state import GPU_MILLI, FleetState, ResourceRequest
 from gpufleet.traces.jobs import JobSpec
 
 
@@ -121,13 +122,55 @@ def pending_pods(snap: Snapshot, refused: Iterable[str], now: float,
         risk = None
         if ok and p.work_s is not None:  # what a reclaim would cost it (market.spot_cost); a
             # pod states its work, not its checkpoint costs: JobSpec's defaults stand for them
-            risk = spot_risk(JobSpec(p.key, p.created_s, p.work_s, req, deadline_s=p.deadline_s),
-                             0.0, False, now, checkpointing)
+            risk = spot_risk(_spec(p, req), 0.0, False, now, checkpointing)
         out.append(PendingPod(job, req, spot_only or (ok and not pinned),
                               max(0.0, now - p.created_s), hurry, gang_size=gang,
                               spot_only=spot_only, risk=risk,
                               max_node_gpus=(caps or {}).get(job)))
     return sorted(out, key=lambda p: p.spot_ok)
+
+
+def _spec(p: PodInfo, req: ResourceRequest) -> JobSpec:
+    """The pod as a job: its stated work (``gpufleet.io/duration``, 0 when not stated) and
+    deadline; a pod states no checkpoint or restart cost, so JobSpec's defaults stand for them."""
+    return JobSpec(p.key, p.created_s, p.work_s or 0.0, req, deadline_s=p.deadline_s)
+
+
+def done_s(p: PodInfo, now: float) -> float:
+    """The work a running pod has done: since its start (a lower bound after a restart; 0 when
+    it has not started)."""
+    return max(0.0, now - p.started_s) if p.started_s is not None else 0.0
+
+
+def running_pods(infos: Iterable[PodInfo], now: float, checkpointing: bool) -> list[PendingPod]:
+    """Running pods as scale-up would see them queued now, for the on-demand → spot swap
+    (``control.spot_swap``: the launch is what scale-up would launch for them): spot-tolerant,
+    with what a reclaim would cost each (``market.spot_cost``) where it states its work."""
+    out = []
+    for p in infos:
+        if p.request is None:
+            continue
+        req = replace(p.request, tolerations=frozenset())
+        risk = None
+        if p.work_s is not None:
+            risk = spot_risk(_spec(p, req), done_s(p, now), False, now, checkpointing)
+        out.append(PendingPod(p.key, req, True, 0.0, risk=risk))
+    return out
+
+
+def swap_node(view: NodeView, infos: Sequence[PodInfo], it: InstanceType, now: float,
+              provisioning_delay_s: float) -> SwapNode:
+    """An on-demand node as the swap reads it (``control.spot_swap.SwapNode``): its price, its
+    pods' GPUs, the least work any of them has done (``done_s``) and one move's cost in
+    seconds (checkpoint + restart, JobSpec's defaults, + the provisioning delay)."""
+    reqs = [p.request for p in infos if p.request is not None]
+    move = max((_spec(p, r).checkpoint_cost_s + _spec(p, r).restart_overhead_s
+                for p, r in zip(infos, reqs, strict=True)), default=0.0)
+    return SwapNode(view.name, float(it.usd_per_hour), it.gpus,
+                    tuple(p.job_id for p in view.pods),
+                    sum(gpu_milli_of(r) for r in reqs) / GPU_MILLI,
+                    min((done_s(p, now) for p in infos), default=0.0),
+                    move + provisioning_delay_s)
 
 
 def arrivals(snap: Snapshot, seen: Collection[str]) -> tuple[list[tuple[float, float]], set[str]]:

@@ -14,7 +14,9 @@ One :meth:`CapacityController.reconcile` per cycle, in this order, each step its
 3. **Scale up** (:mod:`.scale_up`), when the scenario autoscales; with ``headroom`` the
    buffer's shortfall joins the pending pods as placeholders (``control.headroom``: its
    arrivals are the pods this loop sees for the first time).
-4. **Scale down** (:mod:`.scale_down`): emptiness and consolidation, down to the buffer.
+4. **Scale down** (:mod:`.scale_down`): emptiness and consolidation, down to the buffer; with
+   ``spot_swap``, when neither acts, the on-demand → spot swap (``control.spot_swap``), judged
+   on scale-up's plan for the node's pods and carried out by the consolidator.
 
 Every termination — emptiness, a drained Node, a launch that never registered, a leak, a Node
 whose instance is gone — goes through one path, :class:`.termination.Terminator`.
@@ -124,7 +126,8 @@ class CapacityController:
             self.scale_up.run(snap, refused, live, booting, nodes, now, launch, gates, caps,
                               room)
         self.scale_down.run(snap, live, by_pid, pods, now, self.provisioner.recorded, launch,
-                            out, math.inf if room is None else spare_gpus(*room))
+                            out, math.inf if room is None else spare_gpus(*room),
+                            lambda running: self.scale_up.swap_plan(running, live, now))
         return out
 
     def _room(self, snap: Snapshot, now: float) -> tuple[int, float] | None:

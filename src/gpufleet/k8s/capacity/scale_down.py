@@ -26,8 +26,9 @@ from gpufleet.cloud.provider import TAG_MANAGED, CloudProvider, Instance
 from gpufleet.config import Scenario
 from gpufleet.control.limits import launch_room
 from gpufleet.control.node_clocks import SinceClock
-from gpufleet.control.policies import disruption_policy
-from gpufleet.decisions import CapacityType, Launch, Terminate
+from gpufleet.control.policies import disruption_policy, spot_swap_settings
+from gpufleet.control.spot_swap import SwapSettings, first_swap, swap_decisions, swap_order
+from gpufleet.decisions import CapacityType, Decision, Launch, Terminate
 from gpufleet.k8s.capacity import inputs
 from gpufleet.k8s.capacity.metrics import ReconcileReport
 from gpufleet.k8s.capacity.provisioner import ready
@@ -35,12 +36,16 @@ from gpufleet.k8s.capacity.termination import Terminator
 from gpufleet.k8s.disruption import consolidation_mark
 from gpufleet.k8s.disruption.consolidation import Consolidator
 from gpufleet.k8s.translate import names
+from gpufleet.k8s.translate.pods import parse_time
 from gpufleet.k8s.translate.snapshot import Snapshot
-from gpufleet.provisioning import NodeView
+from gpufleet.provisioning import NodeShape, NodeView, PendingPod
 from gpufleet.provisioning.disruption import Command
-from gpufleet.provisioning.disruption.command import EMPTINESS
+from gpufleet.provisioning.disruption.command import EMPTINESS, SPOT_SWAP
 
 log = logging.getLogger(__name__)
+
+# pods → scale-up's launch for them and its price per hour (``ScaleUp.swap_plan``)
+SwapPlan = Callable[[list[PendingPod]], tuple[list[Launch], float]]
 
 
 def managed(node: Mapping[str, Any]) -> bool:
@@ -63,6 +68,7 @@ class ScaleDown:
         self.consolidator = consolidator
         self.terminator = terminator
         self.emptiness = disruption_policy(scenario, consolidation=False)
+        self.swap = spot_swap_settings(scenario)  # the on-demand → spot swap (None: off)
         self.empty = SinceClock()
         self.underused = SinceClock()
 
@@ -74,8 +80,9 @@ class ScaleDown:
     def run(self, snap: Snapshot, live: list[Instance], by_pid: Mapping[str, Mapping[str, Any]],
             pods: Sequence[Mapping[str, Any]], now: float, recorded: set[str],
             launch: Callable[[Launch], str | None], out: ReconcileReport,
-            spare_gpus: float = math.inf) -> None:
-        """``spare_gpus``: the GPUs disruption may take away (``control.headroom``)."""
+            spare_gpus: float = math.inf, swap_plan: SwapPlan | None = None) -> None:
+        """``spare_gpus``: the GPUs disruption may take away (``control.headroom``);
+        ``swap_plan``: scale-up's launch and its price for running pods (the swap's judge)."""
         cands: dict[str, tuple[InstanceType, bool]] = {}
         inst_of: dict[str, Instance] = {}
         marked: dict[str, tuple[InstanceType, bool, consolidation_mark.ConsolidationMark]] = {}
@@ -106,6 +113,9 @@ class ScaleDown:
             out.consolidating += self.consolidator.carry_out(views, live, by_pid, recorded, now)
             return
         cmd = self._decide(views, live, now, spare_gpus)
+        if cmd is None and self.swap is not None and swap_plan is not None \
+                and launch_room(len(live), self.sc.max_nodes) > 0:
+            cmd = self._swap(snap, views, cands, by_pid, now, self.swap, swap_plan)
         if cmd is None:
             return
         if cmd.method != EMPTINESS:
@@ -121,6 +131,43 @@ class ScaleDown:
             self.terminator.terminate(d.reason or "disruption", node=d.node,
                                       instances=[inst_of[d.node]], cordon=True)
             out.terminated.append(d.node)
+
+    def _swap(self, snap: Snapshot, views: list[NodeView],
+              cands: Mapping[str, tuple[InstanceType, bool]],
+              by_pid: Mapping[str, Mapping[str, Any]], now: float, cfg: SwapSettings,
+              swap_plan: SwapPlan) -> Command | None:
+        """At most one on-demand node's work moved to spot (``control.spot_swap``, the
+        simulator's rule): candidates ordered by the rule, each judged on scale-up's plan for
+        its pods. The command goes through the consolidator like a consolidation: the spot
+        node launched first, the swap re-validated once it is Ready, then the drain. The
+        consolidator carries one replacement, so a plan of more than one node is no swap."""
+        created = {n["metadata"]["name"]: parse_time(n["metadata"].get("creationTimestamp"))
+                   for n in by_pid.values()}
+        od = {v.name: v for v in views
+              if not v.spot and v.pods and v.name in created and v.name in cands}
+        order = swap_order([(name, created[name], v.usd_per_hour) for name, v in od.items()],
+                           now, cfg)
+
+        def movable(name: str) -> bool:
+            return all(p.movable and p.spot_ok for p in od[name].pods)
+
+        def judge(name: str) -> list[Decision] | None:
+            v = od[name]
+            infos = [snap.pods[p.job_id] for p in v.pods if p.job_id in snap.pods]
+            if len(infos) != len(v.pods):
+                return None  # a pod the snapshot cannot read: not judged
+            plan, price = swap_plan(inputs.running_pods(infos, now, self.sc.checkpointing))
+            return swap_decisions(inputs.swap_node(v, infos, cands[name][0], now,
+                                                   self.sc.provisioning_delay_s),
+                                  plan, price, cfg, max_nodes=1)
+
+        got = first_swap(order, movable, judge, cfg)
+        if got is None:
+            return None
+        (node,) = [d.node for d in got if isinstance(d, Terminate)]
+        (new,) = [d for d in got if isinstance(d, Launch)]
+        shape = NodeShape.of(self.types[new.instance_type], new.mig_config is not None)
+        return Command(SPOT_SWAP, (node,), tuple(got), shape)
 
     def _decide(self, views: list[NodeView], live: list[Instance],
                 now: float, spare_gpus: float) -> Command | None:

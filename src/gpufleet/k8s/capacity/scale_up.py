@@ -24,12 +24,15 @@ from gpufleet.config import Scenario
 from gpufleet.control.headroom import placeholders
 from gpufleet.control.limits import launch_room
 from gpufleet.control.policies import scale_up_policy, spot_strategy
+from gpufleet.control.spot_swap import plan_price
 from gpufleet.control.teams import Gate
 from gpufleet.decisions import CapacityType, Launch
 from gpufleet.k8s.capacity import inputs
 from gpufleet.k8s.settings import live_guards
 from gpufleet.k8s.translate.snapshot import Snapshot
+from gpufleet.market.bidding import ZoneMarket
 from gpufleet.market.spot_cost import ReclaimHazard
+from gpufleet.provisioning import Offer, PendingPod
 
 
 class ScaleUp:
@@ -65,6 +68,31 @@ class ScaleUp:
             self.hazard.node_gone(it, zone, since, now, iid in self._reclaimed)
             self._reclaimed.discard(iid)
 
+    def _market(self, live: Sequence[Instance], pods: Sequence[PendingPod]
+                ) -> tuple[list[Offer], dict[str, list[ZoneMarket]]]:
+        """The offers (on-demand only on a fleet without spot; MIG-capable types where a pod
+        asks for a slice) and the spot markets per type, as of now."""
+        offerings = self.provider.offerings()
+        if not self.sc.spot:
+            offerings = [o for o in offerings if o.capacity_type == CapacityType.ON_DEMAND]
+        wants_mig = any(p.request.mig_profile is not None for p in pods)
+        offers = inputs.live_offers(offerings, live, self.types, wants_mig)
+        markets_of = getattr(self.provider, "markets", None)
+        if callable(markets_of):
+            return offers, {t: list(markets_of(t)) for t in self.types}
+        return offers, {t: list(m) for t, m in inputs.markets_from(offerings, self.types).items()}
+
+    def swap_plan(self, pods: Sequence[PendingPod], live: Sequence[Instance], now: float
+                  ) -> tuple[list[Launch], float]:
+        """What scale-up would launch for ``pods`` now and its price per hour: the on-demand →
+        spot swap's launch (``control.spot_swap``), judged by this loop's markets, spot
+        strategy and learned hazard, as the simulator asks its scale-up."""
+        offers, markets = self._market(live, pods)
+        plan, _ = self.policy.launch_group(
+            list(pods), offers, markets, self.spot_strategy,
+            lambda it, zone: self.hazard.rate_per_h(it, zone, now))
+        return plan, plan_price(plan, markets)
+
     def run(self, snap: Snapshot, refused: Sequence[str], live: list[Instance],
             booting: list[Instance], nodes: Sequence[Mapping[str, Any]], now: float,
             launch: Callable[[Launch], str | None],
@@ -83,16 +111,7 @@ class ScaleUp:
             pending = [*pending, *placeholders(*room)]
         if not pending:
             return
-        offerings = self.provider.offerings()
-        if not self.sc.spot:
-            offerings = [o for o in offerings if o.capacity_type == CapacityType.ON_DEMAND]
-        wants_mig = any(p.request.mig_profile is not None for p in pending)
-        offers = inputs.live_offers(offerings, live, self.types, wants_mig)
-        markets_of = getattr(self.provider, "markets", None)
-        if callable(markets_of):
-            markets = {t: markets_of(t) for t in self.types}
-        else:
-            markets = inputs.markets_from(offerings, self.types)
+        offers, markets = self._market(live, pending)
         known = set(snap.state.index)
         joined = {(n.get("spec") or {}).get("providerID") for n in nodes
                   if n["metadata"]["name"] in known}

@@ -19,6 +19,7 @@ from gpufleet.provisioning.disruption.views import DisruptionSnapshot
 EMPTINESS = "emptiness"
 SINGLE_NODE = "single-node-consolidation"
 MULTI_NODE = "multi-node-consolidation"
+SPOT_SWAP = "spot-swap"  # an on-demand node's pods moved to a spot node (control.spot_swap)
 
 
 @dataclass(frozen=True, slots=True)
