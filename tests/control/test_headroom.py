@@ -13,12 +13,16 @@ from gpufleet.control.headroom import (
     Headroom,
     HeadroomSettings,
     buffer_gpus,
+    free_gpus,
     launch_wanted,
     placeholders,
     poisson_quantile,
     spare_gpus,
 )
+from gpufleet.decisions import Bind
+from gpufleet.state import GPU_MILLI, FleetState, NodeInfo, ResourceRequest
 
+CORDON = "node.kubernetes.io/unschedulable:NoSchedule"
 CFG = HeadroomSettings(horizon_s=180 + 10)  # 1 h window, 0.9 quantile, at most 64 GPUs
 
 
@@ -92,3 +96,19 @@ def test_placeholders_and_spare(buffer: int, free: float, want_pods: int, want_s
 ])
 def test_launch_wanted(buffer: int, free: float, booting: float, want: bool) -> None:
     assert launch_wanted(buffer, free, booting) == want
+
+
+def test_free_gpus_counts_whole_gpus_on_open_nodes() -> None:
+    """Two 4-GPU nodes: on "a" one GPU is taken and one holds a half-GPU pod (2 wholly free);
+    "b" is cordoned (4 free, closed to arrivals); a 2-GPU MIG node offers slices, not GPUs."""
+    st = FleetState()
+    st.add_node("a", gpu_model="V100", num_gpus=4, cpu_milli=32000, memory_mib=65536)
+    st.add_node("b", gpu_model="V100", num_gpus=4, cpu_milli=32000, memory_mib=65536,
+                info=NodeInfo("b", taints=frozenset({CORDON})))
+    st.add_node("m", gpu_model="A100-40GB", num_gpus=2, cpu_milli=32000, memory_mib=65536,
+                mig_gpus=[0, 1])
+    st.allocate(ResourceRequest(num_gpu=1), Bind("j1", "a", (0,), GPU_MILLI))
+    st.allocate(ResourceRequest(num_gpu=1, gpu_milli=500), Bind("j2", "a", (1,), 500))
+    assert free_gpus(st) == 2 + 4
+    assert free_gpus(st, [CORDON]) == 2
+    assert free_gpus(st, ["some-other-taint:NoSchedule"]) == 2 + 4  # unknown: closes nothing

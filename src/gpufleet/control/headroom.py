@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -111,10 +112,16 @@ def launch_wanted(buffer: int, free_gpus: float, booting_gpus: float) -> bool:
     return buffer > free_gpus + booting_gpus
 
 
-def free_gpus(state: FleetState) -> int:
+def free_gpus(state: FleetState, closed: Iterable[str] = ()) -> int:
     """The free room the buffer is counted in: wholly free GPUs on the snapshot's nodes (what a
-    1-GPU arrival can start on; a MIG GPU offers slices, not a whole GPU, and reads 0 here)."""
-    return int(np.count_nonzero(state.free_milli == GPU_MILLI))
+    1-GPU arrival can start on; a MIG GPU offers slices, not a whole GPU, and reads 0 here),
+    except on nodes with a taint in ``closed`` (the live driver's cordoned Nodes: the
+    simulator's draining nodes are not in its snapshot at all)."""
+    free = state.free_milli == GPU_MILLI
+    bits = state.toleration_mask(closed)
+    if bits:
+        free &= ((state.taint_bits & bits) == 0)[:, None]
+    return int(np.count_nonzero(free))
 
 
 def spare_gpus(buffer: int, free_gpus: float) -> float:

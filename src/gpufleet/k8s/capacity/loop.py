@@ -50,12 +50,18 @@ from gpufleet.k8s.capacity.termination import GONE, Terminator
 from gpufleet.k8s.disruption import consolidation_mark
 from gpufleet.k8s.disruption.consolidation import Consolidator
 from gpufleet.k8s.disruption.interruption import mark_from_event, mark_node, node_for_instance
+from gpufleet.k8s.translate import names
+from gpufleet.k8s.translate.nodes import taint_string
 from gpufleet.k8s.translate.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
 
 # the ``source`` a provider's events write into the interruption mark (k8s.interruption.SOURCES)
 MARK_SOURCE = {"aws": "aws-sqs", "aliyun": "aliyun", "kwok": "kwok"}
+
+
+# a cordoned Node's free GPUs are no room for an arrival (``k8s.translate.nodes.taints_of``)
+CORDONED = (taint_string(names.UNSCHEDULABLE_TAINT_KEY, "", "NoSchedule"),)
 
 
 class CapacityController:
@@ -140,7 +146,7 @@ class CapacityController:
         for at, gpus in new:
             if at > now - hr.cfg.window_s:
                 hr.arrived(at, gpus)
-        return hr.buffer(now), float(free_gpus(snap.state))
+        return hr.buffer(now), float(free_gpus(snap.state, CORDONED))
 
     def _interruptions(self, live: list[Instance], nodes: Sequence[Mapping[str, Any]],
                        out: ReconcileReport) -> None:
