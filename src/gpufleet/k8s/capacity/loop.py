@@ -128,12 +128,13 @@ class CapacityController:
             return self.provisioner.launch(want, now, out)
 
         room = self._room(snap, now)
+        read: dict[bool, Any] = {}  # the provider's offers and markets, once per cycle
         if self.sc.autoscaling:
             self.scale_up.run(snap, refused, live, booting, nodes, now, launch, gates, caps,
                               room)
         self.scale_down.run(snap, live, by_pid, pods, now, self.provisioner.recorded, launch,
                             out, math.inf if room is None else spare_gpus(*room),
-                            lambda running: self.scale_up.swap_plan(running, live, now))
+                            lambda running: self.scale_up.swap_plan(running, live, now, read))
         return out
 
     def _room(self, snap: Snapshot, now: float) -> tuple[int, float] | None:

@@ -82,12 +82,18 @@ class ScaleUp:
             return offers, {t: list(markets_of(t)) for t in self.types}
         return offers, {t: list(m) for t, m in inputs.markets_from(offerings, self.types).items()}
 
-    def swap_plan(self, pods: Sequence[PendingPod], live: Sequence[Instance], now: float
+    def swap_plan(self, pods: Sequence[PendingPod], live: Sequence[Instance], now: float,
+                  read: dict[bool, tuple[list[Offer], dict[str, list[ZoneMarket]]]]
                   ) -> tuple[list[Launch], float]:
         """What scale-up would launch for ``pods`` now and its price per hour: the on-demand →
         spot swap's launch (``control.spot_swap``), judged by this loop's markets, spot
-        strategy and learned hazard, as the simulator asks its scale-up."""
-        offers, markets = self._market(live, pods)
+        strategy and learned hazard, as the simulator asks its scale-up. ``read``: the
+        cycle's offers and markets, read from the provider once per cycle (keyed by whether
+        MIG types are wanted), not once per candidate."""
+        mig = any(p.request.mig_profile is not None for p in pods)
+        if mig not in read:
+            read[mig] = self._market(live, pods)
+        offers, markets = read[mig]
         plan, _ = self.policy.launch_group(
             list(pods), offers, markets, self.spot_strategy,
             lambda it, zone: self.hazard.rate_per_h(it, zone, now))
