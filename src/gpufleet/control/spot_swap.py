@@ -44,7 +44,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gpufleet.decisions import CapacityType, Decision, Launch, Preempt, Terminate
-from gpufleet.market.bidding import ZoneMarket
+from gpufleet.market.bidding import SpotStrategy, ZoneMarket
+from gpufleet.provisioning.scale_up import Hazard, Offer, PendingPod, ScaleUpPolicy
 
 HOUR_S = 3600.0
 REASON = "spot swap"
@@ -112,6 +113,18 @@ def plan_price(plan: Sequence[Launch], markets: Mapping[str, Sequence[ZoneMarket
     launch; a launch with no market in its zone counts 0, and the plan is then no spot plan)."""
     return sum(float(z.price) * x.count for x in plan
                for z in markets.get(x.instance_type, ()) if z.zone == x.zone)
+
+
+def spot_plan(
+    scale_up: ScaleUpPolicy, pods: list[PendingPod], offers: Sequence[Offer],
+    markets: Mapping[str, Sequence[ZoneMarket]], strategy: SpotStrategy | None,
+    hazard: Hazard,
+) -> tuple[list[Launch], float]:
+    """Step 2: what scale-up would launch for ``pods`` now (``ScaleUpPolicy.launch_group``) and
+    that plan's price per hour (``plan_price``). Both drivers ask this, with their own offers,
+    markets and learned hazard."""
+    plan, _ = scale_up.launch_group(pods, offers, markets, strategy, hazard)
+    return plan, plan_price(plan, markets)
 
 
 def swap_decisions(

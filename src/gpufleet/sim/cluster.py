@@ -68,7 +68,7 @@ from gpufleet.control.spot_swap import (
     SwapNode,
     SwapSettings,
     first_swap,
-    plan_price,
+    spot_plan,
     swap_decisions,
     swap_order,
 )
@@ -513,10 +513,9 @@ class ClusterSim:
             pods = [p for j, done in here
                     for p in pending_pods(j.spec, j.req, j.on_demand_only, 0.0, done,
                                           bool(j.interruptions), now, self.ctl.guards)]
-            plan, _ = self.ctl.scale_up.launch_group(
-                pods, offers, zones, self.ctl.spot_strategy,
-                lambda it, zone: self.hazard.rate_per_h(it, zone, now))
-            price = plan_price(plan, zones)
+            plan, price = spot_plan(self.ctl.scale_up, pods, offers, zones,
+                                    self.ctl.spot_strategy,
+                                    lambda it, zone: self.hazard.rate_per_h(it, zone, now))
             node = nodes[name]
             return swap_decisions(SwapNode(
                 name, node.usd_per_hour, node.gpus, tuple(j.spec.job_id for j, _ in here),

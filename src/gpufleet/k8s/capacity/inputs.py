@@ -163,12 +163,11 @@ def swap_node(view: NodeView, infos: Sequence[PodInfo], it: InstanceType, now: f
     """An on-demand node as the swap reads it (``control.spot_swap.SwapNode``): its price, its
     pods' GPUs, the least work any of them has done (``done_s``) and one move's cost in
     seconds (checkpoint + restart, JobSpec's defaults, + the provisioning delay)."""
-    reqs = [p.request for p in infos if p.request is not None]
-    move = max((_spec(p, r).checkpoint_cost_s + _spec(p, r).restart_overhead_s
-                for p, r in zip(infos, reqs, strict=True)), default=0.0)
+    specs = [_spec(p, p.request) for p in infos if p.request is not None]
+    move = max((s.checkpoint_cost_s + s.restart_overhead_s for s in specs), default=0.0)
     return SwapNode(view.name, float(it.usd_per_hour), it.gpus,
                     tuple(p.job_id for p in view.pods),
-                    sum(gpu_milli_of(r) for r in reqs) / GPU_MILLI,
+                    sum(gpu_milli_of(s.request) for s in specs) / GPU_MILLI,
                     min((done_s(p, now) for p in infos), default=0.0),
                     move + provisioning_delay_s)
 

@@ -141,12 +141,13 @@ class ScaleDown:
         its pods. The command goes through the consolidator like a consolidation: the spot
         node launched first, the swap re-validated once it is Ready, then the drain. The
         consolidator carries one replacement, so a plan of more than one node is no swap."""
+        od = {v.name: v for v in views if not v.spot and v.pods and v.name in cands}
+        if not od:
+            return None
         created = {n["metadata"]["name"]: parse_time(n["metadata"].get("creationTimestamp"))
-                   for n in by_pid.values()}
-        od = {v.name: v for v in views
-              if not v.spot and v.pods and v.name in created and v.name in cands}
-        order = swap_order([(name, created[name], v.usd_per_hour) for name, v in od.items()],
-                           now, cfg)
+                   for n in by_pid.values() if n["metadata"]["name"] in od}
+        order = swap_order([(name, created[name], v.usd_per_hour) for name, v in od.items()
+                            if name in created], now, cfg)
 
         def movable(name: str) -> bool:
             return all(p.movable and p.spot_ok for p in od[name].pods)

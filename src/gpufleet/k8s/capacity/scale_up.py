@@ -24,7 +24,7 @@ from gpufleet.config import Scenario
 from gpufleet.control.headroom import placeholders
 from gpufleet.control.limits import launch_room
 from gpufleet.control.policies import scale_up_policy, spot_strategy
-from gpufleet.control.spot_swap import plan_price
+from gpufleet.control.spot_swap import spot_plan
 from gpufleet.control.teams import Gate
 from gpufleet.decisions import CapacityType, Launch
 from gpufleet.k8s.capacity import inputs
@@ -68,14 +68,13 @@ class ScaleUp:
             self.hazard.node_gone(it, zone, since, now, iid in self._reclaimed)
             self._reclaimed.discard(iid)
 
-    def _market(self, live: Sequence[Instance], pods: Sequence[PendingPod]
+    def _market(self, live: Sequence[Instance], wants_mig: bool
                 ) -> tuple[list[Offer], dict[str, list[ZoneMarket]]]:
         """The offers (on-demand only on a fleet without spot; MIG-capable types where a pod
-        asks for a slice) and the spot markets per type, as of now."""
+        asks for a slice: ``wants_mig``) and the spot markets per type, as of now."""
         offerings = self.provider.offerings()
         if not self.sc.spot:
             offerings = [o for o in offerings if o.capacity_type == CapacityType.ON_DEMAND]
-        wants_mig = any(p.request.mig_profile is not None for p in pods)
         offers = inputs.live_offers(offerings, live, self.types, wants_mig)
         markets_of = getattr(self.provider, "markets", None)
         if callable(markets_of):
@@ -92,12 +91,10 @@ class ScaleUp:
         MIG types are wanted), not once per candidate."""
         mig = any(p.request.mig_profile is not None for p in pods)
         if mig not in read:
-            read[mig] = self._market(live, pods)
+            read[mig] = self._market(live, mig)
         offers, markets = read[mig]
-        plan, _ = self.policy.launch_group(
-            list(pods), offers, markets, self.spot_strategy,
-            lambda it, zone: self.hazard.rate_per_h(it, zone, now))
-        return plan, plan_price(plan, markets)
+        return spot_plan(self.policy, list(pods), offers, markets, self.spot_strategy,
+                         lambda it, zone: self.hazard.rate_per_h(it, zone, now))
 
     def run(self, snap: Snapshot, refused: Sequence[str], live: list[Instance],
             booting: list[Instance], nodes: Sequence[Mapping[str, Any]], now: float,
@@ -117,7 +114,8 @@ class ScaleUp:
             pending = [*pending, *placeholders(*room)]
         if not pending:
             return
-        offers, markets = self._market(live, pending)
+        offers, markets = self._market(
+            live, any(p.request.mig_profile is not None for p in pending))
         known = set(snap.state.index)
         joined = {(n.get("spec") or {}).get("providerID") for n in nodes
                   if n["metadata"]["name"] in known}
