@@ -20,8 +20,8 @@ as a share of no-spot: negative = spot made it dearer), which row is cheapest (t
 0.5 % go to gpufleet, as the issue counts them), gpufleet's p50/p95 JCT against static, jobs
 lost, spot share of GPU-hours, reclaims and lost GPU-hours. A last table sums each workload and
 market over its seeds. ``--gpufleet NAME`` has another built-in scenario play the gpufleet
-row (``gpufleet-headroom``: spare GPUs for arrivals, ``control.headroom``;
-``gpufleet-spot-swap``: the opt-in on-demand → spot swap, ``control.spot_swap``, with headroom).
+row (``gpufleet-plain``: without the capacity rules headroom and the on-demand → spot swap;
+``gpufleet-no-swap``: headroom only; ``gpufleet-no-headroom``: the swap only).
 Usage:
 
     .venv/bin/python benchmarks/bench_spot_lever.py [--seeds 0,1,2] [--markets trace,price]

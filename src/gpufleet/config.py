@@ -7,7 +7,9 @@ The default run (``default_scenarios``) is the report's columns:
   ``static-p99`` (the same, right-sized at the p99 of concurrent demand: jobs queue when it is
   full) and ``static-reserved`` (``static-p99`` billed at the provider's 1-year commitment
   rate, ``gpufleet.catalog.commitments``);
-* ``gpufleet`` (every lever);
+* ``gpufleet`` (every lever, with the capacity rules headroom and the on-demand → spot swap;
+  ``gpufleet-no-swap``, ``gpufleet-no-headroom`` and ``gpufleet-plain`` leave them out and run
+  only when named);
 * leave-one-out: ``gpufleet-no-<lever>`` for each lever (what that lever adds to the others);
 * the additive chain ``static`` → ``chain-autoscaling-packing`` → ``chain-sharing`` →
   ``gpufleet-no-checkpointing`` (+spot) → ``gpufleet`` (+checkpointing), ``CHAIN``;
@@ -161,12 +163,14 @@ class Scenario(BaseModel):
     # a pending gang waits, scales up or evicts movable pods, whichever costs least
     # (``control.gang_room``); false: scale-up launches for every pending gang
     gang_room: bool = True
-    # move a running on-demand node's work to spot when the move pays (``control.spot_swap``;
-    # opt-in: its reclaims and moves cost ~4x the simulation time, docs/simulator.md); needs
-    # autoscaling and spot
+    # move a running on-demand node's work to spot when the move pays (``control.spot_swap``);
+    # needs autoscaling, spot and checkpointing. On in the embedded ``gpufleet``, off
+    # unless set in a scenario file or the controller's --config: a swap drains running work,
+    # which a deployment switches on knowingly
     spot_swap: bool = False
-    # keep spare GPUs ready for the arrivals expected while a node boots (``control.headroom``;
-    # opt-in: measured apart from the default set, docs/simulator.md); needs autoscaling
+    # keep spare GPUs ready for the arrivals expected while a node boots (``control.headroom``);
+    # needs autoscaling. On in the embedded ``gpufleet``, off unless set in a file: the buffer
+    # is capacity paid for before any pod asks for it
     headroom: bool = False
 
     # the live capacity controller's cloud provider (None: the controller only schedules)
@@ -261,21 +265,23 @@ def default_scenarios() -> list[Scenario]:
     return out
 
 
-def opt_in_scenarios() -> list[Scenario]:
-    """gpufleet with opt-in rules on, run only when named (``--only``): ``gpufleet-headroom``
-    (``control.headroom``) and ``gpufleet-spot-swap``, the on-demand → spot swap
-    (``control.spot_swap``) with headroom: the swap puts the work of long-lived on-demand nodes
-    on spot, so new arrivals find less free room, and the buffer gives that room back."""
+def rule_scenarios() -> list[Scenario]:
+    """``gpufleet`` without one or both of its capacity rules, run only when named (``--only``):
+    ``gpufleet-no-swap`` (no on-demand → spot swap, ``control.spot_swap``),
+    ``gpufleet-no-headroom`` (no spare GPUs for arrivals, ``control.headroom``) and
+    ``gpufleet-plain`` (neither: ``gpufleet`` before the two rules). They are rules, not levers:
+    the leave-one-out and the chain keep them wherever their levers are on."""
     base = default_scenario()
-    return [base.model_copy(update={"name": "gpufleet-headroom", "headroom": True}),
-            base.model_copy(update={"name": "gpufleet-spot-swap", "spot_swap": True,
-                                    "headroom": True})]
+    return [base.model_copy(update={"name": "gpufleet-no-swap", "spot_swap": False}),
+            base.model_copy(update={"name": "gpufleet-no-headroom", "headroom": False}),
+            base.model_copy(update={"name": "gpufleet-plain", "spot_swap": False,
+                                    "headroom": False})]
 
 
 def builtin_scenarios() -> list[Scenario]:
-    """Every scenario known by name: the default run, the single-lever ones and the opt-in
-    ones."""
-    return [*default_scenarios(), *single_lever_scenarios(), *opt_in_scenarios()]
+    """Every scenario known by name: the default run, the single-lever ones and ``gpufleet``
+    without its capacity rules."""
+    return [*default_scenarios(), *single_lever_scenarios(), *rule_scenarios()]
 
 
 def scenarios_named(names: list[str]) -> list[Scenario]:
@@ -288,8 +294,11 @@ def scenarios_named(names: list[str]) -> list[Scenario]:
 
 
 def default_scenario() -> Scenario:
-    """The embedded ``gpufleet`` scenario: every lever on."""
-    return Scenario(name="gpufleet", gpu_mtbf_hours=LLAMA3_GPU_MTBF_HOURS)
+    """The embedded ``gpufleet`` scenario: every lever on, with headroom and the on-demand →
+    spot swap (docs/simulator.md: together they make the spot lever pay on Philly and on the
+    synthetic load shapes)."""
+    return Scenario(name="gpufleet", gpu_mtbf_hours=LLAMA3_GPU_MTBF_HOURS, spot_swap=True,
+                    headroom=True)
 
 
 def static_scenario() -> Scenario:

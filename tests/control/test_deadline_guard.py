@@ -23,7 +23,9 @@ def req(gpus: int = 1, cpu: int = 4000, milli: int = 1000) -> ResourceRequest:
 
 
 def no_failures(**kw: object) -> Scenario:
-    return default_scenario().model_copy(update={"gpu_mtbf_hours": None, **kw})
+    # the guard's worked examples alone: no headroom buffer, no swap
+    return default_scenario().model_copy(update={"gpu_mtbf_hours": None, "headroom": False,
+                                                  "spot_swap": False, **kw})
 
 
 @pytest.mark.parametrize(

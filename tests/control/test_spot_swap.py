@@ -12,6 +12,7 @@ from gpufleet.control.spot_swap import (
     SwapNode,
     SwapSettings,
     first_swap,
+    may_pay,
     plan_price,
     swap_decisions,
     swap_order,
@@ -118,3 +119,18 @@ def test_plan_price(plan: list[Launch], want: float) -> None:
 ])
 def test_max_nodes(plan: list[Launch], max_nodes: int | None, want: bool) -> None:
     assert (swap_decisions(node(5.0), plan, 7.34, CFG, max_nodes) is not None) == want
+
+
+@pytest.mark.parametrize(("swap", "want", "why"), [
+    # at a spot price of 0 the saving is the whole 24.48 $/h; 8 × 2.244 = 17.952 $
+    (node(0.74), True, "24.48 × 0.74 = 18.115 ≥ 17.952"),
+    (node(0.73), False, "24.48 × 0.73 = 17.870 < 17.952: no spot price can make it pay"),
+    (node(1.0), True, "pays at spot 0, though not at 7.34 (swap_decisions' table)"),
+    # one 1-GPU job: 8 × 0.2805 = 2.244 $
+    (node(0.1, gpus=1.0), True, "24.48 × 0.1 = 2.448 ≥ 2.244"),
+    (node(0.09, gpus=1.0), False, "24.48 × 0.09 = 2.2032 < 2.244"),
+    (node(5.0, jobs=()), False, "nothing to move"),
+])
+def test_may_pay(swap: SwapNode, want: bool, why: str) -> None:
+    assert may_pay(swap, CFG) is want, why
+

@@ -62,30 +62,34 @@ def test_twins_are_only_runs_that_differ_in_nothing_decision_relevant() -> None:
         "static", "static-p99", "gpufleet", "gpufleet-no-sharing", "gpufleet-no-spot",
         "chain-autoscaling-packing", "chain-sharing", "sharing", "gpufleet-no-checkpointing",
         "spot", "static-reserved"])}
+    # headroom's placeholder pods tolerate spot: where a row keeps it, spot is never inert
+    nh = {n: s.model_copy(update={"headroom": False}) for n, s in by.items()}
     whole, frac = whole_gpu_jobs(), whole_gpu_jobs(fraction=True)
     renamed = by["gpufleet"].model_copy(update={"name": "copy"})
     cases = [
-        ("gpufleet-no-sharing", ["static", "gpufleet"], whole, "gpufleet"),
-        # no job can checkpoint: none tolerates spot, so the market is inert
-        ("chain-autoscaling-packing", ["gpufleet-no-checkpointing"], whole,
+        (by, "gpufleet-no-sharing", ["static", "gpufleet"], whole, "gpufleet"),
+        # no job can checkpoint: none tolerates spot, so without headroom the market is inert
+        (nh, "chain-autoscaling-packing", ["gpufleet-no-checkpointing"], whole,
          "gpufleet-no-checkpointing"),
-        ("gpufleet-no-checkpointing", ["chain-autoscaling-packing"], whole,
+        (nh, "gpufleet-no-checkpointing", ["chain-autoscaling-packing"], whole,
          "chain-autoscaling-packing"),
-        ("chain-sharing", ["static", "gpufleet-no-checkpointing"], frac,
+        (nh, "chain-sharing", ["static", "gpufleet-no-checkpointing"], frac,
          "gpufleet-no-checkpointing"),
-        ("chain-autoscaling-packing", ["gpufleet-no-checkpointing"], frac, None),  # sharing
-        ("chain-sharing", ["gpufleet", "chain-autoscaling-packing"], whole,
+        (by, "chain-autoscaling-packing", ["gpufleet-no-checkpointing"], whole, None),
+        (by, "gpufleet-no-checkpointing", ["chain-sharing"], whole, None),
+        (nh, "chain-autoscaling-packing", ["gpufleet-no-checkpointing"], frac, None),  # sharing
+        (by, "chain-sharing", ["gpufleet", "chain-autoscaling-packing"], whole,
          "chain-autoscaling-packing"),
-        ("gpufleet-no-sharing", ["gpufleet"], frac, None),  # the half GPU rounds up without
-        ("gpufleet-no-spot", ["gpufleet"], whole, None),  # checkpointing jobs take spot
-        ("chain-autoscaling-packing", ["spot"], whole, None),  # a fixed spot fleet
-        ("static-reserved", ["static-p99"], whole, None),  # re-billed, not the same run
-        ("static-p99", ["static"], whole, None),  # another fleet size
-        ("sharing", ["static"], whole, "static"),  # fixed fleet: same demand steps
-        ("sharing", ["static"], frac, None),
+        (by, "gpufleet-no-sharing", ["gpufleet"], frac, None),  # the half GPU rounds up without
+        (by, "gpufleet-no-spot", ["gpufleet"], whole, None),  # checkpointing jobs take spot
+        (by, "chain-autoscaling-packing", ["spot"], whole, None),  # a fixed spot fleet
+        (by, "static-reserved", ["static-p99"], whole, None),  # re-billed, not the same run
+        (by, "static-p99", ["static"], whole, None),  # another fleet size
+        (by, "sharing", ["static"], whole, "static"),  # fixed fleet: same demand steps
+        (by, "sharing", ["static"], frac, None),
     ]
-    for name, earlier, jobs, want in cases:
-        got = twin_of(by[name], [by[e] for e in earlier], jobs)
+    for rows, name, earlier, jobs, want in cases:
+        got = twin_of(rows[name], [rows[e] for e in earlier], jobs)
         assert (got.name if got else None) == want, (name, earlier)
     assert twin_of(renamed, [by["static"], by["gpufleet"]], frac).name == "gpufleet"
 
@@ -114,6 +118,7 @@ def test_spot_inert_needs_autoscaling_no_teams_no_guard_and_no_spot_tolerant_job
     from gpufleet.sim.batch import spot_inert
 
     [nc] = scenarios_named(["gpufleet-no-checkpointing"])
+    nc = nc.model_copy(update={"headroom": False})
     whole = whole_gpu_jobs()
     deadline = [replace(j, deadline_s=j.submit_s + 3 * j.duration_s) if i == 3 else j
                 for i, j in enumerate(whole)]
@@ -121,6 +126,7 @@ def test_spot_inert_needs_autoscaling_no_teams_no_guard_and_no_spot_tolerant_job
     cases = [
         (nc, whole, True),
         (nc.model_copy(update={"checkpointing": True}), whole, False),  # jobs take spot
+        (nc.model_copy(update={"headroom": True}), whole, False),  # placeholders take spot
         (nc.model_copy(update={"autoscaling": False}), whole, False),  # fixed spot fleet
         (nc.model_copy(update={"teams": teams}), whole, False),  # budgets: spot-only
         (nc, deadline, False),  # the deadline guard runs
@@ -132,12 +138,14 @@ def test_spot_inert_needs_autoscaling_no_teams_no_guard_and_no_spot_tolerant_job
 
 def test_a_spot_twin_is_what_running_it_gives() -> None:
     """The proof's check for an inert market: chain-autoscaling-packing run for real gives
-    gpufleet-no-checkpointing's figures (no job can checkpoint, so none takes spot); run_all
-    derives it and keeps the row's own market description."""
+    gpufleet-no-checkpointing's figures (no job can checkpoint, so none takes spot; no
+    headroom, whose placeholders would); run_all derives it and keeps the row's own market
+    description."""
     from gpufleet.sim.batch import run_one
 
     jobs = whole_gpu_jobs()
-    [nc, chain] = scenarios_named(["gpufleet-no-checkpointing", "chain-autoscaling-packing"])
+    nc, chain = (s.model_copy(update={"headroom": False}) for s in scenarios_named(
+        ["gpufleet-no-checkpointing", "chain-autoscaling-packing"]))
     real = run_one(nc, 0, jobs)
     got = run_all(jobs, [chain, nc], seed=0, workers=1)
     row = got["gpufleet-no-checkpointing"]

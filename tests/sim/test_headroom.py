@@ -1,6 +1,7 @@
-"""Headroom in the simulator (``control.headroom``; ``gpufleet-headroom``): real runs on the
-first 2,000 Philly jobs, checked for what the buffer is for (arrivals start without waiting for
-a node to boot), for accounting and lost work, and that no buffer is exactly the plain run."""
+"""Headroom in the simulator (``control.headroom``): ``gpufleet-no-swap`` against
+``gpufleet-plain`` (neither swaps on-demand work to spot), real runs on the first 2,000 Philly
+jobs, checked for what the buffer is for (arrivals start without waiting for a node to boot),
+for accounting and lost work, and that no buffer is exactly the plain run."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ def waits(sim: Simulation) -> np.ndarray:
 
 
 def test_arrivals_wait_less_and_nothing_is_lost(jobs: list[JobSpec]) -> None:
-    plain, kept = run("gpufleet", jobs), run("gpufleet-headroom", jobs)
+    plain, kept = run("gpufleet-plain", jobs), run("gpufleet-no-swap", jobs)
     p, k = plain.summary(), kept.summary()
     assert k["jobs_lost"] == 0 and k["jobs_finished"] == len(jobs)
     assert check_accounting(kept.sim) == []  # allocated ≥ useful + lost, per job and fleet
@@ -53,8 +54,8 @@ def test_arrivals_wait_less_and_nothing_is_lost(jobs: list[JobSpec]) -> None:
 def test_no_buffer_is_the_plain_run(jobs: list[JobSpec]) -> None:
     """A buffer capped at 0 GPUs: no placeholder, no limit on disruption — every figure of
     the plain run."""
-    none = run("gpufleet-headroom", jobs, HeadroomSettings(horizon_s=190.0, max_gpus=0))
-    a, b = none.summary(), run("gpufleet", jobs).summary()
+    none = run("gpufleet-no-swap", jobs, HeadroomSettings(horizon_s=190.0, max_gpus=0))
+    a, b = none.summary(), run("gpufleet-plain", jobs).summary()
     assert {k: v for k, v in a.items() if k not in UNTIMED} == \
         {k: v for k, v in b.items() if k not in UNTIMED}
 

@@ -45,7 +45,9 @@ def run(action: str | None, ckpt_s: float = 0.0) -> tuple[dict, dict, list]:
         {"name": "a", "budget": {"usd": 0.5, "period": "day", "action": action}}]})
     sc = default_scenario().model_copy(update={
         "spot_market": "price", "gpu_mtbf_hours": None, "deadline_policy": None,
-        "instance_types": ("g4dn.xlarge",), "teams": teams})
+        "instance_types": ("g4dn.xlarge",), "teams": teams,
+        # the budget's worked timeline alone: no headroom node, no swap
+        "headroom": False, "spot_swap": False})
     jobs = [JobSpec("j1", 0.0, 7200.0, ONE_T4, tenant="a", interruptible=False,
                     checkpoint_cost_s=ckpt_s),
             JobSpec("j2", 600.0, 3600.0, ONE_T4, tenant="a", interruptible=False,

@@ -29,7 +29,7 @@ def v100(gpus: int) -> ResourceRequest:
 
 BASE = default_scenario().model_copy(update={
     "spot": False, "gpu_mtbf_hours": None, "instance_types": ("p3.8xlarge",),
-    "consolidation": False})
+    "consolidation": False, "headroom": False})  # the gang room's worked examples alone
 
 
 def run(jobs: list[JobSpec], gang_room: bool, **kw: object) -> Simulation:

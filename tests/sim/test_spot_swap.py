@@ -1,4 +1,4 @@
-"""The on-demand → spot swap in the simulator (``control.spot_swap``; ``gpufleet-spot-swap``):
+"""The on-demand → spot swap in the simulator (``control.spot_swap``, on in ``gpufleet``):
 real runs on the shared availability traces, checked for accounting, lost work and the knobs."""
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ def run(name: str, jobs: list[JobSpec], cfg: SwapSettings | None = None) -> Simu
 
 
 def test_swaps_move_work_to_spot_and_lose_nothing(shared_data, jobs) -> None:
-    # gpufleet-spot-swap keeps headroom too: against gpufleet-headroom only the swap differs
-    plain, swap = run("gpufleet-headroom", jobs), run("gpufleet-spot-swap", jobs)
+    # gpufleet keeps headroom too: against gpufleet-no-swap only the swap differs
+    plain, swap = run("gpufleet-no-swap", jobs), run("gpufleet", jobs)
     p, s = plain.summary(), swap.summary()
     assert p["spot_swaps"] == 0 and s["spot_swaps"] > 0
     assert s["jobs_lost"] == 0 and s["jobs_finished"] == len(jobs)
@@ -46,9 +46,9 @@ def test_swaps_move_work_to_spot_and_lose_nothing(shared_data, jobs) -> None:
 
 
 def test_payback_knob_is_read(shared_data, jobs) -> None:
-    """A payback nothing can meet: no swap, and the run is gpufleet-headroom's."""
-    never = run("gpufleet-spot-swap", jobs, replace(SwapSettings(), payback=1e12))
-    plain = run("gpufleet-headroom", jobs)
+    """A payback nothing can meet: no swap, and the run is gpufleet-no-swap's."""
+    never = run("gpufleet", jobs, replace(SwapSettings(), payback=1e12))
+    plain = run("gpufleet-no-swap", jobs)
     a, b = never.summary(), plain.summary()
     assert a["spot_swaps"] == 0
     assert a["cost_usd"] == b["cost_usd"] and a["jct_p95_s"] == b["jct_p95_s"]
@@ -59,6 +59,7 @@ def test_payback_knob_is_read(shared_data, jobs) -> None:
     ({"spot_swap": False}, False),
     ({"spot_swap": True, "spot": False}, False),  # nothing to swap to
     ({"spot_swap": True, "autoscaling": False}, False),  # a fixed fleet launches nothing
+    ({"spot_swap": True, "checkpointing": False}, False),  # no pod may move
 ])
 def test_settings_follow_the_scenario(update: dict[str, bool], on: bool) -> None:
     assert (spot_swap_settings(default_scenario().model_copy(update=update)) is not None) == on

@@ -10,7 +10,7 @@ median of JCT minus queue is 1,252.5 s. 47 % of the jobs near the median wait, a
 cluster-autoscaler's over-provisioning (low-priority placeholder pods) and its CapacityBuffer
 API. This is that buffer, sized from the demand seen instead of a fixed count.
 
-The rule (opt-in: ``Scenario.headroom``; measured in docs/simulator.md):
+The rule (``Scenario.headroom``, on in the embedded ``gpufleet``; measured in docs/simulator.md):
 
 1. **Size** (``buffer_gpus``): the GPUs that arrived over the last ``window_s`` give a rate
    (GPUs per second); over the horizon — provisioning delay + scan interval, the time a new node

@@ -74,8 +74,10 @@ def gang_room_settings(sc: Scenario) -> GangRoomSettings | None:
 
 
 def spot_swap_settings(sc: Scenario) -> SwapSettings | None:
-    """The on-demand → spot swap, where the scenario asks for it and can launch spot."""
-    if not (sc.spot_swap and sc.spot and sc.autoscaling):
+    """The on-demand → spot swap, where the scenario asks for it, can launch spot and
+    checkpoints: a swap moves only pods that checkpoint (``control.views.pod_view``), so
+    without checkpointing it would walk every on-demand node each look and move nothing."""
+    if not (sc.spot_swap and sc.spot and sc.autoscaling and sc.checkpointing):
         return None
     return SwapSettings()
 

@@ -8,9 +8,10 @@ spot launches), and its work comes back to the long-lived on-demand nodes.
 Karpenter's consolidation replaces a node by a cheaper one; this is that move with spot as the
 cheaper node, priced by the same expected-cost rule as a launch (``market.spot_cost``).
 
-The rule (opt-in: ``Scenario.spot_swap``; measured in docs/simulator.md). Both drivers apply
-it: the simulator's scan, and the live capacity loop's scale-down, which hands the decisions to
-its consolidator as a ``spot-swap`` command (spot node first, re-validated, then the drain):
+The rule (``Scenario.spot_swap``, on in the embedded ``gpufleet``; measured in
+docs/simulator.md). Both drivers apply it: the simulator's scan, and the live capacity loop's
+scale-down, which hands the decisions to its consolidator as a ``spot-swap`` command (spot node
+first, re-validated, then the drain):
 
 1. **Candidates** (``swap_order``): on-demand nodes ready for at least ``min_age_s`` (the demand
    they serve has lasted), dearest first; the driver tries at most ``max_tries`` of those whose
@@ -26,7 +27,8 @@ its consolidator as a ``spot-swap`` command (spot node first, re-validated, then
    ``payback`` times: (od − spot) × attained ≥ payback × GPUs × (od $/GPU-h) × (checkpoint +
    restart + provisioning delay). Work done, not work left: a scheduler does not know how long a
    job will run, and for heavy-tailed job lengths the work done is the usual estimate of the work
-   left. It also leaves short jobs where they are.
+   left. It also leaves short jobs where they are. A judge checks it with a spot price of 0
+   first (``may_pay``): a node that cannot pay at any price is no swap without step 2's plan.
 
 Then the decisions are the spot launch, a graceful ``Preempt`` of every pod (checkpoint, requeue)
 and ``Terminate`` of the node, applied in that order.
@@ -127,6 +129,22 @@ def spot_plan(
     return plan, plan_price(plan, markets)
 
 
+def _pays(node: SwapNode, spot_usd_h: float, cfg: SwapSettings) -> bool:
+    """Step 4: the hourly saving at ``spot_usd_h``, over the work done, pays for the move
+    ``payback`` times."""
+    od = node.usd_per_hour
+    move_usd = node.pod_gpus * (od / max(node.gpus, 1)) * node.move_s / HOUR_S
+    return (od - spot_usd_h) * node.attained_s / HOUR_S >= cfg.payback * move_usd
+
+
+def may_pay(node: SwapNode, cfg: SwapSettings) -> bool:
+    """Step 4 with spot free: a node whose work done cannot pay for the move even at a spot
+    price of 0 is no swap whatever scale-up would launch. The drivers ask this before the
+    judge's plan (a scale-up pass, the rule's dearest step); it never refuses a swap that
+    ``swap_decisions`` would make, as a spot price is never below 0."""
+    return bool(node.job_ids) and _pays(node, 0.0, cfg)
+
+
 def swap_decisions(
     node: SwapNode, plan: Sequence[Launch], spot_usd_h: float, cfg: SwapSettings,
     max_nodes: int | None = None,
@@ -142,9 +160,6 @@ def swap_decisions(
     if any(x.capacity_type != CapacityType.SPOT for x in plan):
         return None
     od = node.usd_per_hour
-    if spot_usd_h > cfg.max_price_ratio * od:
-        return None
-    move_usd = node.pod_gpus * (od / max(node.gpus, 1)) * node.move_s / HOUR_S
-    if (od - spot_usd_h) * node.attained_s / HOUR_S < cfg.payback * move_usd:
+    if spot_usd_h > cfg.max_price_ratio * od or not _pays(node, spot_usd_h, cfg):
         return None
     return [*plan, *(Preempt(j, REASON) for j in node.job_ids), Terminate(node.name, REASON)]

@@ -28,7 +28,8 @@ same under both, and
 No seed depends on a scenario's name, so the second run would repeat the first event for
 event; its row is the first's, marked ``derived_from``. On a trace without fractions or MIG
 (Philly), that is ``gpufleet-no-sharing`` = ``gpufleet`` and ``chain-autoscaling-packing`` =
-``chain-sharing`` = ``gpufleet-no-checkpointing``.
+``chain-sharing``. (``gpufleet-no-checkpointing`` would equal them too, no job tolerating spot
+without checkpoints, but headroom's placeholder pods do tolerate it.)
 
 A scenario that differs from one that runs only in ``pricing``, on a fleet where no decision
 reads a price (fixed, on-demand, no team budgets: ``rebill_of``), is **re-billed**, not re-run:
@@ -39,8 +40,10 @@ of a micro-dollar). On every workload, ``static-reserved`` is ``static-p99`` re-
 
 The order is *longest first* (the classic LPT rule for independent jobs on parallel machines):
 a long scenario started last would leave the other cores idle while it runs alone. Length is
-estimated from the levers: autoscaling brings the scale-up and consolidation scans, which are
-most of the work; spot brings reclaims and replacements; packing and sharing score placements.
+estimated from the levers: the on-demand → spot swap brings the most reclaims and moves (on
+Philly 3–4× the CPU of a run without it); autoscaling brings the scale-up and consolidation
+scans, which are most of the work otherwise; spot brings reclaims and replacements; packing and
+sharing score placements.
 """
 
 from __future__ import annotations
@@ -58,7 +61,7 @@ import numpy as np
 from gpufleet.catalog.commitments import on_demand_rate
 from gpufleet.config import Scenario
 from gpufleet.control.admission import effective_request, tolerates_spot
-from gpufleet.control.policies import deadline_guards_on
+from gpufleet.control.policies import deadline_guards_on, headroom, spot_swap_settings
 from gpufleet.control.sizing import demand_steps
 from gpufleet.sim.books import Series
 from gpufleet.sim.runner import Simulation, build_market, horizon, scenario_types
@@ -81,8 +84,9 @@ class Outcome:
 
 def spot_inert(sc: Scenario, jobs: list[JobSpec]) -> bool:
     """Spot can change nothing in ``sc``'s run (module docstring): autoscaled, no teams, no
-    deadline guard, and no job's effective request tolerates the spot taint."""
-    if not sc.autoscaling or sc.teams is not None:
+    deadline guard, no headroom (its placeholder pods tolerate spot, ``control.headroom``), and
+    no job's effective request tolerates the spot taint."""
+    if not sc.autoscaling or sc.teams is not None or headroom(sc) is not None:
         return False
     if deadline_guards_on(sc) and any(j.deadline_s is not None and j.interruptible
                                       for j in jobs):
@@ -155,8 +159,8 @@ def rebilled(sim: Simulation, source: Outcome, sc: Scenario) -> Outcome:
 
 def expected_work(sc: Scenario) -> tuple[int, ...]:
     """A sort key, larger = longer run (see the module docstring)."""
-    return (int(sc.autoscaling), int(sc.spot), int(sc.packing) + int(sc.sharing),
-            int(sc.checkpointing))
+    return (int(spot_swap_settings(sc) is not None), int(sc.autoscaling),
+            int(sc.spot), int(sc.packing) + int(sc.sharing), int(sc.checkpointing))
 
 
 def run_one(sc: Scenario, seed: int, jobs: list[JobSpec],

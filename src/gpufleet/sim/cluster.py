@@ -68,6 +68,7 @@ from gpufleet.control.spot_swap import (
     SwapNode,
     SwapSettings,
     first_swap,
+    may_pay,
     spot_plan,
     swap_decisions,
     swap_order,
@@ -506,22 +507,25 @@ class ClusterSim:
             return all(v.movable and v.spot_ok for v in self._pod_views(nodes[name]))
 
         def judge(name: str) -> list[Decision] | None:
-            if not market:
+            if not market:  # read first: the first read in a tick fills the market's cache
                 market.append((self.offers.offers(now), self.offers.markets(now)))
             offers, zones = market[0]
-            here = [(j, j.progress(now)[0]) for j in (self.jobs[i] for i in nodes[name].jobs)]
+            node = nodes[name]
+            here = [(j, j.progress(now)[0]) for j in (self.jobs[i] for i in node.jobs)]
+            swap = SwapNode(
+                name, node.usd_per_hour, node.gpus, tuple(j.spec.job_id for j, _ in here),
+                sum(j.gpus for j, _ in here), min(done for _, done in here),
+                max(j.ckpt_cost + j.spec.restart_overhead_s for j, _ in here)
+                + self.sc.provisioning_delay_s)
+            if not may_pay(swap, cfg):
+                return None
             pods = [p for j, done in here
                     for p in pending_pods(j.spec, j.req, j.on_demand_only, 0.0, done,
                                           bool(j.interruptions), now, self.ctl.guards)]
             plan, price = spot_plan(self.ctl.scale_up, pods, offers, zones,
                                     self.ctl.spot_strategy,
                                     lambda it, zone: self.hazard.rate_per_h(it, zone, now))
-            node = nodes[name]
-            return swap_decisions(SwapNode(
-                name, node.usd_per_hour, node.gpus, tuple(j.spec.job_id for j, _ in here),
-                sum(j.gpus for j, _ in here), min(done for _, done in here),
-                max(j.ckpt_cost + j.spec.restart_overhead_s for j, _ in here)
-                + self.sc.provisioning_delay_s), plan, price, cfg)
+            return swap_decisions(swap, plan, price, cfg)
 
         decisions = first_swap(order, movable, judge, cfg)
         if decisions is not None:
