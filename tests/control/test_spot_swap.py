@@ -12,6 +12,7 @@ from gpufleet.control.spot_swap import (
     SwapNode,
     SwapSettings,
     first_swap,
+    judge_swap,
     may_pay,
     plan_price,
     swap_decisions,
@@ -134,3 +135,20 @@ def test_max_nodes(plan: list[Launch], max_nodes: int | None, want: bool) -> Non
 def test_may_pay(swap: SwapNode, want: bool, why: str) -> None:
     assert may_pay(swap, CFG) is want, why
 
+
+
+@pytest.mark.parametrize(("swap", "asked", "want"), [
+    (node(0.73), False, False),  # cannot pay even at spot 0 (test_may_pay): scale-up not asked
+    (node(1.0), True, False),  # could pay at 0, not at 7.34: asked, then no swap
+    (node(2.0), True, True),  # 34.28 ≥ 17.952: the swap
+])
+def test_judge_swap_asks_scale_up_only_when_the_move_could_pay(
+        swap: SwapNode, asked: bool, want: bool) -> None:
+    calls: list[int] = []
+
+    def ask() -> tuple[list[Launch], float]:
+        calls.append(1)
+        return [SPOT], 7.34
+
+    got = judge_swap(swap, ask, CFG)
+    assert bool(calls) is asked and (got is not None) is want

@@ -82,10 +82,15 @@ def spot_swap_settings(sc: Scenario) -> SwapSettings | None:
     return SwapSettings()
 
 
+def headroom_on(sc: Scenario) -> bool:
+    """Whether the scenario keeps a spare-GPU buffer: asked for, on an autoscaled fleet."""
+    return sc.headroom and sc.autoscaling
+
+
 def headroom(sc: Scenario) -> Headroom | None:
-    """The spare-GPU buffer, where the scenario asks for it on an autoscaled fleet; its
-    horizon is the time a new node takes to be asked for and to boot."""
-    if not (sc.headroom and sc.autoscaling):
+    """The spare-GPU buffer where ``headroom_on``; its horizon is the time a new node takes to
+    be asked for and to boot."""
+    if not headroom_on(sc):
         return None
     return Headroom(HeadroomSettings(sc.provisioning_delay_s + sc.scan_interval_s))
 

@@ -27,8 +27,9 @@ first, re-validated, then the drain):
    ``payback`` times: (od − spot) × attained ≥ payback × GPUs × (od $/GPU-h) × (checkpoint +
    restart + provisioning delay). Work done, not work left: a scheduler does not know how long a
    job will run, and for heavy-tailed job lengths the work done is the usual estimate of the work
-   left. It also leaves short jobs where they are. A judge checks it with a spot price of 0
-   first (``may_pay``): a node that cannot pay at any price is no swap without step 2's plan.
+   left. It also leaves short jobs where they are. A judge (``judge_swap``) checks it with a spot
+   price of 0 first (``may_pay``): a node that cannot pay at any price is no swap without step
+   2's plan.
 
 Then the decisions are the spot launch, a graceful ``Preempt`` of every pod (checkpoint, requeue)
 and ``Terminate`` of the node, applied in that order.
@@ -143,6 +144,19 @@ def may_pay(node: SwapNode, cfg: SwapSettings) -> bool:
     judge's plan (a scale-up pass, the rule's dearest step); it never refuses a swap that
     ``swap_decisions`` would make, as a spot price is never below 0."""
     return bool(node.job_ids) and _pays(node, 0.0, cfg)
+
+
+def judge_swap(
+    node: SwapNode, ask: Callable[[], tuple[list[Launch], float]], cfg: SwapSettings,
+    max_nodes: int | None = None,
+) -> list[Decision] | None:
+    """Steps 2–4 for one candidate, in the order both drivers follow: the payback at a spot
+    price of 0 (``may_pay``) first, then ``ask`` for scale-up's plan and its price
+    (``spot_plan``, the dearest step), then ``swap_decisions``."""
+    if not may_pay(node, cfg):
+        return None
+    plan, price = ask()
+    return swap_decisions(node, plan, price, cfg, max_nodes)
 
 
 def swap_decisions(

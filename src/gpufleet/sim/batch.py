@@ -61,7 +61,7 @@ import numpy as np
 from gpufleet.catalog.commitments import on_demand_rate
 from gpufleet.config import Scenario
 from gpufleet.control.admission import effective_request, tolerates_spot
-from gpufleet.control.policies import deadline_guards_on, headroom, spot_swap_settings
+from gpufleet.control.policies import deadline_guards_on, headroom_on, spot_swap_settings
 from gpufleet.control.sizing import demand_steps
 from gpufleet.sim.books import Series
 from gpufleet.sim.runner import Simulation, build_market, horizon, scenario_types
@@ -86,7 +86,7 @@ def spot_inert(sc: Scenario, jobs: list[JobSpec]) -> bool:
     """Spot can change nothing in ``sc``'s run (module docstring): autoscaled, no teams, no
     deadline guard, no headroom (its placeholder pods tolerate spot, ``control.headroom``), and
     no job's effective request tolerates the spot taint."""
-    if not sc.autoscaling or sc.teams is not None or headroom(sc) is not None:
+    if not sc.autoscaling or sc.teams is not None or headroom_on(sc):
         return False
     if deadline_guards_on(sc) and any(j.deadline_s is not None and j.interruptible
                                       for j in jobs):

@@ -68,9 +68,8 @@ from gpufleet.control.spot_swap import (
     SwapNode,
     SwapSettings,
     first_swap,
-    may_pay,
+    judge_swap,
     spot_plan,
-    swap_decisions,
     swap_order,
 )
 from gpufleet.control.teams import Gate
@@ -517,15 +516,16 @@ class ClusterSim:
                 sum(j.gpus for j, _ in here), min(done for _, done in here),
                 max(j.ckpt_cost + j.spec.restart_overhead_s for j, _ in here)
                 + self.sc.provisioning_delay_s)
-            if not may_pay(swap, cfg):
-                return None
-            pods = [p for j, done in here
-                    for p in pending_pods(j.spec, j.req, j.on_demand_only, 0.0, done,
-                                          bool(j.interruptions), now, self.ctl.guards)]
-            plan, price = spot_plan(self.ctl.scale_up, pods, offers, zones,
-                                    self.ctl.spot_strategy,
-                                    lambda it, zone: self.hazard.rate_per_h(it, zone, now))
-            return swap_decisions(swap, plan, price, cfg)
+
+            def ask() -> tuple[list[Launch], float]:
+                pods = [p for j, done in here
+                        for p in pending_pods(j.spec, j.req, j.on_demand_only, 0.0, done,
+                                              bool(j.interruptions), now, self.ctl.guards)]
+                return spot_plan(self.ctl.scale_up, pods, offers, zones,
+                                 self.ctl.spot_strategy,
+                                 lambda it, zone: self.hazard.rate_per_h(it, zone, now))
+
+            return judge_swap(swap, ask, cfg)
 
         decisions = first_swap(order, movable, judge, cfg)
         if decisions is not None:

@@ -27,13 +27,7 @@ from gpufleet.config import Scenario
 from gpufleet.control.limits import launch_room
 from gpufleet.control.node_clocks import SinceClock
 from gpufleet.control.policies import disruption_policy, spot_swap_settings
-from gpufleet.control.spot_swap import (
-    SwapSettings,
-    first_swap,
-    may_pay,
-    swap_decisions,
-    swap_order,
-)
+from gpufleet.control.spot_swap import SwapSettings, first_swap, judge_swap, swap_order
 from gpufleet.decisions import CapacityType, Decision, Launch, Terminate
 from gpufleet.k8s.capacity import inputs
 from gpufleet.k8s.capacity.metrics import ReconcileReport
@@ -164,10 +158,9 @@ class ScaleDown:
             if len(infos) != len(v.pods):
                 return None  # a pod the snapshot cannot read: not judged
             node = inputs.swap_node(v, infos, cands[name][0], now, self.sc.provisioning_delay_s)
-            if not may_pay(node, cfg):
-                return None
-            plan, price = swap_plan(inputs.running_pods(infos, now, self.sc.checkpointing))
-            return swap_decisions(node, plan, price, cfg, max_nodes=1)
+            return judge_swap(
+                node, lambda: swap_plan(inputs.running_pods(infos, now, self.sc.checkpointing)),
+                cfg, max_nodes=1)
 
         got = first_swap(order, movable, judge, cfg)
         if got is None:
