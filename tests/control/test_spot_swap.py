@@ -152,3 +152,25 @@ def test_judge_swap_asks_scale_up_only_when_the_move_could_pay(
 
     got = judge_swap(swap, ask, CFG)
     assert bool(calls) is asked and (got is not None) is want
+
+
+@pytest.mark.parametrize(("swap", "anywhere", "asked", "want"), [
+    (node(2.0), False, False, False),  # would pay, but the strategy bids nowhere: no plan asked
+    (node(2.0), True, True, True),  # bids somewhere: scale-up's plan decides (34.28 ≥ 17.952)
+    (node(0.73), True, False, False),  # may_pay comes first: the market is not even asked
+])
+def test_judge_swap_skips_the_plan_when_the_strategy_bids_nowhere(
+        swap: SwapNode, anywhere: bool, asked: bool, want: bool) -> None:
+    calls: list[str] = []
+
+    def ask() -> tuple[list[Launch], float]:
+        calls.append("plan")
+        return [SPOT], 7.34
+
+    def spot_anywhere() -> bool:
+        calls.append("bids")
+        return anywhere
+
+    got = judge_swap(swap, ask, CFG, spot_anywhere=spot_anywhere)
+    assert ("plan" in calls) is asked and (got is not None) is want
+    assert ("bids" in calls) is (swap.attained_s >= 0.74 * 3600)

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import itertools
+import random
 from decimal import Decimal as D
 
 import pytest
@@ -10,7 +12,9 @@ from gpufleet.market.bidding import (
     CapacityAwareSpot,
     DiversifiedSpot,
     SpotBidAgent,
+    SpotStrategy,
     ZoneMarket,
+    bids_anywhere,
     get_spot_strategy,
     list_spot_strategies,
 )
@@ -86,3 +90,49 @@ def test_registry() -> None:
     assert get_spot_strategy("diversified", zones=2).zones == 2
     with pytest.raises(InputError, match="valid: bid-agent, capacity-aware, diversified"):
         get_spot_strategy("yolo")
+
+
+FLAT = ZoneMarket("a", D("3.06"), prices(*["1.0"] * 10), (1,) * 10)
+DROP = ZoneMarket("b", D("3.06"), prices(*["1.0"] * 9, "0.5"), (1,) * 10)  # 0.5 < 0.9 × 0.95
+SCARCE = ZoneMarket("c", D("3.06"), prices("0.5"), (1, 0, 0, 0))  # 25 % available < 50 % bar
+
+
+@pytest.mark.parametrize(("strategy", "markets", "want", "why"), [
+    (SpotBidAgent(), {"p3.2xlarge": [FLAT]}, False, "a flat price: the bidder never bids"),
+    (SpotBidAgent(), {"p3.2xlarge": [FLAT], "p3.8xlarge": [FLAT, DROP]}, True,
+     "the drop in b is a bid, though a is cheaper on the list"),
+    (SpotBidAgent(), {}, False, "no spot market at all"),
+    (CapacityAwareSpot(), {"p3.2xlarge": [SCARCE]}, False, "below the availability bar"),
+    (CapacityAwareSpot(), {"p3.2xlarge": [SCARCE, FLAT]}, True, "a is always available"),
+    (DiversifiedSpot(), {"p3.2xlarge": [SCARCE]}, True, "any zone will do"),
+    (DiversifiedSpot(), {"p3.2xlarge": []}, False, "a type no zone offers now"),
+])
+def test_bids_anywhere(strategy: SpotStrategy, markets: dict[str, list[ZoneMarket]], want: bool,
+                       why: str) -> None:
+    assert bids_anywhere(strategy, markets) is want, why
+
+
+@pytest.mark.parametrize("name", list_spot_strategies())
+def test_every_strategy_keeps_the_contract_bids_anywhere_relies_on(name: str) -> None:
+    """``SpotStrategy``'s contract, on random markets: a plan with a spot launch over some zones
+    and count means one of those zones alone gets a one-node launch, so ``bids_anywhere`` is
+    True whenever any subset of its zones would launch. A strategy that breaks it would let
+    the spot swap skip a swap scale-up could plan."""
+    strategy = get_spot_strategy(name)
+    rng = random.Random(7)
+    seen = {True: 0, False: 0}
+    for _ in range(300):
+        zones = []
+        for z in "abcd"[: rng.randint(1, 4)]:
+            base = rng.choice(["1.0", "0.8", "1.2"])
+            last = rng.choice([base, "0.5", "0.9", "1.3"])
+            avail = tuple(rng.choice((0, 1, 1)) for _ in range(rng.randint(1, 12)))
+            zones.append(ZoneMarket(z, D("3.06"), prices(*[base] * 9, last), avail))
+        anywhere = bids_anywhere(strategy, {"p3.2xlarge": zones})
+        for k in range(1, len(zones) + 1):
+            for subset in itertools.combinations(zones, k):
+                for count in (1, 2, 5):
+                    if strategy.plan("p3.2xlarge", list(subset), count):
+                        assert anywhere, (name, subset, count)
+        seen[anywhere] += 1
+    assert seen[True] and (seen[False] or name == "diversified"), seen  # both cases were drawn

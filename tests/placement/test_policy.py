@@ -246,3 +246,25 @@ def test_never_is_recomputed_when_nodes_join_leave_or_the_eligible_set_narrows()
     s.remove_node("big")
     gone = policy.place(s, req, rng)
     assert isinstance(gone, Unschedulable) and gone.never
+
+
+def test_a_refusal_finds_its_status_only_when_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The simulator never reads a refusal's status; the empty-fleet filter pass behind
+    ``never`` runs once, on the first read, and with the rows refused on (the eligible set
+    restored since): one 8-GPU request, a 1-GPU node eligible only → never."""
+    from gpufleet.control.cycle import only_eligible
+    from gpufleet.placement.policy import Policy
+
+    s = FleetState()
+    s.add_node("small", gpu_model="T4", num_gpus=1, cpu_milli=8000, memory_mib=1 << 16)
+    s.add_node("big", gpu_model="V100", num_gpus=8, cpu_milli=64000, memory_mib=1 << 18)
+    calls: list[int] = []
+    real = Policy._never
+    monkeypatch.setattr(Policy, "_never", lambda self, view: calls.append(1) or real(self, view))
+    policy = get_policy("bestfit")
+    with only_eligible(s, np.array([True, False])):
+        res = policy.place(s, ResourceRequest(cpu_milli=1000, num_gpu=8), np.random.default_rng(0))
+    assert isinstance(res, Unschedulable) and calls == []
+    assert res.status is Status.UNSCHEDULABLE_AND_UNRESOLVABLE and res.never
+    assert "no node fits even when empty" in res.reason
+    assert calls == [1]

@@ -29,7 +29,8 @@ first, re-validated, then the drain):
    job will run, and for heavy-tailed job lengths the work done is the usual estimate of the work
    left. It also leaves short jobs where they are. A judge (``judge_swap``) checks it with a spot
    price of 0 first (``may_pay``): a node that cannot pay at any price is no swap without step
-   2's plan.
+   2's plan; nor is any candidate while the spot strategy would bid nowhere
+   (``market.bidding.bids_anywhere``, asked once per look).
 
 Then the decisions are the spot launch, a graceful ``Preempt`` of every pod (checkpoint, requeue)
 and ``Terminate`` of the node, applied in that order.
@@ -148,12 +149,17 @@ def may_pay(node: SwapNode, cfg: SwapSettings) -> bool:
 
 def judge_swap(
     node: SwapNode, ask: Callable[[], tuple[list[Launch], float]], cfg: SwapSettings,
-    max_nodes: int | None = None,
+    max_nodes: int | None = None, spot_anywhere: Callable[[], bool] | None = None,
 ) -> list[Decision] | None:
     """Steps 2–4 for one candidate, in the order both drivers follow: the payback at a spot
-    price of 0 (``may_pay``) first, then ``ask`` for scale-up's plan and its price
-    (``spot_plan``, the dearest step), then ``swap_decisions``."""
+    price of 0 (``may_pay``) first; then, where the driver asks it (``spot_anywhere``: the
+    strategy would launch spot somewhere now, ``market.bidding.bids_anywhere``, kept for the
+    look), whether any plan could be spot at all; then ``ask`` for scale-up's plan and its
+    price (``spot_plan``, the dearest step), then ``swap_decisions``. Both checks only skip
+    plans that could not be a swap, so they never change the answer."""
     if not may_pay(node, cfg):
+        return None
+    if spot_anywhere is not None and not spot_anywhere():
         return None
     plan, price = ask()
     return swap_decisions(node, plan, price, cfg, max_nodes)

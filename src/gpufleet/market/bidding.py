@@ -13,7 +13,7 @@ are spread one per zone → ``[Launch(a, 1), Launch(c, 1)]``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Protocol
@@ -41,6 +41,10 @@ class ZoneMarket:
 
 
 class SpotStrategy(Protocol):
+    """A spot strategy. Contract (``bids_anywhere`` relies on it, and the tests check it for
+    every registered strategy): a strategy that launches spot in a set of zones, for any count,
+    would also launch one node in one of those zones alone."""
+
     name: str
 
     def plan(self, instance_type: str, markets: Sequence[ZoneMarket], count: int) -> list[Launch]:
@@ -61,6 +65,16 @@ def get_spot_strategy(name: str = DEFAULT_SPOT_STRATEGY, **kwargs: object) -> Sp
 
 def list_spot_strategies() -> list[str]:
     return STRATEGIES.names()
+
+
+def bids_anywhere(strategy: SpotStrategy, markets: Mapping[str, Sequence[ZoneMarket]]) -> bool:
+    """Whether ``strategy`` would launch spot for some instance type of ``markets`` in some
+    zone now. By the strategies' contract (``SpotStrategy``), False means that no plan over
+    any of these zones, for any count, launches spot; scale-up's plans then launch on-demand
+    or nothing. The spot swap asks it once per look before any candidate's plan (a swap needs
+    an all-spot plan): the seed's bidder never bids on a flat price, and its scenario judged
+    every candidate on a scale-up pass that could only end on-demand."""
+    return any(strategy.plan(it, [z], 1) for it in sorted(markets) for z in markets[it])
 
 
 def _launch(it: str, zone: str, n: int, max_price: Decimal, why: str) -> Launch:

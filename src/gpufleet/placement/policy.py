@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -108,13 +108,20 @@ class Policy:
         return PlacementResult(row=row, gpus=gpus, milli_per_gpu=milli)
 
     def _refuse(self, view: PodView, masks: Sequence[np.ndarray | None]) -> Unschedulable:
-        """Why no node fits (written only when read: ``Unschedulable.reason``) and whether
-        one could even if the fleet were empty (``never``: the status decides what the
-        caller does, so it is computed now)."""
-        never = self._never(view)
-        # the mask as it is now: a caller may read the reason after it restored another one
-        # (``control.cycle`` narrows the active rows to a unit's eligible ones)
+        """Why no node fits, and whether one could even if the fleet were empty (``never``),
+        both worked out only when read (``Unschedulable``): the simulator reads neither.
+        Both keep the rows as they are now: a caller may read them after it restored another
+        mask (``control.cycle`` narrows the active rows to a unit's eligible ones)."""
         active = view.active.copy()
+        known: list[bool] = []
+
+        def never() -> bool:
+            if not known:
+                known.append(self._never(replace(view, active=active)))
+            return known[0]
+
+        def status() -> Status:
+            return Status.UNSCHEDULABLE_AND_UNRESOLVABLE if never() else Status.UNSCHEDULABLE
 
         def reason() -> str:
             alive = active.copy()
@@ -128,10 +135,9 @@ class Policy:
                 alive &= m
             text = f"0/{int(active.sum())} nodes are available: " + (
                 ", ".join(parts) or "no nodes")
-            return text + " (no node fits even when empty)" if never else text
+            return text + " (no node fits even when empty)" if never() else text
 
-        return Unschedulable(reason, Status.UNSCHEDULABLE_AND_UNRESOLVABLE if never
-                             else Status.UNSCHEDULABLE)
+        return Unschedulable(reason, status)
 
     def _never(self, view: PodView) -> bool:
         """Whether no node fits the pod even when empty: the filters on ``capacity_view``.

@@ -38,16 +38,24 @@ class PlacementResult:
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Unschedulable:
-    """``why``: the reason, or a function that writes it. The simulator asks for the status
-    only, millions of times per trace; kube's "0/N nodes are available: …" text is written
-    when someone reads ``reason`` (an event, a log line), not on every refusal."""
+    """``why``: the reason, or a function that writes it; ``status_of``: the status, or a
+    function that finds it. The simulator reads neither, millions of refusals per trace: kube's
+    "0/N nodes are available: …" text is written when someone reads ``reason`` (an event, a
+    log line), and whether any node could host the pod even empty (``never``: the filters run
+    again on an empty fleet) when someone reads ``status``. A refusal is read in the cycle
+    that got it, before the fleet's nodes change."""
 
     why: str | Callable[[], str]
-    status: Status = Status.UNSCHEDULABLE
+    status_of: Status | Callable[[], Status] = Status.UNSCHEDULABLE
 
     @property
     def reason(self) -> str:
         return self.why if isinstance(self.why, str) else self.why()
+
+    @property
+    def status(self) -> Status:
+        s = self.status_of
+        return s if isinstance(s, Status) else s()
 
     @property
     def never(self) -> bool:

@@ -108,7 +108,8 @@ def pod_view(state: FleetState, req: ResourceRequest, catalog: GpuCatalog | None
 
 
 def capacity_view(view: PodView) -> PodView:
-    """The same request against the same nodes, all empty."""
+    """The same request against the same nodes, all empty (the view's ``active`` rows: a
+    refusal read later keeps the rows it was refused on)."""
     s, n = view.state, view.n
     slots = np.arange(s.max_gpus)[None, :] < s.num_gpus[:n, None]
     mig = s.mig_enabled[:n]
@@ -117,7 +118,7 @@ def capacity_view(view: PodView) -> PodView:
         state=s,
         req=view.req,
         n=n,
-        active=s.active[:n],
+        active=view.active,
         cpu_free=s.cpu_total[:n],
         mem_free=s.mem_total[:n],
         free_milli=free,

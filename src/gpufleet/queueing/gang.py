@@ -67,7 +67,8 @@ def place_gang(
     assert last is not None
     if len(zones) > 1:
         n, inner = len(zones), last  # the text is written when read (``Unschedulable``)
-        return Unschedulable(lambda: f"in none of {n} zones: {inner.reason}", last.status)
+        return Unschedulable(lambda: f"in none of {n} zones: {inner.reason}",
+                             lambda: inner.status)
     return last
 
 
@@ -93,4 +94,4 @@ def _place_all(
 
 def _replica_refused(k: int, replicas: int, res: Unschedulable) -> Unschedulable:
     """Replica ``k`` found no node; the text is written when read (``Unschedulable``)."""
-    return Unschedulable(lambda: f"replica {k}/{replicas}: {res.reason}", res.status)
+    return Unschedulable(lambda: f"replica {k}/{replicas}: {res.reason}", lambda: res.status)

@@ -39,7 +39,7 @@ pending work or a node may become removable.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from decimal import Decimal
 from typing import Any
 
@@ -84,7 +84,7 @@ from gpufleet.decisions import (
     Requeue,
     Terminate,
 )
-from gpufleet.market.bidding import ZoneMarket
+from gpufleet.market.bidding import ZoneMarket, bids_anywhere
 from gpufleet.market.spot_cost import ReclaimHazard
 from gpufleet.market.spot_model import SpotMarket
 from gpufleet.provisioning import InFlight, NodeView, Offer, PodView, Unprovisioned
@@ -501,9 +501,16 @@ class ClusterSim:
         order = swap_order([(n.name, n.ready_s, n.usd_per_hour) for n in self.cloud.live.values()
                             if n.state == "ready" and not n.spot and n.jobs], now, cfg)
         market: list[tuple[list[Offer], dict[str, list[ZoneMarket]]]] = []  # read once, if asked
+        bids: list[bool] = []  # whether the strategy bids anywhere on it, once asked
 
         def movable(name: str) -> bool:
             return all(v.movable and v.spot_ok for v in self._pod_views(nodes[name]))
+
+        def spot_anywhere() -> bool:  # once per look, on the markets the judges read
+            if not bids:
+                strategy = self.ctl.spot_strategy
+                bids.append(strategy is not None and bids_anywhere(strategy, market[0][1]))
+            return bids[0]
 
         def judge(name: str) -> list[Decision] | None:
             if not market:  # read first: the first read in a tick fills the market's cache
@@ -525,7 +532,7 @@ class ClusterSim:
                                  self.ctl.spot_strategy,
                                  lambda it, zone: self.hazard.rate_per_h(it, zone, now))
 
-            return judge_swap(swap, ask, cfg)
+            return judge_swap(swap, ask, cfg, spot_anywhere=spot_anywhere)
 
         decisions = first_swap(order, movable, judge, cfg)
         if decisions is not None:
@@ -535,15 +542,16 @@ class ClusterSim:
     def _view(self, n: SimNode, room_only: bool = False) -> NodeView:
         """The disruption policy's view of a node (``room_only``: not a candidate yet, it can
         only receive pods: ``control.views.node_view``)."""
-        pods = None if room_only else self._pod_views(n)
+        pods = None if room_only else tuple(self._pod_views(n))
         return node_view(self.state, n.name, self.offers.shape(n.itype, n.mig), n.spot,
                          n.usd_per_hour, pods, n.empty_since, n.underused_since)
 
-    def _pod_views(self, n: SimNode) -> tuple[PodView, ...]:
+    def _pod_views(self, n: SimNode) -> Iterator[PodView]:
         """The node's pods as consolidation and the spot swap judge them: movable or not,
-        spot-tolerant or not (``control.views.pod_view``)."""
+        spot-tolerant or not (``control.views.pod_view``); made one at a time, so a test that
+        fails on the first pod builds no more."""
         now = self.now
-        return tuple(
+        return (
             pod_view(j.spec, j.req, j.on_demand_only, j.progress(now)[0], j.ckpt_cost, now,
                      self.ctl.guards)
             for j in (self.jobs[i] for i in n.jobs))
