@@ -133,6 +133,8 @@ from gpufleet.queueing.teams.quota import (
 from gpufleet.state import FleetState, ResourceRequest
 
 Reason = str | Callable[[], str]  # a refusal's text, or what writes it when read
+# whether no node could host it even empty, or what finds out when read (``Unschedulable``)
+Never = bool | Callable[[], bool]
 
 # the queue key (``queueing.queue_key``) followed by the unit's id, so that ties are total
 UnitKey = tuple[int, int, int, float, int, str]
@@ -312,7 +314,7 @@ def plan_cycle(
         if spot:
             order = on_spot_only(state, order, spot)
     shapes = [unit_shape(u) for u in order]
-    reasons: dict[Hashable, tuple[Reason, bool]] = {}
+    reasons: dict[Hashable, tuple[Reason, Never]] = {}
     over: dict[int, str] = {}  # unit index → the quota verdict's reason
     # verdicts by (team, milli) since the book last changed: a long queue asks the same
     # question of thousands of units, and only an admission changes the answer
@@ -386,6 +388,8 @@ def plan_cycle(
                     (f"waiting behind {stopped}, which has starved past the limit", False)
                     if stopped is not None else ("not tried this cycle", False))
                 msg = why if isinstance(why, str) else why()
+                if not isinstance(never, bool):
+                    never = never()
                 plan.refusals.extend(Refuse(m, msg, never) for m in order[i].placed_ids)
         # ``left`` first: with every unit placed neither step has work, and a driver's
         # victims may be built only when read (the live driver's are every running pod)
@@ -822,7 +826,7 @@ def _request(u: PendingUnit) -> ResourceRequest:
 
 
 def _place(state: FleetState, u: PendingUnit, policy: Policy, rng: np.random.Generator,
-           reasons: dict[Hashable, tuple[Reason, bool]], shape: Hashable) -> list[Bind] | None:
+           reasons: dict[Hashable, tuple[Reason, Never]], shape: Hashable) -> list[Bind] | None:
     """The unit's binds (every member) against ``state``, or None with the reason recorded
     (a placement refusal's text is written only if the plan explains: ``_why``)."""
     if u.refusal is not None or u.request is None:
@@ -838,17 +842,23 @@ def _place(state: FleetState, u: PendingUnit, policy: Policy, rng: np.random.Gen
         if not u.is_gang:
             res = policy.place(state, req, rng)
             if not isinstance(res, PlacementResult):
-                reasons[shape] = (_why(res, live, kept), res.never)
+                reasons[shape] = (_why(res, live, kept), _never(res))
                 return None
             placed = [res]
         else:
             got = place_gang(state, req, len(ids), policy, rng, u.id)
             if not isinstance(got, list):
                 reasons[shape] = (_why(got, live, kept, f"pod group {u.id} ({len(ids)} pods, "
-                                                        "all or nothing): "), got.never)
+                                                        "all or nothing): "), _never(got))
                 return None
             placed = got
     return [res.to_bind(state, m) for m, res in zip(ids, placed, strict=True)]
+
+
+def _never(res: Unschedulable) -> Callable[[], bool]:
+    """A refusal's never-schedulable flag, found when read: the simulator plans without
+    explaining, and the empty-fleet filter pass behind it was read for every refused try."""
+    return lambda: res.never
 
 
 def _why(res: Unschedulable, live: int, kept: int, head: str = "") -> Callable[[], str]:
