@@ -45,6 +45,24 @@ def test_only_single_checkpointing_pods_move() -> None:
     assert not pod_view(spec(deadline_s=3700.0), REQ, False, 0.0, 30.0, 0.0, CFG).movable
 
 
+def test_work_done_is_asked_only_for_a_deadline_job() -> None:
+    """``done_s`` may be what works it out: a job without a deadline never asks it; a deadline
+    job asks once, and its answer decides (3,600 s of work, deadline 3,700 s: with 3,500 s done
+    the 100 s left + the move's 30 + restart + 120 s boot fit before 3,700 s from now = 0)."""
+    asked: list[int] = []
+
+    def done(value: float) -> float:
+        asked.append(1)
+        return value
+
+    assert pod_view(spec(), REQ, False, lambda: done(0.0), 30.0, 0.0, CFG).movable
+    assert asked == []
+    tight = spec(deadline_s=3700.0)
+    assert not pod_view(tight, REQ, False, lambda: done(0.0), 30.0, 0.0, CFG).movable
+    assert pod_view(tight, REQ, False, lambda: done(3500.0), 30.0, 0.0, CFG).movable
+    assert asked == [1, 1]
+
+
 def test_node_view_reads_the_room_from_the_snapshot() -> None:
     state = FleetState()
     state.add_node("n", gpu_model="V100-16GB", num_gpus=2, cpu_milli=16000, memory_mib=65536,

@@ -63,3 +63,59 @@ def test_bin_copy_is_independent_of_the_original() -> None:
     assert left == []
     assert orig == Bin.empty(shape) and trial != orig
     assert trial.shape is orig.shape
+
+
+def _reference_pack(items: list[ResourceRequest], shape: NodeShape | None,
+                    bins: list[Bin]) -> tuple[list[Bin], list[int]]:
+    """Plain first-fit decreasing, every item scanning every bin from the first: the oracle
+    for ``pack``'s shortcuts (full bins leave the scan, an item equal to the one before it
+    starts where that one went)."""
+    from gpufleet.provisioning.binpack import size_key
+
+    bins = list(bins)
+    left = []
+    for i in sorted(range(len(items)), key=lambda i: size_key(items[i]), reverse=True):
+        placed = next((b for b in bins if b.take(items[i])), None)
+        if placed is None and shape is not None and fits_shape(items[i], shape):
+            placed = Bin.empty(shape)
+            if placed.take(items[i]):
+                bins.append(placed)
+            else:
+                placed = None
+        if placed is None:
+            left.append(i)
+        else:
+            placed.items.append(i)
+    return bins, left
+
+
+def test_pack_equals_plain_first_fit_on_random_runs_of_equal_requests() -> None:
+    """Random mixes of whole, shared, CPU-only and MIG requests, in runs of equal ones (as
+    placeholders and replicas come), onto fresh or partly used bins: the same bins, the same
+    room left in each and the same leftovers as the oracle."""
+    import random
+
+    from gpufleet.state import ResourceRequest as R
+
+    a100 = NodeShape("A100-40GB", 8, 96000, 1179648, 40960, 12040, mig_compute=7)
+    kinds = [req(1), req(2), req(4), req(8), req(1, 500), req(1, 300), req(1, 1000, 30000),
+             R(cpu_milli=6000, memory_mib=2048), R(cpu_milli=1000, num_gpu=1,
+                                                     mig_profile="1g.5gb")]
+    rng = random.Random(3)
+    for trial in range(300):
+        items = []
+        for _ in range(rng.randint(1, 12)):
+            k = rng.choice(kinds)
+            items += [k if rng.random() < 0.5 else R(**{f: getattr(k, f)
+                                                       for f in k.__dataclass_fields__})
+                      ] * rng.randint(1, 6)
+        shape = rng.choice([P3_16X, P3_2X, a100, None])
+        seeds = [Bin.empty(rng.choice([P3_16X, P3_2X, a100])) for _ in range(rng.randint(0, 5))]
+        warm = [req(rng.choice([1, 2, 4]))] * rng.randint(0, 6)
+        pack(warm, None, seeds)  # some room already taken
+        got, got_left = pack(items, shape, [b.copy() for b in seeds])
+        want, want_left = _reference_pack(items, shape, [b.copy() for b in seeds])
+        assert sorted(got_left) == sorted(want_left), trial
+        assert [(b.free, b.cpu, b.mem, b.mig_used, b.mig_compute_used, b.gpu_mem, b.items)
+                for b in got] == [(b.free, b.cpu, b.mem, b.mig_used, b.mig_compute_used,
+                                   b.gpu_mem, b.items) for b in want], trial

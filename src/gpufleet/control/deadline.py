@@ -26,7 +26,7 @@ two prices of the reference type (``spot_reference_type``: the smallest spot-off
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -97,11 +97,14 @@ def urgent(spec: JobSpec, work_s: float, interrupted: bool, now: float, cfg: Gua
                        cfg.provisioning_delay_s, cfg.max_pending_wait_s)
 
 
-def movable(spec: JobSpec, done_s: float, checkpoint_cost_s: float, now: float,
-            cfg: GuardConfig) -> bool:
-    """Consolidation may move a deadline job only if the move cannot cost the deadline."""
+def movable(spec: JobSpec, done_s: float | Callable[[], float], checkpoint_cost_s: float,
+            now: float, cfg: GuardConfig) -> bool:
+    """Consolidation may move a deadline job only if the move cannot cost the deadline
+    (``done_s``: the work done, or what works it out: read only for a deadline job)."""
     if spec.deadline_s is None:
         return True
+    if callable(done_s):
+        done_s = done_s()
     return move_fits(now, spec.deadline_s, spec.duration_s - done_s, checkpoint_cost_s,
                      spec.restart_overhead_s, cfg.provisioning_delay_s)
 

@@ -11,6 +11,8 @@ so it is decided here (``pod_view``), not in a driver.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from gpufleet.control.admission import request_now, request_on_spot, tolerates_spot
 from gpufleet.control.deadline import GuardConfig, movable, urgent
 from gpufleet.market.spot_cost import SpotRisk
@@ -54,12 +56,13 @@ def spot_risk(
 
 
 def pod_view(
-    spec: JobSpec, req: ResourceRequest, on_demand_only: bool, done_s: float,
-    checkpoint_cost_s: float, now: float, cfg: GuardConfig,
+    spec: JobSpec, req: ResourceRequest, on_demand_only: bool,
+    done_s: float | Callable[[], float], checkpoint_cost_s: float, now: float, cfg: GuardConfig,
 ) -> PodView:
     """A running job as consolidation sees it: movable only if it is a single checkpointing
     pod whose move cannot cost its deadline (``deadline.movable``); spot-tolerant as it asks
-    now (a job pinned to on-demand is not)."""
+    now (a job pinned to on-demand is not). ``done_s``: its work done, or what works it out
+    (asked only for a deadline job: the simulator's views are many and most jobs have none)."""
     move = (spec.checkpointable and spec.replicas == 1 and cfg.checkpointing
             and movable(spec, done_s, checkpoint_cost_s, now, cfg))
     return PodView(spec.job_id, req, move, tolerates_spot(request_now(req, on_demand_only)))

@@ -239,26 +239,44 @@ def pack(
     # packing many small pods into many small nodes linear instead of quadratic
     open_bins = [b for b in bins if b.has_gpu_room() or not b.free]
     order = sorted(range(len(items)), key=lambda i: size_key(items[i]), reverse=True)
+    # An item equal to the one before it starts where that one went: every bin before that
+    # one refused the same request, and a bin only loses room, so it would refuse again
+    # (first fit unchanged; placeholders and replicas come in runs of equal requests).
+    last: ResourceRequest | None = None
+    last_left = False  # ``last`` fit nowhere, so neither does an equal item
+    start = 0
     for i in order:
         req = items[i]
+        same = req is last or req == last
+        if same and last_left:
+            left.append(i)
+            continue
         gpu = req.num_gpu > 0 or req.mig_profile is not None
         pool = open_bins if gpu else bins
         placed = None
-        for b in pool:
-            if b.take(req):
-                placed = b
+        at = start if same else 0
+        while at < len(pool):
+            if pool[at].take(req):
+                placed = pool[at]
                 break
+            at += 1
+        last = req
         if placed is None:
             if shape is None or not fits_shape(req, shape):
                 left.append(i)
+                last_left = True
                 continue
             placed = Bin.empty(shape)
             if not placed.take(req):
                 left.append(i)
+                last_left = True
                 continue
             bins.append(placed)
             open_bins.append(placed)
+            at = len(pool) - 1
+        last_left = False
+        start = at  # a full bin leaves ``open_bins`` below: the next one then sits at ``at``
         placed.items.append(i)
         if placed.free and gpu and not placed.has_gpu_room():
-            open_bins.remove(placed)
+            del open_bins[at]  # ``pool`` is ``open_bins`` for a GPU item: this bin, by position
     return bins, left

@@ -35,6 +35,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from dataclasses import replace as dc_replace
+from functools import lru_cache
 
 from gpufleet.decisions import CapacityType, Launch
 from gpufleet.market.bidding import SpotStrategy, ZoneMarket
@@ -332,8 +333,11 @@ def score(reqs: Sequence[ResourceRequest], offer: Offer,
     filled as shapes are packed."""
     got = packed.get(offer.shape) if packed is not None else None
     if got is None:
-        bins, left = pack(reqs, offer.shape)
-        got = (len(bins), bool(left))
+        if len(reqs) <= _FEW:
+            got = _packed_few(tuple(reqs), offer.shape)
+        else:
+            bins, left = pack(reqs, offer.shape)
+            got = (len(bins), bool(left))
         if packed is not None:
             packed[offer.shape] = got
     nodes, leftover = got
@@ -344,6 +348,18 @@ def score(reqs: Sequence[ResourceRequest], offer: Offer,
     if useful <= 0:  # CPU-only pods: cheapest nodes
         return cost, nodes
     return cost / useful, nodes
+
+
+_FEW = 16
+
+
+@lru_cache(maxsize=1 << 14)
+def _packed_few(reqs: tuple[ResourceRequest, ...], shape: NodeShape) -> tuple[int, bool]:
+    """(nodes, anything left over) of packing a few requests on fresh ``shape`` nodes, kept:
+    the spot swap asks scale-up about the same node's pods on scan after scan, and a packing
+    is a function of the requests and the shape alone."""
+    bins, left = pack(reqs, shape)
+    return len(bins), bool(left)
 
 
 def _absorb(pods: list[PendingPod], inflight: Sequence[InFlight]) -> list[PendingPod]:

@@ -41,6 +41,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 from decimal import Decimal
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -552,8 +553,8 @@ class ClusterSim:
         fails on the first pod builds no more."""
         now = self.now
         return (
-            pod_view(j.spec, j.req, j.on_demand_only, j.progress(now)[0], j.ckpt_cost, now,
-                     self.ctl.guards)
+            pod_view(j.spec, j.req, j.on_demand_only, partial(_work_done, j, now), j.ckpt_cost,
+                     now, self.ctl.guards)
             for j in (self.jobs[i] for i in n.jobs))
 
     # -- deadline-aware spot fallback ---------------------------------------------------------
@@ -616,3 +617,8 @@ class ClusterSim:
             self.series.sample_teams((q.name for q in self.sc.teams.queues),
                                      self.life.team_milli)
         self._periodic_at(now + self.sc.sample_interval_s, SAMPLE)
+
+
+def _work_done(job: JobRun, now: float) -> float:
+    """The job's work done at ``now`` (``JobRun.progress``), asked only where a rule reads it."""
+    return job.progress(now)[0]
