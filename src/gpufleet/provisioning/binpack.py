@@ -149,6 +149,8 @@ class Bin:
             if not (self.shape.mig and req.mig_profile is not None and self._take_mig(req)):
                 return False
         elif req.num_gpu == 1 and req.gpu_milli < GPU_MILLI:
+            if max(self.free, default=0) < req.gpu_milli:  # no GPU has the milli: a C-speed look
+                return False
             best = -1
             for g, f in enumerate(self.free):
                 if gpu_takes(req, f, self.gpu_mem[g], False) and (best < 0 or f < self.free[best]):
@@ -158,6 +160,8 @@ class Bin:
             self.free[best] -= req.gpu_milli
             self.gpu_mem[best] -= req.gpu_memory_mib
         else:
+            if self.free.count(GPU_MILLI) < req.num_gpu:  # too few idle GPUs: a C-speed look
+                return False
             idle = [g for g, f in enumerate(self.free) if gpu_takes(req, f, self.gpu_mem[g], False)]
             if len(idle) < req.num_gpu:
                 return False
