@@ -154,23 +154,24 @@ def test_judge_swap_asks_scale_up_only_when_the_move_could_pay(
     assert bool(calls) is asked and (got is not None) is want
 
 
-@pytest.mark.parametrize(("swap", "anywhere", "asked", "want"), [
-    (node(2.0), False, False, False),  # would pay, but the strategy bids nowhere: no plan asked
-    (node(2.0), True, True, True),  # bids somewhere: scale-up's plan decides (34.28 ≥ 17.952)
-    (node(0.73), True, False, False),  # may_pay comes first: the market is not even asked
+@pytest.mark.parametrize(("order", "anywhere", "asked", "want"), [
+    ("abc", False, "", None),  # the strategy bids nowhere: no candidate is walked
+    ("abc", True, "ab", "b"),  # it bids somewhere: the walk as ever (b pays)
+    ("", True, "", None),  # no candidate: the market is not even asked
 ])
-def test_judge_swap_skips_the_plan_when_the_strategy_bids_nowhere(
-        swap: SwapNode, anywhere: bool, asked: bool, want: bool) -> None:
+def test_first_swap_walks_no_candidate_when_the_strategy_bids_nowhere(
+        order: str, anywhere: bool, asked: str, want: str | None) -> None:
     calls: list[str] = []
-
-    def ask() -> tuple[list[Launch], float]:
-        calls.append("plan")
-        return [SPOT], 7.34
+    judged: list[str] = []
 
     def spot_anywhere() -> bool:
         calls.append("bids")
         return anywhere
 
-    got = judge_swap(swap, ask, CFG, spot_anywhere=spot_anywhere)
-    assert ("plan" in calls) is asked and (got is not None) is want
-    assert ("bids" in calls) is (swap.attained_s >= 0.74 * 3600)
+    def judge(name: str) -> list[Decision] | None:
+        judged.append(name)
+        return [Terminate(name, REASON)] if name == "b" else None
+
+    got = first_swap(list(order), lambda _: True, judge, CFG, spot_anywhere)
+    assert "".join(judged) == asked and calls == (["bids"] if order else [])
+    assert (got is None if want is None else got == [Terminate(want, REASON)])

@@ -111,3 +111,40 @@ def test_market_uses_own_size_trace_else_a_thinned_one(shared_data) -> None:
     # the same seed gives the same market (every scenario of a run sees the same one)
     again = SpotMarket(types, prices, availability=traces, thinning=fit_thinning_dir(base))
     assert np.array_equal(again.avail[("p3.16xlarge", "us-east-1a")].data, eight.data)
+
+
+@pytest.mark.parametrize(("gaps", "want"), [
+    ([600.0], 600.0),
+    ([195.0, 195.0], 195.0),
+    ([300.0, 600.0], 300.0),  # a multiple of the shortest: the shortest
+    ([60.0, 90.0], 30.0),  # 90 s changes inside the 60 s tick from 60 s: 30 s ticks
+    ([32.0, 195.0], 1.0),
+    ([0.5, 0.75], 0.25),
+    ([], 60.0),  # no process: the default
+])
+def test_common_tick(gaps: list[float], want: float) -> None:
+    from gpufleet.market.spot_model import common_tick
+
+    assert common_tick(gaps) == want
+
+
+def test_a_market_answer_does_not_depend_on_when_in_its_tick_it_is_first_read() -> None:
+    """Two zones' prices at 60 s and 90 s: the 90 s one changes at 90 s, inside what a 60 s
+    tick would call [60, 120). Read first at 70 s or first at 100 s, each read at 100 s sees
+    the 90 s change (a per-tick cache with 60 s ticks kept the 70 s answer)."""
+    from gpufleet.market.spot_model import SpotMarket
+
+    it = default_instance_catalog()["ecs.gn6v-c8g1.2xlarge"]
+    a = (it.name, "cn-hangzhou-h")
+    b = (it.name, "cn-hangzhou-i")
+    paths = {a: PricePath(60.0, np.array([1.0, 1.0, 1.0, 1.0])),
+             b: PricePath(90.0, np.array([2.0, 0.5, 0.5]))}
+
+    def at_100(first: float | None) -> list[float]:
+        m = SpotMarket([it], {a: 1.0, b: 2.0}, paths=paths)
+        if first is not None:
+            m.markets(it.name, first)
+        return [float(z.price) for z in m.markets(it.name, 100.0)]
+
+    assert at_100(70.0) == at_100(100.0) == at_100(None)
+    assert sorted(at_100(70.0)) == [0.5, 1.0]

@@ -29,8 +29,8 @@ first, re-validated, then the drain):
    job will run, and for heavy-tailed job lengths the work done is the usual estimate of the work
    left. It also leaves short jobs where they are. A judge (``judge_swap``) checks it with a spot
    price of 0 first (``may_pay``): a node that cannot pay at any price is no swap without step
-   2's plan; nor is any candidate while the spot strategy would bid nowhere
-   (``market.bidding.bids_anywhere``, asked once per look).
+   2's plan; and no candidate is walked while the spot strategy would bid nowhere
+   (``market.bidding.bids_anywhere``, asked at the start of a look).
 
 Then the decisions are the spot launch, a graceful ``Preempt`` of every pod (checkpoint, requeue)
 and ``Terminate`` of the node, applied in that order.
@@ -95,10 +95,17 @@ def swap_order(
 def first_swap(
     order: Sequence[str], movable: Callable[[str], bool],
     judge: Callable[[str], list[Decision] | None], cfg: SwapSettings,
+    spot_anywhere: Callable[[], bool] | None = None,
 ) -> list[Decision] | None:
     """Walk ``order`` (``swap_order``): a node whose pods may all move and tolerate spot
     (``movable``) is judged (``judge``: the driver asks scale-up and ``swap_decisions``), at most
-    ``max_tries`` of them; the first swap that pays is the look's one swap."""
+    ``max_tries`` of them; the first swap that pays is the look's one swap.
+
+    ``spot_anywhere`` (where the driver asks it: the strategy would launch spot somewhere
+    now, ``market.bidding.bids_anywhere``): False → no walk, as no plan could be all spot
+    and so no judge could swap; it never changes the answer."""
+    if not order or (spot_anywhere is not None and not spot_anywhere()):
+        return None
     tries = 0
     for name in order:
         if not movable(name):
@@ -149,17 +156,12 @@ def may_pay(node: SwapNode, cfg: SwapSettings) -> bool:
 
 def judge_swap(
     node: SwapNode, ask: Callable[[], tuple[list[Launch], float]], cfg: SwapSettings,
-    max_nodes: int | None = None, spot_anywhere: Callable[[], bool] | None = None,
+    max_nodes: int | None = None,
 ) -> list[Decision] | None:
     """Steps 2–4 for one candidate, in the order both drivers follow: the payback at a spot
-    price of 0 (``may_pay``) first; then, where the driver asks it (``spot_anywhere``: the
-    strategy would launch spot somewhere now, ``market.bidding.bids_anywhere``, kept for the
-    look), whether any plan could be spot at all; then ``ask`` for scale-up's plan and its
-    price (``spot_plan``, the dearest step), then ``swap_decisions``. Both checks only skip
-    plans that could not be a swap, so they never change the answer."""
+    price of 0 (``may_pay``) first, then ``ask`` for scale-up's plan and its price
+    (``spot_plan``, the dearest step), then ``swap_decisions``."""
     if not may_pay(node, cfg):
-        return None
-    if spot_anywhere is not None and not spot_anywhere():
         return None
     plan, price = ask()
     return swap_decisions(node, plan, price, cfg, max_nodes)

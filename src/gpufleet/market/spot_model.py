@@ -252,6 +252,18 @@ def load_availability_dir(path: Path) -> dict[tuple[str, int, str], Availability
     return out
 
 
+def common_tick(gaps_s: Iterable[float], default_s: float = 60.0) -> float:
+    """The longest tick on whose boundaries every process with one of ``gaps_s`` changes:
+    their greatest common divisor (at millisecond resolution). With one gap, or gaps that
+    are multiples of the shortest, it is the shortest; traces of 60 s and 90 s give 30 s. A
+    per-tick cache is then exact: what a market says does not depend on when in a tick it is
+    first asked (with the shortest gap as the tick, a 90 s trace's change at 90 s would sit
+    inside the tick from 60 s, and the first read in that tick would decide what the rest
+    saw)."""
+    ms = [max(1, round(g * 1000)) for g in gaps_s]
+    return math.gcd(*ms) / 1000 if ms else default_s
+
+
 class SpotMarket:
     """Per (instance type, zone): spot price and reclaim process. Answers the control layer's
     questions as ``gpufleet.market.view.SpotMarketView`` (``markets``, ``best_price``, ``signal``)
@@ -294,9 +306,9 @@ class SpotMarket:
             self.offered = sorted(k for k in self.paths if k in prices)
         self._cache: dict[tuple[str, int], list[ZoneMarket]] = {}
         gaps = [a.gap_s for a in self.avail.values()] + [p.gap_s for p in self.paths.values()]
-        # markets are cached per tick of the fastest process; slower traces are read in the
-        # tick they changed or later, never earlier
-        self.tick_s = min(gaps, default=60.0)
+        # markets are cached per tick: every process changes on a tick boundary, so an answer
+        # is the same whenever in its tick it is first read
+        self.tick_s = common_tick(gaps)
         self._zones: dict[str, list[str]] = {}
         for name, z in self.offered:
             self._zones.setdefault(name, []).append(z)

@@ -147,6 +147,7 @@ class ClusterSim:
         self.nodes = SimFleet(self.market, self.offers, scenario.pricing,
                               scenario.utilization_threshold, self.exposure, self.hazard)
         self.unprovisioned: tuple[Unprovisioned, ...] = ()  # the last scale-up's leftovers
+        self._bids: tuple[int, bool] | None = None  # (market tick, the strategy bids anywhere)
         self.arrived = 0
         self.finished = False
         self.end_s: float | None = None
@@ -502,19 +503,12 @@ class ClusterSim:
         order = swap_order([(n.name, n.ready_s, n.usd_per_hour) for n in self.cloud.live.values()
                             if n.state == "ready" and not n.spot and n.jobs], now, cfg)
         market: list[tuple[list[Offer], dict[str, list[ZoneMarket]]]] = []  # read once, if asked
-        bids: list[bool] = []  # whether the strategy bids anywhere on it, once asked
 
         def movable(name: str) -> bool:
             return all(v.movable and v.spot_ok for v in self._pod_views(nodes[name]))
 
-        def spot_anywhere() -> bool:  # once per look, on the markets the judges read
-            if not bids:
-                strategy = self.ctl.spot_strategy
-                bids.append(strategy is not None and bids_anywhere(strategy, market[0][1]))
-            return bids[0]
-
         def judge(name: str) -> list[Decision] | None:
-            if not market:  # read first: the first read in a tick fills the market's cache
+            if not market:
                 market.append((self.offers.offers(now), self.offers.markets(now)))
             offers, zones = market[0]
             node = nodes[name]
@@ -533,12 +527,24 @@ class ClusterSim:
                                  self.ctl.spot_strategy,
                                  lambda it, zone: self.hazard.rate_per_h(it, zone, now))
 
-            return judge_swap(swap, ask, cfg, spot_anywhere=spot_anywhere)
+            return judge_swap(swap, ask, cfg)
 
-        decisions = first_swap(order, movable, judge, cfg)
+        decisions = first_swap(order, movable, judge, cfg, self._bids_anywhere)
         if decisions is not None:
             self.tally.spot_swaps += 1
             self._apply(decisions)
+
+    def _bids_anywhere(self) -> bool:
+        """Whether the spot strategy would launch spot anywhere now
+        (``market.bidding.bids_anywhere``), worked out once per market tick: the markets are
+        the same all through a tick (``SpotMarketView.tick_s``)."""
+        strategy, m = self.ctl.spot_strategy, self.market
+        if strategy is None or m is None:
+            return False
+        tick = int(self.now // m.tick_s)
+        if self._bids is None or self._bids[0] != tick:
+            self._bids = (tick, bids_anywhere(strategy, self.offers.markets(self.now)))
+        return self._bids[1]
 
     def _view(self, n: SimNode, room_only: bool = False) -> NodeView:
         """The disruption policy's view of a node (``room_only``: not a candidate yet, it can
