@@ -113,19 +113,17 @@ def test_market_uses_own_size_trace_else_a_thinned_one(shared_data) -> None:
     assert np.array_equal(again.avail[("p3.16xlarge", "us-east-1a")].data, eight.data)
 
 
-@pytest.mark.parametrize(("gaps", "want"), [
-    ([600.0], 600.0),
-    ([195.0, 195.0], 195.0),
-    ([300.0, 600.0], 300.0),  # a multiple of the shortest: the shortest
-    ([60.0, 90.0], 30.0),  # 90 s changes inside the 60 s tick from 60 s: 30 s ticks
-    ([32.0, 195.0], 1.0),
-    ([0.5, 0.75], 0.25),
-    ([], 60.0),  # no process: the default
-])
-def test_common_tick(gaps: list[float], want: float) -> None:
-    from gpufleet.market.spot_model import common_tick
+def test_tick_key_steps_with_every_gap() -> None:
+    """One index per distinct gap: 60 s and 90 s prices give (t // 60, t // 90); 70 s and
+    100 s share the 60 s step but not the 90 s one, so they are different keys."""
+    from gpufleet.market.spot_model import SpotMarket
 
-    assert common_tick(gaps) == want
+    it = default_instance_catalog()["ecs.gn6v-c8g1.2xlarge"]
+    a, b = (it.name, "cn-hangzhou-h"), (it.name, "cn-hangzhou-i")
+    m = SpotMarket([it], {a: 1.0, b: 2.0}, paths={a: PricePath(60.0, np.ones(4)),
+                                                  b: PricePath(90.0, np.ones(3))})
+    assert m.tick_key(70.0) == (1, 0) and m.tick_key(100.0) == (1, 1)
+    assert m.tick_key(119.0) == m.tick_key(100.0)
 
 
 def test_a_market_answer_does_not_depend_on_when_in_its_tick_it_is_first_read() -> None:

@@ -19,7 +19,7 @@ offerings (``k8s.capacity.inputs``).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 
 from gpufleet.catalog.gpus import default_gpu_catalog
 from gpufleet.catalog.instances import InstanceType
@@ -85,7 +85,7 @@ class OfferBook:
         self._mig = mig
         self._od_nodes: Counter[tuple[str, str]] = Counter()  # on-demand nodes per (type, zone)
         self._version = 0
-        self._cache: tuple[tuple[int, int], list[Offer]] | None = None
+        self._cache: tuple[tuple[Hashable, int], list[Offer]] | None = None
         self._shapes: dict[tuple[str, bool], NodeShape] = {}
 
     def on_demand_added(self, instance_type: str, zone: str) -> None:
@@ -112,7 +112,7 @@ class OfferBook:
     def offers(self, now: float) -> list[Offer]:
         """Every offer as of ``now`` (cached per market tick and on-demand fleet version)."""
         m = self.market
-        key = (int(now // m.tick_s) if m is not None else 0, self._version)
+        key = (m.tick_key(now) if m is not None else 0, self._version)
         if self._cache is not None and self._cache[0] == key:
             return self._cache[1]
         types = self.types.values()

@@ -252,18 +252,6 @@ def load_availability_dir(path: Path) -> dict[tuple[str, int, str], Availability
     return out
 
 
-def common_tick(gaps_s: Iterable[float], default_s: float = 60.0) -> float:
-    """The longest tick on whose boundaries every process with one of ``gaps_s`` changes:
-    their greatest common divisor (at millisecond resolution). With one gap, or gaps that
-    are multiples of the shortest, it is the shortest; traces of 60 s and 90 s give 30 s. A
-    per-tick cache is then exact: what a market says does not depend on when in a tick it is
-    first asked (with the shortest gap as the tick, a 90 s trace's change at 90 s would sit
-    inside the tick from 60 s, and the first read in that tick would decide what the rest
-    saw)."""
-    ms = [max(1, round(g * 1000)) for g in gaps_s]
-    return math.gcd(*ms) / 1000 if ms else default_s
-
-
 class SpotMarket:
     """Per (instance type, zone): spot price and reclaim process. Answers the control layer's
     questions as ``gpufleet.market.view.SpotMarketView`` (``markets``, ``best_price``, ``signal``)
@@ -304,11 +292,11 @@ class SpotMarket:
             self.offered = sorted(self.avail)
         else:
             self.offered = sorted(k for k in self.paths if k in prices)
-        self._cache: dict[tuple[str, int], list[ZoneMarket]] = {}
+        self._cache: dict[tuple[str, tuple[int, ...]], list[ZoneMarket]] = {}
         gaps = [a.gap_s for a in self.avail.values()] + [p.gap_s for p in self.paths.values()]
-        # markets are cached per tick: every process changes on a tick boundary, so an answer
-        # is the same whenever in its tick it is first read
-        self.tick_s = common_tick(gaps)
+        # every process changes on a boundary of its own gap: the index of each gap's current
+        # step names everything a market answer reads (``tick_key``)
+        self._gaps = tuple(sorted(set(gaps))) or (60.0,)
         self._zones: dict[str, list[str]] = {}
         for name, z in self.offered:
             self._zones.setdefault(name, []).append(z)
@@ -343,6 +331,14 @@ class SpotMarket:
     def zones(self, instance_type: str) -> list[str]:
         return self._zones.get(instance_type, [])
 
+    def tick_key(self, t: float) -> tuple[int, ...]:
+        """The current step of every distinct trace or price gap at ``t``: each process
+        changes only where its step does, so answers at times with equal keys are equal,
+        whenever in a step they are first read. (A cache per step of the shortest gap was
+        not: with 195 s and 600 s traces, a 600 s trace changes inside a 195 s step, and the
+        first read in that step decided what later reads saw.)"""
+        return tuple(int(t // g) for g in self._gaps)
+
     def price(self, instance_type: str, zone: str, t: float) -> float:
         if self.mode == "price":
             return self.paths[(instance_type, zone)].at(t)
@@ -355,7 +351,7 @@ class SpotMarket:
 
     def markets(self, instance_type: str, t: float) -> list[ZoneMarket]:
         """Zones a launch could succeed in now, with their past (never the future)."""
-        key = (instance_type, int(t // self.tick_s))
+        key = (instance_type, self.tick_key(t))
         hit = self._cache.get(key)
         if hit is None:
             hit = self._markets(instance_type, t)

@@ -9,6 +9,7 @@ see a reclaim coming.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from typing import Protocol
 
 import numpy as np
@@ -19,7 +20,10 @@ from gpufleet.market.bidding import ZoneMarket
 class SpotMarketView(Protocol):
     """Spot offers per instance type, as of time ``t`` (seconds since the run's start)."""
 
-    tick_s: float  # the answers change at most once per tick (offers may be cached per tick)
+    def tick_key(self, t: float) -> Hashable:
+        """Equal at two times only if every answer below is the same at both (answers may be
+        cached per key)."""
+        ...
 
     def zones(self, instance_type: str) -> list[str]:
         """Zones that offer ``instance_type`` on spot at all (in the run)."""

@@ -147,7 +147,8 @@ class ClusterSim:
         self.nodes = SimFleet(self.market, self.offers, scenario.pricing,
                               scenario.utilization_threshold, self.exposure, self.hazard)
         self.unprovisioned: tuple[Unprovisioned, ...] = ()  # the last scale-up's leftovers
-        self._bids: tuple[int, bool] | None = None  # (market tick, the strategy bids anywhere)
+        # (market step, whether the strategy bids anywhere then)
+        self._bids: tuple[tuple[int, ...], bool] | None = None
         self.arrived = 0
         self.finished = False
         self.end_s: float | None = None
@@ -536,12 +537,12 @@ class ClusterSim:
 
     def _bids_anywhere(self) -> bool:
         """Whether the spot strategy would launch spot anywhere now
-        (``market.bidding.bids_anywhere``), worked out once per market tick: the markets are
-        the same all through a tick (``SpotMarketView.tick_s``)."""
+        (``market.bidding.bids_anywhere``), worked out once per market step: the markets are
+        the same while ``SpotMarketView.tick_key`` is."""
         strategy, m = self.ctl.spot_strategy, self.market
         if strategy is None or m is None:
             return False
-        tick = int(self.now // m.tick_s)
+        tick = m.tick_key(self.now)
         if self._bids is None or self._bids[0] != tick:
             self._bids = (tick, bids_anywhere(strategy, self.offers.markets(self.now)))
         return self._bids[1]
