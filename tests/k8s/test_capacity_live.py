@@ -325,7 +325,8 @@ def test_headroom_launches_spare_gpus_and_scale_down_keeps_them(lab: Any,
     ns = lab.namespace("room")
     clock = Clock()
     kw = provider(core, ns, clock, tmp_path, delay_s=0.0)
-    # horizon = provisioning 3590 s + scan 10 s = the 1 h window: the Poisson mean is simply
+    # one arrival is below the 10 the arrivals' quantile needs (``min_sample``), so the Poisson
+    # rule: horizon = provisioning 3590 s + scan 10 s = the 1 h window, so its mean is simply
     # the GPUs that arrived over the last hour
     sc = scenario(headroom=True, scale_down_unneeded_s=30.0, provisioning_delay_s=3590.0)
     cap = CapacityController(core, kw, sc, [P3], namespace=ns, registry=CollectorRegistry(),
