@@ -371,6 +371,36 @@ def test_headroom_launches_spare_gpus_and_scale_down_keeps_them(lab: Any,
         core.delete_namespace(ns)
 
 
+def test_headroom_counts_each_pod_at_its_creation_time(lab: Any, tmp_path: Path) -> None:
+    """From 10 arrivals in the hour the buffer is the arrivals' quantile (``control.headroom``),
+    and the capacity loop counts each pod at its creationTimestamp. Twelve 1-GPU pods created
+    200 s apart each arrived alone within the 190 s horizon (180 s provisioning + 10 s scan):
+    twelve demands of 1, a buffer of 1. Counted at the cycle's time instead, all twelve would
+    have arrived together (demands 1 … 12: a buffer of 11); the Poisson rule at 12 GPUs an
+    hour says 2 (mean 0.633: CDF 0.531, 0.867, 0.974)."""
+    core = lab.core
+    ns = lab.namespace("room12")
+    clock = Clock()
+    kw = provider(core, ns, clock, tmp_path, delay_s=0.0)
+    cap = CapacityController(core, kw, scenario(headroom=True), [P3], namespace=ns,
+                             registry=CollectorRegistry(), clock=clock)
+    pods = []
+    for k in range(12):  # created 2,400 s … 200 s ago
+        pod = gpu_pod(f"p{k}", 1)
+        pod["metadata"]["creationTimestamp"] = datetime.fromtimestamp(
+            clock.t - 200.0 * (12 - k), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        pods.append(pod)
+    try:
+        snap = build_snapshot([], pods)
+        got = cap.reconcile(snap, list(snap.pods), [], [])
+        assert len(got.launched) == 12 + 1  # the pods and one placeholder
+        assert len(kw.list()) == 13
+    finally:
+        for i in kw.list():
+            kw.delete(i.instance_id)
+        core.delete_namespace(ns)
+
+
 def test_spot_swap_launches_spot_first_then_marks_the_on_demand_node(lab: Any,
                                                                      tmp_path: Path) -> None:
     """``control.spot_swap`` in the capacity loop: an on-demand node whose pod has run 2 h is

@@ -173,7 +173,7 @@ def swap_node(view: NodeView, infos: Sequence[PodInfo], it: InstanceType, now: f
 
 
 def arrivals(snap: Snapshot, seen: Collection[str]) -> tuple[list[tuple[float, float]], set[str]]:
-    """The pods no earlier cycle saw, as ``(created_s, GPUs)`` arrivals for the headroom's rate
+    """The pods no earlier cycle saw, as ``(created_s, GPUs)`` arrivals for the headroom's sample
     (``control.headroom``) in creation order, and the keys to remember (those in the snapshot:
     a pod that left is not counted again, and the set stays the snapshot's size). A requeued
     pod replaces an interrupted one and is no arrival, as the simulator counts only first
