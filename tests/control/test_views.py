@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from gpufleet.control.admission import SPOT_TAINT
+import pytest
+
+from gpufleet.control.admission import SPOT_TAINT, request_now, spot_ok_now, tolerates_spot
 from gpufleet.control.deadline import GuardConfig
-from gpufleet.control.views import node_view, pending_pods, pod_view
+from gpufleet.control.views import may_swap, node_view, pending_pods, pod_view
 from gpufleet.provisioning import NodeShape
 from gpufleet.state import FleetState, ResourceRequest
 from gpufleet.traces.jobs import JobSpec
@@ -61,6 +63,50 @@ def test_work_done_is_asked_only_for_a_deadline_job() -> None:
     assert not pod_view(tight, REQ, False, lambda: done(0.0), 30.0, 0.0, CFG).movable
     assert pod_view(tight, REQ, False, lambda: done(3500.0), 30.0, 0.0, CFG).movable
     assert asked == [1, 1]
+
+
+NO_SPOT = ResourceRequest(cpu_milli=1000, memory_mib=1024, num_gpu=1)
+TIGHT = 3700.0  # 3,600 s of work, none done: 100 s of slack, less than a move costs
+
+
+@pytest.mark.parametrize(
+    ("kw", "req", "pinned", "swap"),
+    [
+        ({}, REQ, False, True),                      # one checkpointing replica, tolerates spot
+        ({}, REQ, True, False),                      # pinned to on-demand: no spot any more
+        ({}, NO_SPOT, False, False),                 # its request never tolerated spot
+        ({"replicas": 2}, REQ, False, False),        # a gang does not move
+        ({"checkpointable": False}, REQ, False, False),
+        ({"deadline_s": TIGHT}, REQ, False, False),  # the move would cost the deadline
+        ({"deadline_s": 3 * 3600.0}, REQ, False, True),
+    ],
+)
+def test_may_swap_is_the_views_movable_and_spot_ok(
+    kw: dict[str, object], req: ResourceRequest, pinned: bool, swap: bool
+) -> None:
+    """The spot swap's per-pod test, asked without building a view, is ``pod_view``'s
+    ``movable and spot_ok`` case by case; ``spot_ok_now`` is the pinned request's
+    toleration without building it."""
+    job = spec(**kw)
+    view = pod_view(job, req, pinned, 0.0, 30.0, 0.0, CFG)
+    assert may_swap(job, req, pinned, 0.0, 30.0, 0.0, CFG) is swap
+    assert (view.movable and view.spot_ok) is swap
+    assert spot_ok_now(req, pinned) == tolerates_spot(request_now(req, pinned)) == view.spot_ok
+
+
+def test_may_swap_asks_the_work_done_only_when_the_pod_could_go() -> None:
+    """A pod that cannot go to spot is refused before its deadline test works out the work
+    done (the simulator asks this of every candidate node on every scan)."""
+    asked: list[int] = []
+
+    def done() -> float:
+        asked.append(1)
+        return 0.0
+
+    assert not may_swap(spec(deadline_s=TIGHT), REQ, True, done, 30.0, 0.0, CFG)
+    assert asked == []
+    assert not may_swap(spec(deadline_s=TIGHT), REQ, False, done, 30.0, 0.0, CFG)
+    assert asked == [1]
 
 
 def test_node_view_reads_the_room_from_the_snapshot() -> None:

@@ -16,7 +16,7 @@ from gpufleet.placement.scorers.topology import NvlinkTopologyScore
 from gpufleet.placement.view import pod_view
 from gpufleet.state import FleetState, ResourceRequest
 
-from .conftest import REQUESTS, random_cluster
+from .conftest import MODELS, REQUESTS, random_cluster
 
 TYPICAL = typical_tasks_from(REQUESTS * 3 + REQUESTS[2:5])
 
@@ -121,15 +121,22 @@ def test_fgd_prefers_the_gpu_that_leaves_no_crumb() -> None:
     assert FgdScore(six).pick(view, 0, np.random.default_rng()) == (1,)
 
 
-@pytest.mark.parametrize("quantize", [True, False])
-def test_fgd_memo_stays_exact_while_the_fleet_fills_and_drains(quantize: bool) -> None:
+@pytest.mark.parametrize(("quantize", "joins"), [(True, False), (False, False), (True, True)])
+def test_fgd_memo_stays_exact_while_the_fleet_fills_and_drains(quantize: bool,
+                                                                joins: bool) -> None:
     """The per-shape memo rescores only changed rows: after every bind and release the memoised
-    node scores and GPU picks must still equal a from-scratch scorer and the scalar reference."""
+    node scores and GPU picks must still equal a from-scratch scorer and the scalar reference.
+    ``joins``: a node joins every fourth step, so the memo grows (by doubling) while it is
+    used, and the rows it grew into must come back dirty when they are taken."""
     state = random_cluster(7, fill=40)
     memo = FgdScore(TYPICAL, quantize=quantize)
     rng = np.random.default_rng(7)
     placed: list[tuple[ResourceRequest, Bind]] = []
     for step in range(60):
+        if joins and step % 4 == 1:
+            model, gpus, cpu = MODELS[step % len(MODELS)]  # models the fleet already has
+            state.add_node(f"join{step}", gpu_model=model, num_gpus=gpus, cpu_milli=cpu,
+                           memory_mib=1 << 19)
         req = REQUESTS[step % len(REQUESTS)]
         view = pod_view(state, req)
         rows = _feasible(view)

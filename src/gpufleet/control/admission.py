@@ -107,6 +107,12 @@ def request_on_spot(req: ResourceRequest) -> ResourceRequest:
     return replace(req, tolerations=req.tolerations | {SPOT_TAINT})
 
 
+def spot_ok_now(req: ResourceRequest, on_demand_only: bool) -> bool:
+    """``tolerates_spot(request_now(req, on_demand_only))`` without building the pinned
+    request: a job pinned to on-demand never tolerates spot, any other as its request says."""
+    return not on_demand_only and tolerates_spot(req)
+
+
 def request_now(req: ResourceRequest, on_demand_only: bool) -> ResourceRequest:
     """What the job asks for now: pinned to on-demand, it no longer tolerates spot."""
     if on_demand_only and SPOT_TAINT in req.tolerations:

@@ -13,7 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from gpufleet.control.admission import request_now, request_on_spot, tolerates_spot
+from gpufleet.control.admission import (
+    request_now,
+    request_on_spot,
+    spot_ok_now,
+    tolerates_spot,
+)
 from gpufleet.control.deadline import GuardConfig, movable, urgent
 from gpufleet.market.spot_cost import SpotRisk
 from gpufleet.provisioning import NodeShape, NodeView, PendingPod, PodView
@@ -63,9 +68,31 @@ def pod_view(
     pod whose move cannot cost its deadline (``deadline.movable``); spot-tolerant as it asks
     now (a job pinned to on-demand is not). ``done_s``: its work done, or what works it out
     (asked only for a deadline job: the simulator's views are many and most jobs have none)."""
-    move = (spec.checkpointable and spec.replicas == 1 and cfg.checkpointing
+    return PodView(spec.job_id, req, may_move(spec, done_s, checkpoint_cost_s, now, cfg),
+                   spot_ok_now(req, on_demand_only))
+
+
+def may_move(
+    spec: JobSpec, done_s: float | Callable[[], float], checkpoint_cost_s: float, now: float,
+    cfg: GuardConfig,
+) -> bool:
+    """``pod_view``'s ``movable``: a single checkpointing pod whose move cannot cost its
+    deadline."""
+    return (spec.checkpointable and spec.replicas == 1 and cfg.checkpointing
             and movable(spec, done_s, checkpoint_cost_s, now, cfg))
-    return PodView(spec.job_id, req, move, tolerates_spot(request_now(req, on_demand_only)))
+
+
+def may_swap(
+    spec: JobSpec, req: ResourceRequest, on_demand_only: bool,
+    done_s: float | Callable[[], float], checkpoint_cost_s: float, now: float, cfg: GuardConfig,
+) -> bool:
+    """What the spot swap asks of each pod of a candidate (``control.spot_swap``, step 1):
+    ``pod_view``'s ``movable and spot_ok``, without building the view — the simulator asks
+    it of every candidate node on every scan, and most candidates fail on their first pod.
+    The cheap spot test comes first; the deadline test (which may work out ``done_s``)
+    last."""
+    return spot_ok_now(req, on_demand_only) and may_move(spec, done_s, checkpoint_cost_s,
+                                                         now, cfg)
 
 
 def node_view(
@@ -86,6 +113,6 @@ def node_view(
         return NodeView(name, shape, spot, tuple(state.free_milli[row, :g].tolist()),
                         int(state.cpu_free[row]), int(state.mem_free[row]), (), None, None,
                         **mig_kw, usd_per_hour=usd_per_hour)
-    return NodeView(name, shape, spot, tuple(int(x) for x in state.free_milli[row, :g]),
+    return NodeView(name, shape, spot, tuple(state.free_milli[row, :g].tolist()),
                     int(state.cpu_free[row]), int(state.mem_free[row]), pods, empty_since,
                     underused_since, **mig_kw, usd_per_hour=usd_per_hour)

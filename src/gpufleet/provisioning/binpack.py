@@ -135,7 +135,7 @@ class Bin:
     def has_gpu_room(self) -> bool:
         if self.shape.mig:
             return any(c < self.shape.mig_compute for c in self.mig_compute_used)
-        return any(f > 0 for f in self.free)
+        return bool(self.free) and max(self.free) > 0  # any(f > 0), at C speed
 
     def take(self, req: ResourceRequest) -> bool:
         """Claim room for ``req`` if it fits; False leaves the bin unchanged."""

@@ -74,7 +74,7 @@ from gpufleet.control.spot_swap import (
     swap_order,
 )
 from gpufleet.control.teams import Gate
-from gpufleet.control.views import node_view, pending_pods, pod_view
+from gpufleet.control.views import may_swap, node_view, pending_pods, pod_view
 from gpufleet.decisions import (
     Bind,
     CapacityType,
@@ -506,7 +506,10 @@ class ClusterSim:
         market: list[tuple[list[Offer], dict[str, list[ZoneMarket]]]] = []  # read once, if asked
 
         def movable(name: str) -> bool:
-            return all(v.movable and v.spot_ok for v in self._pod_views(nodes[name]))
+            guards = self.ctl.guards
+            return all(may_swap(j.spec, j.req, j.on_demand_only, partial(_work_done, j, now),
+                                j.ckpt_cost, now, guards)
+                       for j in (self.jobs[i] for i in nodes[name].jobs))
 
         def judge(name: str) -> list[Decision] | None:
             if not market:
@@ -555,9 +558,9 @@ class ClusterSim:
                          n.usd_per_hour, pods, n.empty_since, n.underused_since)
 
     def _pod_views(self, n: SimNode) -> Iterator[PodView]:
-        """The node's pods as consolidation and the spot swap judge them: movable or not,
-        spot-tolerant or not (``control.views.pod_view``); made one at a time, so a test that
-        fails on the first pod builds no more."""
+        """The node's pods as consolidation judges them: movable or not, spot-tolerant or not
+        (``control.views.pod_view``). The spot swap asks the same of each pod without the
+        view (``control.views.may_swap``)."""
         now = self.now
         return (
             pod_view(j.spec, j.req, j.on_demand_only, partial(_work_done, j, now), j.ckpt_cost,

@@ -151,7 +151,11 @@ class FgdScore:
         return cache
 
     def _grow(self, state: FleetState, cache: _RowCache, n: int) -> _RowCache:
-        extra = n - len(cache.cpu)
+        """Room for at least ``n`` rows, doubling: a growing fleet adds nodes one at a time,
+        and growing by one row each time re-copied every array and dropped every shape's
+        memo (so the next pod of each shape rescored every node) once per node added. Rows
+        past ``n`` hold the sentinels until they are used."""
+        extra = max(n, 2 * len(cache.cpu)) - len(cache.cpu)
 
         def pad(a: np.ndarray, fill: int | float) -> np.ndarray:
             return np.concatenate([a, np.full((extra, *a.shape[1:]), fill, dtype=a.dtype)])
