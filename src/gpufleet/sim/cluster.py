@@ -505,8 +505,9 @@ class ClusterSim:
                             if n.state == "ready" and not n.spot and n.jobs], now, cfg)
         market: list[tuple[list[Offer], dict[str, list[ZoneMarket]]]] = []  # read once, if asked
 
+        guards = self.ctl.guards
+
         def movable(name: str) -> bool:
-            guards = self.ctl.guards
             return all(may_swap(j.spec, j.req, j.on_demand_only, partial(_work_done, j, now),
                                 j.ckpt_cost, now, guards)
                        for j in (self.jobs[i] for i in nodes[name].jobs))

@@ -41,7 +41,7 @@ from gpufleet.control.policies import Controls
 from gpufleet.control.queue import PendingQueue, effective_shape, is_urgent
 from gpufleet.control.right_size import cap_for, pins_node, rows_within
 from gpufleet.control.teams import Gate, scale_up_gates
-from gpufleet.control.views import pod_view
+from gpufleet.control.views import may_move
 from gpufleet.decisions import Bind, CapacityType, Decision, Requeue
 from gpufleet.placement.mig import bind_masks
 from gpufleet.provisioning.binpack import fits_shape
@@ -620,8 +620,8 @@ class JobLifecycle:
             return None  # (the cheap test first)
         now = self.now
         done, saved = j.progress(now)
-        if not pod_view(spec, j.req, j.on_demand_only, done, j.ckpt_cost, now,
-                        self.ctl.guards).movable:  # consolidation's rule: one place
+        if not may_move(spec, done, j.ckpt_cost, now,
+                        self.ctl.guards):  # consolidation's rule (pod_view's): one place
             return None
         plan = self.ctl.recovery.on_notice(NoticeView(
             job_id=spec.job_id, checkpointable=True, work_done_s=done, last_checkpoint_s=saved,
