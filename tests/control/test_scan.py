@@ -30,6 +30,17 @@ def test_a_fixed_fleet_scans_only_for_an_empty_fallback_node() -> None:
     assert c.node_empty(25.0, fallback=True) == 30.0
 
 
+def test_a_deferred_swap_looks_one_interval_later() -> None:
+    """``swap_deferred``: a scan at 650 whose disruption acted scans again at 660, as the live
+    loop's next cycle would; a fixed fleet (no swap there) schedules nothing."""
+    c = clock()
+    c.fired(650.0)
+    assert c.swap_deferred(650.0) == 660.0
+    assert c.swap_deferred(650.0) is None  # 660 already scheduled
+    assert c.swap_deferred(651.0) == 670.0  # 661 lands on the grid at 670
+    assert clock(autoscaling=False).swap_deferred(650.0) is None
+
+
 def test_scale_up_runs_on_new_demand_or_when_the_wait_trigger_may_fire() -> None:
     c = clock()
     assert c.scale_up_due(10.0, pending=True)

@@ -3,6 +3,7 @@ numbers (``control.spot_swap``'s docstring example is the first row)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from decimal import Decimal
 
 import pytest
@@ -16,7 +17,9 @@ from gpufleet.control.spot_swap import (
     may_pay,
     plan_price,
     swap_decisions,
+    swap_looks,
     swap_order,
+    swap_owed,
 )
 from gpufleet.decisions import CapacityType, Decision, Launch, Preempt, Terminate
 from gpufleet.market.bidding import ZoneMarket
@@ -60,6 +63,37 @@ def test_two_pods_each_preempted_once() -> None:
     assert got is not None
     assert [d for d in got if isinstance(d, Preempt)] == [Preempt("a", REASON),
                                                          Preempt("b", REASON)]
+
+
+@pytest.mark.parametrize(("found", "live", "max_nodes", "want"), [
+    (False, 9, 10, True),  # disruption found nothing, room for the spot node: look
+    (True, 9, 10, False),  # emptiness or consolidation acted this scan: next scan
+    (False, 10, 10, False),  # at the cap: the swap could not launch its spot node
+    (False, 12, 10, False),  # over a lowered cap
+    (True, 10, 10, False),
+])
+def test_swap_looks(found: bool, live: int, max_nodes: int, want: bool) -> None:
+    assert swap_looks(found, live, max_nodes) is want
+
+
+@pytest.mark.parametrize(("attained_h", "movable", "anywhere", "want"), [
+    # the docstring's node pays at a spot price of 0 from 17.952 / 24.48 = 0.733 h of work
+    ({"a": 1.0}, "a", True, True),
+    ({"a": 0.5}, "a", True, False),  # cannot pay at any price yet
+    ({"a": 1.0, "b": 0.5}, "b", True, False),  # a would pay but may not move
+    ({"a": 0.5, "b": 1.0}, "ab", True, True),  # b, the second try
+    ({"a": 1.0}, "a", False, False),  # the strategy bids nowhere: no plan could be spot
+    ({f"n{i}": 0.5 for i in range(5)} | {"n5": 1.0}, "n0n1n2n3n4n5", True, False),  # 6th try
+    ({}, "", True, False),
+])
+def test_swap_owed(attained_h: dict[str, float], movable: str, anywhere: bool,
+                   want: bool) -> None:
+    def node_of(name: str) -> SwapNode:
+        return replace(node(attained_h[name]), name=name)
+
+    got = swap_owed(list(attained_h), lambda name: name in movable, node_of, CFG,
+                    lambda: anywhere)
+    assert got is want
 
 
 @pytest.mark.parametrize(("nodes", "now", "want"), [

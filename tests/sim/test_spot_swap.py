@@ -45,6 +45,45 @@ def test_swaps_move_work_to_spot_and_lose_nothing(shared_data, jobs) -> None:
     assert s["cost_usd"] < p["cost_usd"]
 
 
+def test_no_swap_look_in_a_scan_whose_disruption_acted(shared_data, jobs) -> None:
+    """``control.spot_swap.swap_looks``: one disruption command per scan. Every scan whose
+    emptiness or consolidation found a command skips the swap look; where that look could
+    have swapped (``swap_owed``) the next scan comes one interval later at the latest
+    (``ScanClock.swap_deferred``, the live loop's next cycle). The other scans look."""
+    [sc] = scenarios_named(["gpufleet"])
+    sim = Simulation(sc, 0, jobs)
+    cluster = sim.sim
+    disrupt, swap, owed = cluster._disrupt, cluster._spot_swap, cluster._swap_owed
+    scans: list[list[str]] = []
+    times: list[float] = []
+
+    def disrupt_logged(room: tuple[int, float] | None = None) -> bool:
+        found = disrupt(room)
+        scans.append(["acted" if found else "quiet"])
+        times.append(cluster.now)
+        return found
+
+    def swap_logged(cfg: SwapSettings) -> None:
+        scans[-1].append("swap look")
+        swap(cfg)
+
+    def owed_logged(cfg: SwapSettings) -> bool:
+        got = owed(cfg)
+        scans[-1].append("owed" if got else "not owed")
+        return got
+
+    cluster._disrupt = disrupt_logged  # type: ignore[method-assign]
+    cluster._spot_swap = swap_logged  # type: ignore[method-assign]
+    cluster._swap_owed = owed_logged  # type: ignore[method-assign]
+    sim.run(None)
+    kinds = {tuple(s) for s in scans}
+    # the run exercises every case; never at the node cap here
+    assert kinds == {("quiet", "swap look"), ("acted", "owed"), ("acted", "not owed")}
+    interval = sc.scan_interval_s
+    assert all(later - t <= interval for s, t, later in zip(scans, times, times[1:], strict=False)
+               if s == ["acted", "owed"])
+
+
 def test_payback_knob_is_read(shared_data, jobs) -> None:
     """A payback nothing can meet: no swap, and the run is gpufleet-no-swap's."""
     never = run("gpufleet", jobs, replace(SwapSettings(), payback=1e12))

@@ -152,6 +152,12 @@ class ScanClock:
         """A pod left a node (finished, interrupted, moved): consolidation may find more."""
         self.look.pod_moved()
 
+    def swap_deferred(self, now: float) -> float | None:
+        """The swap did not look because disruption acted in this scan
+        (``control.spot_swap.swap_looks``): a live loop looks again one interval later, so the
+        simulator scans then too (else the swap would wait for some unrelated change)."""
+        return self.want(now + self.cfg.interval_s, now) if self.cfg.autoscaling else None
+
     # -- inside a scan ------------------------------------------------------------------------
     def scale_up_due(self, now: float, pending: bool) -> bool:
         """Whether scale-up runs now: pods pending and either something changed since the last

@@ -13,6 +13,9 @@ docs/simulator.md). Both drivers apply it: the simulator's scan, and the live ca
 scale-down, which hands the decisions to its consolidator as a ``spot-swap`` command (spot node
 first, re-validated, then the drain):
 
+0. **When** (``swap_looks``): last of a scan's disruption methods, and only when emptiness and
+   consolidation found no command in it (one command per scan, as Karpenter's disruption loop
+   carries out the first method's), below the node cap (the swap launches before it drains).
 1. **Candidates** (``swap_order``): on-demand nodes ready for at least ``min_age_s`` (the demand
    they serve has lasted), dearest first; the driver tries at most ``max_tries`` of those whose
    every pod may move (``control.views.pod_view``: one replica, checkpointing, deadline-safe)
@@ -47,6 +50,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from gpufleet.control.limits import may_launch
 from gpufleet.decisions import CapacityType, Decision, Launch, Preempt, Terminate
 from gpufleet.market.bidding import SpotStrategy, ZoneMarket
 from gpufleet.provisioning.scale_up import Hazard, Offer, PendingPod, ScaleUpPolicy
@@ -80,6 +84,20 @@ class SwapNode:
     pod_gpus: float
     attained_s: float
     move_s: float
+
+
+def swap_looks(disruption_found: bool, live: int, max_nodes: int) -> bool:
+    """Step 0: whether a scan's swap look runs, given whether the scan's emptiness or
+    consolidation look found a command (``disruption_found``) and the nodes up or booting
+    (``live``, against ``max_nodes``).
+
+    One disruption command per scan, methods in a fixed order (Karpenter's disruption loop
+    carries out the first method that finds one): a node just emptied or consolidated changes
+    what the swap would read (its pods are pending again, room moved), so the swap waits for
+    the next scan rather than judge a fleet that is mid-change. The live consolidator carries
+    one command at a time anyway; the simulator follows the same rule so that the two drivers
+    make the same moves. At the node cap no look: a swap launches its spot node first."""
+    return not disruption_found and may_launch(live, max_nodes)
 
 
 def swap_order(
@@ -117,6 +135,22 @@ def first_swap(
         if got is not None:
             return got
     return None
+
+
+def swap_owed(
+    order: Sequence[str], movable: Callable[[str], bool], node_of: Callable[[str], SwapNode],
+    cfg: SwapSettings, spot_anywhere: Callable[[], bool] | None = None,
+) -> bool:
+    """Whether a look that ``swap_looks`` skipped could have swapped: ``first_swap``'s walk
+    with the judge's first step alone (``may_pay``: some candidate whose pods may move could
+    pay back at a spot price of 0), so without asking scale-up.
+
+    The simulator scans one interval later for the skipped look only then
+    (``ScanClock.swap_deferred``): a look that cannot swap changes nothing, and a scan made
+    for it would still move what else scans read on the clock (when a consolidation look is
+    due), so a swap that can never pay would not leave the run as it is without the swap."""
+    return first_swap(order, movable, lambda name: [] if may_pay(node_of(name), cfg) else None,
+                      cfg, spot_anywhere) is not None
 
 
 def plan_price(plan: Sequence[Launch], markets: Mapping[str, Sequence[ZoneMarket]]) -> float:

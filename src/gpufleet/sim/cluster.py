@@ -71,7 +71,9 @@ from gpufleet.control.spot_swap import (
     first_swap,
     judge_swap,
     spot_plan,
+    swap_looks,
     swap_order,
+    swap_owed,
 )
 from gpufleet.control.teams import Gate
 from gpufleet.control.views import may_swap, node_view, pending_pods, pod_view
@@ -399,9 +401,12 @@ class ClusterSim:
             n.gpus for n in self.nodes.booting.values() if not n.mig))
         if self.ctl.scan.scale_up_due(self.now, bool(self.pending) or short):
             launched = self._scale_up(room)
-        self._disrupt(room)
+        found = self._disrupt(room)
         if self.ctl.spot_swap is not None:
-            self._spot_swap(self.ctl.spot_swap)
+            if swap_looks(found, len(self.cloud.live), self.sc.max_nodes):
+                self._spot_swap(self.ctl.spot_swap)
+            elif found and self._swap_owed(self.ctl.spot_swap):
+                self._scan_at(self.ctl.scan.swap_deferred(self.now))
         more_work = bool(self.life.running or self.nodes.booting or self.arrived < len(self.jobs)
                          or launched)
         self._scan_at(self.ctl.scan.after_scan(
@@ -467,7 +472,9 @@ class ClusterSim:
                 n += 1
         return n
 
-    def _disrupt(self, room: tuple[int, float] | None = None) -> None:
+    def _disrupt(self, room: tuple[int, float] | None = None) -> bool:
+        """Emptiness or consolidation, when the scan clock says one is due; whether it found a
+        command (``control.spot_swap.swap_looks`` reads it)."""
         now = self.now
         unneeded = self.sc.scale_down_unneeded_s
         kind, rescan = self.ctl.scan.disruption_due(
@@ -483,28 +490,27 @@ class ClusterSim:
         elif kind is Disrupt.EMPTY:
             views = [self._view(n) for n in self.nodes.empty.values()]
         else:
-            return
+            return False
         offers = self.offers.on_demand_offers(now) \
             if due_under and may_launch(len(self.cloud.live), self.sc.max_nodes) else []
         cmd = self.ctl.disruption.decide(views, now, offers,
                                          math.inf if room is None else spare_gpus(*room))
         if cmd is None:
-            return
+            return False
         self.tally.consolidations += sum(1 for d in cmd.decisions if isinstance(d, Preempt)
                                          and self.life.is_running(d.job_id))
         self.tally.replacements += self._apply(list(cmd.decisions))
+        return True
 
-    def _spot_swap(self, cfg: SwapSettings) -> None:
-        """At most one on-demand node's work moved to spot (``control.spot_swap``): the rule
-        orders and walks the candidates; this asks scale-up for each one's launch."""
+    def _swap_inputs(self, cfg: SwapSettings) -> tuple[
+            list[str], Callable[[str], bool],
+            Callable[[str], tuple[SwapNode, list[tuple[JobRun, float]]]]]:
+        """What ``control.spot_swap`` walks: the candidates in order, whether a node's pods
+        may all move, and a node as the rule reads it (with its jobs and their work done)."""
         now = self.now
-        if not may_launch(len(self.cloud.live), self.sc.max_nodes):
-            return
         nodes = self.cloud.nodes
         order = swap_order([(n.name, n.ready_s, n.usd_per_hour) for n in self.cloud.live.values()
                             if n.state == "ready" and not n.spot and n.jobs], now, cfg)
-        market: list[tuple[list[Offer], dict[str, list[ZoneMarket]]]] = []  # read once, if asked
-
         guards = self.ctl.guards
 
         def movable(name: str) -> bool:
@@ -512,17 +518,29 @@ class ClusterSim:
                                 j.ckpt_cost, now, guards)
                        for j in (self.jobs[i] for i in nodes[name].jobs))
 
+        def node_of(name: str) -> tuple[SwapNode, list[tuple[JobRun, float]]]:
+            node = nodes[name]
+            here = [(j, j.progress(now)[0]) for j in (self.jobs[i] for i in node.jobs)]
+            return SwapNode(
+                name, node.usd_per_hour, node.gpus, tuple(j.spec.job_id for j, _ in here),
+                sum(j.gpus for j, _ in here), min(done for _, done in here),
+                max(j.ckpt_cost + j.spec.restart_overhead_s for j, _ in here)
+                + self.sc.provisioning_delay_s), here
+
+        return order, movable, node_of
+
+    def _spot_swap(self, cfg: SwapSettings) -> None:
+        """At most one on-demand node's work moved to spot (``control.spot_swap``): the rule
+        orders and walks the candidates; this asks scale-up for each one's launch."""
+        now = self.now
+        order, movable, node_of = self._swap_inputs(cfg)
+        market: list[tuple[list[Offer], dict[str, list[ZoneMarket]]]] = []  # read once, if asked
+
         def judge(name: str) -> list[Decision] | None:
             if not market:
                 market.append((self.offers.offers(now), self.offers.markets(now)))
             offers, zones = market[0]
-            node = nodes[name]
-            here = [(j, j.progress(now)[0]) for j in (self.jobs[i] for i in node.jobs)]
-            swap = SwapNode(
-                name, node.usd_per_hour, node.gpus, tuple(j.spec.job_id for j, _ in here),
-                sum(j.gpus for j, _ in here), min(done for _, done in here),
-                max(j.ckpt_cost + j.spec.restart_overhead_s for j, _ in here)
-                + self.sc.provisioning_delay_s)
+            swap, here = node_of(name)
 
             def ask() -> tuple[list[Launch], float]:
                 pods = [p for j, done in here
@@ -538,6 +556,13 @@ class ClusterSim:
         if decisions is not None:
             self.tally.spot_swaps += 1
             self._apply(decisions)
+
+    def _swap_owed(self, cfg: SwapSettings) -> bool:
+        """Whether the swap look skipped this scan could have swapped
+        (``control.spot_swap.swap_owed``)."""
+        order, movable, node_of = self._swap_inputs(cfg)
+        return swap_owed(order, movable, lambda name: node_of(name)[0], cfg,
+                         self._bids_anywhere)
 
     def _bids_anywhere(self) -> bool:
         """Whether the spot strategy would launch spot anywhere now

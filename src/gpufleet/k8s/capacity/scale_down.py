@@ -27,7 +27,13 @@ from gpufleet.config import Scenario
 from gpufleet.control.limits import launch_room
 from gpufleet.control.node_clocks import SinceClock
 from gpufleet.control.policies import disruption_policy, spot_swap_settings
-from gpufleet.control.spot_swap import SwapSettings, first_swap, judge_swap, swap_order
+from gpufleet.control.spot_swap import (
+    SwapSettings,
+    first_swap,
+    judge_swap,
+    swap_looks,
+    swap_order,
+)
 from gpufleet.decisions import CapacityType, Decision, Launch, Terminate
 from gpufleet.k8s.capacity import inputs
 from gpufleet.k8s.capacity.metrics import ReconcileReport
@@ -113,8 +119,8 @@ class ScaleDown:
             out.consolidating += self.consolidator.carry_out(views, live, by_pid, recorded, now)
             return
         cmd = self._decide(views, live, now, spare_gpus)
-        if cmd is None and self.swap is not None and swap_plan is not None \
-                and launch_room(len(live), self.sc.max_nodes) > 0:
+        if self.swap is not None and swap_plan is not None \
+                and swap_looks(cmd is not None, len(live), self.sc.max_nodes):
             cmd = self._swap(snap, views, cands, by_pid, now, self.swap, swap_plan)
         if cmd is None:
             return
