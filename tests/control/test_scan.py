@@ -30,7 +30,7 @@ def test_a_fixed_fleet_scans_only_for_an_empty_fallback_node() -> None:
     assert c.node_empty(25.0, fallback=True) == 30.0
 
 
-def test_a_deferred_swap_looks_one_interval_later() -> None:
+def test_a_deferred_swap_look_comes_one_interval_later() -> None:
     """``swap_deferred``: a scan at 650 whose disruption acted scans again at 660, as the live
     loop's next cycle would; a fixed fleet (no swap there) schedules nothing."""
     c = clock()

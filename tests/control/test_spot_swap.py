@@ -10,6 +10,7 @@ import pytest
 
 from gpufleet.control.spot_swap import (
     REASON,
+    SwapLook,
     SwapNode,
     SwapSettings,
     first_swap,
@@ -17,7 +18,7 @@ from gpufleet.control.spot_swap import (
     may_pay,
     plan_price,
     swap_decisions,
-    swap_looks,
+    swap_look,
     swap_order,
     swap_owed,
 )
@@ -66,14 +67,14 @@ def test_two_pods_each_preempted_once() -> None:
 
 
 @pytest.mark.parametrize(("found", "live", "max_nodes", "want"), [
-    (False, 9, 10, True),  # disruption found nothing, room for the spot node: look
-    (True, 9, 10, False),  # emptiness or consolidation acted this scan: next scan
-    (False, 10, 10, False),  # at the cap: the swap could not launch its spot node
-    (False, 12, 10, False),  # over a lowered cap
-    (True, 10, 10, False),
+    (False, 9, 10, SwapLook.LOOK),  # disruption found nothing, room for the spot node
+    (True, 9, 10, SwapLook.NEXT_CYCLE),  # emptiness or consolidation acted this scan
+    (False, 10, 10, SwapLook.NO),  # at the cap: the swap could not launch its spot node
+    (False, 12, 10, SwapLook.NO),  # over a lowered cap
+    (True, 10, 10, SwapLook.NO),  # at the cap the next cycle is no better: nothing owed
 ])
-def test_swap_looks(found: bool, live: int, max_nodes: int, want: bool) -> None:
-    assert swap_looks(found, live, max_nodes) is want
+def test_swap_look(found: bool, live: int, max_nodes: int, want: SwapLook) -> None:
+    assert swap_look(found, live, max_nodes) is want
 
 
 @pytest.mark.parametrize(("attained_h", "movable", "anywhere", "want"), [

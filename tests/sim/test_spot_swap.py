@@ -46,7 +46,7 @@ def test_swaps_move_work_to_spot_and_lose_nothing(shared_data, jobs) -> None:
 
 
 def test_no_swap_look_in_a_scan_whose_disruption_acted(shared_data, jobs) -> None:
-    """``control.spot_swap.swap_looks``: one disruption command per scan. Every scan whose
+    """``control.spot_swap.swap_look``: one disruption command per scan. Every scan whose
     emptiness or consolidation found a command skips the swap look; where that look could
     have swapped (``swap_owed``) the next scan comes one interval later at the latest
     (``ScanClock.swap_deferred``, the live loop's next cycle). The other scans look."""

@@ -154,7 +154,7 @@ class ScanClock:
 
     def swap_deferred(self, now: float) -> float | None:
         """The swap did not look because disruption acted in this scan
-        (``control.spot_swap.swap_looks``): a live loop looks again one interval later, so the
+        (``control.spot_swap.swap_look``): a live loop looks again one interval later, so the
         simulator scans then too (else the swap would wait for some unrelated change)."""
         return self.want(now + self.cfg.interval_s, now) if self.cfg.autoscaling else None
 

@@ -13,7 +13,7 @@ docs/simulator.md). Both drivers apply it: the simulator's scan, and the live ca
 scale-down, which hands the decisions to its consolidator as a ``spot-swap`` command (spot node
 first, re-validated, then the drain):
 
-0. **When** (``swap_looks``): last of a scan's disruption methods, and only when emptiness and
+0. **When** (``swap_look``): last of a scan's disruption methods, and only when emptiness and
    consolidation found no command in it (one command per scan, as Karpenter's disruption loop
    carries out the first method's), below the node cap (the swap launches before it drains).
 1. **Candidates** (``swap_order``): on-demand nodes ready for at least ``min_age_s`` (the demand
@@ -49,6 +49,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from enum import Enum
 
 from gpufleet.control.limits import may_launch
 from gpufleet.decisions import CapacityType, Decision, Launch, Preempt, Terminate
@@ -86,7 +87,15 @@ class SwapNode:
     move_s: float
 
 
-def swap_looks(disruption_found: bool, live: int, max_nodes: int) -> bool:
+class SwapLook(Enum):
+    """Step 0's answer for one scan (``swap_look``)."""
+
+    LOOK = "look"  # look now
+    NEXT_CYCLE = "next cycle"  # disruption acted: the look is the next cycle's
+    NO = "no"  # at the node cap: a swap launches its spot node first
+
+
+def swap_look(disruption_found: bool, live: int, max_nodes: int) -> SwapLook:
     """Step 0: whether a scan's swap look runs, given whether the scan's emptiness or
     consolidation look found a command (``disruption_found``) and the nodes up or booting
     (``live``, against ``max_nodes``).
@@ -94,10 +103,13 @@ def swap_looks(disruption_found: bool, live: int, max_nodes: int) -> bool:
     One disruption command per scan, methods in a fixed order (Karpenter's disruption loop
     carries out the first method that finds one): a node just emptied or consolidated changes
     what the swap would read (its pods are pending again, room moved), so the swap waits for
-    the next scan rather than judge a fleet that is mid-change. The live consolidator carries
+    the next cycle rather than judge a fleet that is mid-change. The live consolidator carries
     one command at a time anyway; the simulator follows the same rule so that the two drivers
-    make the same moves. At the node cap no look: a swap launches its spot node first."""
-    return not disruption_found and may_launch(live, max_nodes)
+    make the same moves (and scans again for the next cycle's look: ``swap_owed``). At the node
+    cap no look, whatever disruption did: a swap launches its spot node first."""
+    if not may_launch(live, max_nodes):
+        return SwapLook.NO
+    return SwapLook.NEXT_CYCLE if disruption_found else SwapLook.LOOK
 
 
 def swap_order(
@@ -141,9 +153,9 @@ def swap_owed(
     order: Sequence[str], movable: Callable[[str], bool], node_of: Callable[[str], SwapNode],
     cfg: SwapSettings, spot_anywhere: Callable[[], bool] | None = None,
 ) -> bool:
-    """Whether a look that ``swap_looks`` skipped could have swapped: ``first_swap``'s walk
-    with the judge's first step alone (``may_pay``: some candidate whose pods may move could
-    pay back at a spot price of 0), so without asking scale-up.
+    """Whether a look that ``swap_look`` put off to the next cycle could have swapped:
+    ``first_swap``'s walk with the judge's first step alone (``may_pay``: some candidate whose
+    pods may move could pay back at a spot price of 0), so without asking scale-up.
 
     The simulator scans one interval later for the skipped look only then
     (``ScanClock.swap_deferred``): a look that cannot swap changes nothing, and a scan made

@@ -66,12 +66,13 @@ from gpufleet.control.queue import PendingQueue
 from gpufleet.control.replacement import FixedFleet, Replacement, replaces_lost_node
 from gpufleet.control.scan import Disrupt
 from gpufleet.control.spot_swap import (
+    SwapLook,
     SwapNode,
     SwapSettings,
     first_swap,
     judge_swap,
     spot_plan,
-    swap_looks,
+    swap_look,
     swap_order,
     swap_owed,
 )
@@ -403,9 +404,10 @@ class ClusterSim:
             launched = self._scale_up(room)
         found = self._disrupt(room)
         if self.ctl.spot_swap is not None:
-            if swap_looks(found, len(self.cloud.live), self.sc.max_nodes):
+            look = swap_look(found, len(self.cloud.live), self.sc.max_nodes)
+            if look is SwapLook.LOOK:
                 self._spot_swap(self.ctl.spot_swap)
-            elif found and self._swap_owed(self.ctl.spot_swap):
+            elif look is SwapLook.NEXT_CYCLE and self._swap_owed(self.ctl.spot_swap):
                 self._scan_at(self.ctl.scan.swap_deferred(self.now))
         more_work = bool(self.life.running or self.nodes.booting or self.arrived < len(self.jobs)
                          or launched)
@@ -474,7 +476,7 @@ class ClusterSim:
 
     def _disrupt(self, room: tuple[int, float] | None = None) -> bool:
         """Emptiness or consolidation, when the scan clock says one is due; whether it found a
-        command (``control.spot_swap.swap_looks`` reads it)."""
+        command (``control.spot_swap.swap_look`` reads it)."""
         now = self.now
         unneeded = self.sc.scale_down_unneeded_s
         kind, rescan = self.ctl.scan.disruption_due(

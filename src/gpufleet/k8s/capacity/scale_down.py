@@ -28,10 +28,11 @@ from gpufleet.control.limits import launch_room
 from gpufleet.control.node_clocks import SinceClock
 from gpufleet.control.policies import disruption_policy, spot_swap_settings
 from gpufleet.control.spot_swap import (
+    SwapLook,
     SwapSettings,
     first_swap,
     judge_swap,
-    swap_looks,
+    swap_look,
     swap_order,
 )
 from gpufleet.decisions import CapacityType, Decision, Launch, Terminate
@@ -120,7 +121,7 @@ class ScaleDown:
             return
         cmd = self._decide(views, live, now, spare_gpus)
         if self.swap is not None and swap_plan is not None \
-                and swap_looks(cmd is not None, len(live), self.sc.max_nodes):
+                and swap_look(cmd is not None, len(live), self.sc.max_nodes) is SwapLook.LOOK:
             cmd = self._swap(snap, views, cands, by_pid, now, self.swap, swap_plan)
         if cmd is None:
             return
