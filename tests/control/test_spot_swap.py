@@ -79,15 +79,16 @@ def test_swap_look(found: bool, live: int, max_nodes: int, want: SwapLook) -> No
 
 @pytest.mark.parametrize(("attained_h", "movable", "anywhere", "want"), [
     # the docstring's node pays at a spot price of 0 from 17.952 / 24.48 = 0.733 h of work
-    ({"a": 1.0}, "a", True, True),
-    ({"a": 0.5}, "a", True, False),  # cannot pay at any price yet
-    ({"a": 1.0, "b": 0.5}, "b", True, False),  # a would pay but may not move
-    ({"a": 0.5, "b": 1.0}, "ab", True, True),  # b, the second try
-    ({"a": 1.0}, "a", False, False),  # the strategy bids nowhere: no plan could be spot
-    ({f"n{i}": 0.5 for i in range(5)} | {"n5": 1.0}, "n0n1n2n3n4n5", True, False),  # 6th try
-    ({}, "", True, False),
+    ({"a": 1.0}, {"a"}, True, True),
+    ({"a": 0.5}, {"a"}, True, False),  # cannot pay at any price yet
+    ({"a": 1.0, "b": 0.5}, {"b"}, True, False),  # a would pay but may not move
+    ({"a": 0.5, "b": 1.0}, {"a", "b"}, True, True),  # b, the second try
+    ({"a": 1.0}, {"a"}, False, False),  # the strategy bids nowhere: no plan could be spot
+    ({f"n{i}": 0.5 for i in range(5)} | {"n5": 1.0}, {f"n{i}" for i in range(6)}, True,
+     False),  # n5 would pay, but it is the 6th try
+    ({}, set(), True, False),
 ])
-def test_swap_owed(attained_h: dict[str, float], movable: str, anywhere: bool,
+def test_swap_owed(attained_h: dict[str, float], movable: set[str], anywhere: bool,
                    want: bool) -> None:
     def node_of(name: str) -> SwapNode:
         return replace(node(attained_h[name]), name=name)
