@@ -183,3 +183,24 @@ def test_a_rebilled_row_is_what_running_it_gives() -> None:
     assert real.finishes == row.finishes
     assert row.series.cost_usd == pytest.approx(real.series.cost_usd, rel=1e-6, abs=1e-3)
     assert row.series.t == real.series.t
+
+
+def test_plan_runs_names_the_runs_a_batch_makes_and_how_the_other_rows_are_made() -> None:
+    """On whole GPUs (Philly's kind) the default set runs 9 scenarios, longest first:
+    no-sharing repeats gpufleet, chain-sharing repeats chain-autoscaling-packing, and
+    static-reserved is static-p99 re-billed. One half-GPU job makes sharing matter again."""
+    from gpufleet.config import default_scenarios
+    from gpufleet.sim.batch import plan_runs
+
+    scs = default_scenarios()
+    runs = plan_runs(whole_gpu_jobs(), scs)
+    assert {(a.name, b.name) for a, b in runs.twins} == {
+        ("gpufleet-no-sharing", "gpufleet"), ("chain-sharing", "chain-autoscaling-packing")}
+    assert {k: [r.name for r in v] for k, v in runs.rebills.items()} == {
+        "static-p99": ["static-reserved"]}
+    assert len(runs.order) == len(scs) - 3
+    assert runs.order == sorted(runs.order, key=expected_work, reverse=True)
+    assert runs.order[0].name == "gpufleet"
+    frac = plan_runs(whole_gpu_jobs(fraction=True), scs)
+    assert [a.name for a, _ in frac.twins] == []
+    assert len(frac.order) == len(scs) - 1

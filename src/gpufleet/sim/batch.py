@@ -199,15 +199,21 @@ def _work(sc: Scenario, rebills: tuple[Scenario, ...], seed: int) -> list[Outcom
     return run_billed(sc, rebills, seed, _jobs, tell)
 
 
-def run_all(
-    jobs: list[JobSpec], scenarios: list[Scenario], seed: int = 0, workers: int | None = None,
-    on_progress: Progress | None = None,
-) -> dict[str, Outcome]:
-    """Every scenario's outcome, keyed by name in the order given (a provable repeat of an
-    earlier one is not run: ``twin_of``; one that differs only in its prices is re-billed:
-    ``rebill_of``). ``workers``: processes (default: one per CPU); 1 runs them here, one after
-    another."""
-    twins: list[tuple[Scenario, Scenario]] = []  # (not run, the run it repeats)
+@dataclass(frozen=True)
+class RunPlan:
+    """Which scenarios a batch simulates, and how the others get their rows: ``order``, the
+    runs, longest first (``expected_work``); ``rebills``, by run name, the scenarios billed from
+    that run (``rebill_of``); ``twins``, (not run, the run it repeats) (``twin_of``)."""
+
+    order: list[Scenario]
+    rebills: dict[str, list[Scenario]]
+    twins: list[tuple[Scenario, Scenario]]
+
+
+def plan_runs(jobs: list[JobSpec], scenarios: list[Scenario]) -> RunPlan:
+    """The runs ``run_all`` makes for ``scenarios`` over ``jobs`` (``RunPlan``); benchmarks
+    that time the runs one by one ask it too, so they time what a batch runs."""
+    twins: list[tuple[Scenario, Scenario]] = []
     rebills: dict[str, list[Scenario]] = {}
     unique: list[Scenario] = []
     for sc in scenarios:
@@ -220,8 +226,21 @@ def run_all(
             rebills.setdefault(billed.name, []).append(sc)
         else:
             unique.append(sc)
-    workers = min(workers or os.cpu_count() or 1, len(unique))
-    order = sorted(unique, key=expected_work, reverse=True)
+    return RunPlan(sorted(unique, key=expected_work, reverse=True), rebills, twins)
+
+
+def run_all(
+    jobs: list[JobSpec], scenarios: list[Scenario], seed: int = 0, workers: int | None = None,
+    on_progress: Progress | None = None,
+) -> dict[str, Outcome]:
+    """Every scenario's outcome, keyed by name in the order given (a provable repeat of an
+    earlier one is not run: ``twin_of``; one that differs only in its prices is re-billed:
+    ``rebill_of``). ``workers``: processes (default: one per CPU); 1 runs them here, one after
+    another."""
+    runs = plan_runs(jobs, scenarios)
+    rebills, twins = runs.rebills, runs.twins
+    workers = min(workers or os.cpu_count() or 1, len(runs.order))
+    order = runs.order
     got: dict[str, Outcome] = {}
     if workers <= 1:
         for sc in order:

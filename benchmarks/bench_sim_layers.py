@@ -1,0 +1,210 @@
+"""Where a simulation's CPU goes, by layer, and what that bounds: could compiled kernels alone
+bring the Philly replay to 60 s?
+
+Issue 19 asks for all twelve default scenarios on Philly in ≤ 60 s wall on this 2-core machine
+and suggests compiling the placement and scan kernels (numba, or Rust via PyO3). Before anyone
+writes a kernel, Amdahl's law says what it can buy: whatever runs *outside* the kernels stays.
+This benchmark runs the scenarios a batch runs (``sim.batch.plan_runs``: twins and re-billed
+rows are not run) with a clock around each layer's entry points, and charges every CPU second
+to the innermost layer running (a layer's own time excludes the layers it calls):
+
+* **kernels**, the pure, array-shaped policy steps the issue names:
+  placement (``Policy.place``: filters, FGD scores, select), scale-up packing
+  (``ScaleUpPolicy.plan`` / ``launch_group``: the bin packing and offer choice, also for the
+  spot swap's plans) and consolidation (``DisruptionPolicy.decide``);
+* **rule orchestration** in ``control/`` around them: the scheduling cycle's own time
+  (``plan_cycle``: queue order, gang, quota, preemption), the swap's walk (``first_swap``:
+  candidates, work done, pod lists), and the scan's and the pass's own time in the driver
+  (``ClusterSim._on_scan``, ``JobLifecycle.plan_pass``: views, pending pods, applying plans);
+* **the rest**: the event loop, job and node state, billing and the books.
+
+Then, for each scenario and in total, the CPU left if the kernels cost nothing, and the least
+wall time that leaves on ``--cores`` cores (a batch's wall time is at least its longest run and
+at least its total CPU over the cores). Each clocked call reads the CPU clock twice (about
+0.5 µs each here); with ``--baseline`` the last line compares the runs with and without it.
+
+Usage (Philly, all default scenarios, 2 workers; about 7 minutes):
+
+    .venv/bin/python benchmarks/bench_sim_layers.py [--limit N] [--workers 2]
+        [--scenarios a,b] [--trace PATH] [--baseline]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import multiprocessing
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from gpufleet.config import default_scenarios, scenarios_named
+from gpufleet.datapaths import data_dir
+from gpufleet.sim.batch import plan_runs, run_one
+from gpufleet.traces.jobs import JobSpec, load_jobs
+
+KERNELS = ("placement", "scale-up packing", "consolidation")
+RULES = ("cycle rules", "swap walk", "scan driver", "pass driver")
+REST = "event loop + state"
+# (module, class or None, attribute, layer)
+TARGETS = (
+    ("gpufleet.placement.policy", "Policy", "place", "placement"),
+    ("gpufleet.provisioning.scale_up", "ScaleUpPolicy", "plan", "scale-up packing"),
+    ("gpufleet.provisioning.scale_up", "ScaleUpPolicy", "launch_group", "scale-up packing"),
+    ("gpufleet.provisioning.disruption.policy", "DisruptionPolicy", "decide", "consolidation"),
+    ("gpufleet.sim.jobs", None, "plan_cycle", "cycle rules"),
+    ("gpufleet.sim.cluster", None, "first_swap", "swap walk"),
+    ("gpufleet.sim.cluster", "ClusterSim", "_on_scan", "scan driver"),
+    ("gpufleet.sim.jobs", "JobLifecycle", "plan_pass", "pass driver"),
+)
+
+
+class LayerClock:
+    """CPU seconds per layer, each charged to the innermost layer running (a stack of open
+    calls: a call's time less its nested layers' time is its layer's own)."""
+
+    def __init__(self) -> None:
+        self.own: dict[str, float] = {}
+        self.calls = 0
+        self._stack: list[list[float]] = []  # [start, nested time] per open call
+
+    def wrap(self, layer: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        clock = time.process_time
+        stack, own = self._stack, self.own
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            frame = [clock(), 0.0]
+            stack.append(frame)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                stack.pop()
+                spent = clock() - frame[0]
+                own[layer] = own.get(layer, 0.0) + spent - frame[1]
+                if stack:
+                    stack[-1][1] += spent
+                self.calls += 1
+
+        return timed
+
+    def install(self) -> None:
+        for module, cls, attr, layer in TARGETS:
+            owner: Any = importlib.import_module(module)
+            if cls is not None:
+                owner = getattr(owner, cls)
+            setattr(owner, attr, self.wrap(layer, getattr(owner, attr)))
+
+
+def _run(sc_name: str, jobs: list[JobSpec], timed: bool) -> tuple[str, float, dict[str, float],
+                                                                   int]:
+    """One scenario in a fresh worker: total CPU, CPU by layer, clocked calls."""
+    clock = LayerClock()
+    if timed:
+        clock.install()
+    [sc] = scenarios_named([sc_name])
+    c0 = time.process_time()
+    run_one(sc, 0, jobs)
+    return sc_name, time.process_time() - c0, clock.own, clock.calls
+
+
+def bound(rests: list[float], cores: int) -> float:
+    """The least wall time for independent runs of these CPU times on ``cores`` cores: at
+    least the longest, and at least the total shared out."""
+    return max(max(rests, default=0.0), sum(rests) / cores)
+
+
+def table(title: str, rows: dict[str, tuple[float, dict[str, float]]], cores: int) -> Table:
+    t = Table(title=title)
+    cols = ("scenario", "CPU s", *KERNELS, "kernels %", *RULES, REST, "CPU s, kernels free",
+            "CPU s, kernels + rules free")
+    for c in cols:
+        t.add_column(c, justify="left" if c == "scenario" else "right")
+    tot: dict[str, float] = {}
+    free_k: list[float] = []
+    free_kr: list[float] = []
+    for name, (cpu, own) in rows.items():
+        layers = {k: own.get(k, 0.0) for k in (*KERNELS, *RULES)}
+        layers[REST] = cpu - sum(layers.values())
+        kern = sum(layers[k] for k in KERNELS)
+        rules = sum(layers[k] for k in RULES)
+        free_k.append(cpu - kern)
+        free_kr.append(cpu - kern - rules)
+        for k, v in {"CPU s": cpu, **layers}.items():
+            tot[k] = tot.get(k, 0.0) + v
+        t.add_row(name, f"{cpu:.1f}", *(f"{layers[k]:.1f}" for k in KERNELS),
+                  f"{kern / cpu:.0%}" if cpu else "-", *(f"{layers[k]:.1f}" for k in RULES),
+                  f"{layers[REST]:.1f}", f"{free_k[-1]:.1f}", f"{free_kr[-1]:.1f}")
+    kern_t = sum(tot.get(k, 0.0) for k in KERNELS)
+    t.add_row("total", f"{tot.get('CPU s', 0.0):.1f}", *(f"{tot.get(k, 0.0):.1f}" for k in KERNELS),
+              f"{kern_t / tot['CPU s']:.0%}" if tot.get("CPU s") else "-",
+              *(f"{tot.get(k, 0.0):.1f}" for k in RULES), f"{tot.get(REST, 0.0):.1f}",
+              f"{sum(free_k):.1f}", f"{sum(free_kr):.1f}", end_section=True)
+    t.add_row(f"least wall on {cores} cores", f"{bound([r[0] for r in rows.values()], cores):.1f}",
+              *([""] * (len(KERNELS) + 1 + len(RULES) + 1)),
+              f"{bound(free_k, cores):.1f}", f"{bound(free_kr, cores):.1f}")
+    return t
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--trace", type=Path, help="Philly CSV (default: <data>/philly/...)")
+    ap.add_argument("--limit", type=int, help="keep the first N jobs")
+    ap.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
+    ap.add_argument("--cores", type=int, default=2, help="cores for the wall-time bound")
+    ap.add_argument("--scenarios", help="comma-separated scenario names (default: all)")
+    ap.add_argument("--baseline", action="store_true",
+                    help="also run each scenario without the clock (its cost; twice the time)")
+    args = ap.parse_args()
+    console = Console()
+    trace = args.trace
+    if trace is None:
+        base = data_dir(required=False)
+        if base is None:
+            console.print("shared data absent (GPUFLEET_DATA): Philly layer benchmark skipped")
+            return 0
+        trace = base / "philly" / "philly_jobs.csv"
+    jobs = load_jobs(trace)
+    jobs = jobs[: args.limit] if args.limit else jobs
+    names = [n.strip() for n in args.scenarios.split(",")] if args.scenarios else None
+    scs = scenarios_named(names) if names else default_scenarios()
+    runs = plan_runs(jobs, scs)
+    ctx = multiprocessing.get_context("spawn")
+    t0 = time.perf_counter()
+    timed: dict[str, tuple[float, dict[str, float]]] = {}
+    plain: dict[str, float] = {}
+    calls = 0
+    # one run per worker process: a clocked run patches its process for good
+    with ProcessPoolExecutor(args.workers, mp_context=ctx, max_tasks_per_child=1) as pool:
+        futs = [pool.submit(_run, sc.name, jobs, True) for sc in runs.order]
+        if args.baseline:
+            futs += [pool.submit(_run, sc.name, jobs, False) for sc in runs.order]
+        for f in futs:
+            name, cpu, own, n = f.result()
+            if own or n:
+                timed[name] = (cpu, own)
+                calls += n
+            else:
+                plain[name] = cpu
+    wall = time.perf_counter() - t0
+    skipped = [sc.name for sc, _ in runs.twins] + [r.name for rs in runs.rebills.values()
+                                                   for r in rs]
+    console.print(table(f"{len(jobs):,} jobs of {trace.name}: CPU seconds by layer "
+                        f"({len(timed)} runs; not run: {', '.join(skipped) or 'none'})",
+                        timed, args.cores))
+    if plain:
+        clocked = sum(c for c, _ in timed.values())
+        console.print(f"clock: {calls:,} clocked calls; the runs took {sum(plain.values()):.1f} "
+                      f"CPU s without the clock, {clocked:.1f} with it "
+                      f"({clocked / max(sum(plain.values()), 1e-9) - 1:+.1%}, noise included)")
+    console.print(f"benchmark wall: {wall:.0f} s with {args.workers} workers")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
