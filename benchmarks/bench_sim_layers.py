@@ -44,7 +44,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from gpufleet.config import default_scenarios, scenarios_named
+from gpufleet.config import Scenario, default_scenarios, scenarios_named
 from gpufleet.datapaths import data_dir
 from gpufleet.sim.batch import plan_runs, run_one
 from gpufleet.traces.jobs import JobSpec, load_jobs
@@ -52,6 +52,8 @@ from gpufleet.traces.jobs import JobSpec, load_jobs
 KERNELS = ("placement", "scale-up packing", "consolidation")
 RULES = ("cycle rules", "swap walk", "scan driver", "pass driver")
 REST = "event loop + state"
+FREE_K = "CPU s, kernels free"
+FREE_KR = "CPU s, kernels + rules free"
 # (module, class or None, attribute, layer)
 TARGETS = (
     ("gpufleet.placement.policy", "Policy", "place", "placement"),
@@ -101,16 +103,15 @@ class LayerClock:
             setattr(owner, attr, self.wrap(layer, getattr(owner, attr)))
 
 
-def _run(sc_name: str, jobs: list[JobSpec], timed: bool) -> tuple[str, float, dict[str, float],
-                                                                   int]:
-    """One scenario in a fresh worker: total CPU, CPU by layer, clocked calls."""
+def _run(sc: Scenario, jobs: list[JobSpec], timed: bool) -> tuple[float, dict[str, float], int]:
+    """One scenario in a fresh worker: total CPU, CPU by layer (empty when not ``timed``),
+    clocked calls."""
     clock = LayerClock()
     if timed:
         clock.install()
-    [sc] = scenarios_named([sc_name])
     c0 = time.process_time()
     run_one(sc, 0, jobs)
-    return sc_name, time.process_time() - c0, clock.own, clock.calls
+    return time.process_time() - c0, clock.own, clock.calls
 
 
 def bound(rests: list[float], cores: int) -> float:
@@ -119,35 +120,35 @@ def bound(rests: list[float], cores: int) -> float:
     return max(max(rests, default=0.0), sum(rests) / cores)
 
 
+def split(cpu: float, own: dict[str, float]) -> dict[str, float]:
+    """A run's CPU by column: the total, each clocked layer, the rest, and what is left with
+    the kernels (and then the rules too) at no cost."""
+    layers = {k: own.get(k, 0.0) for k in (*KERNELS, *RULES)}
+    kern = sum(layers[k] for k in KERNELS)
+    rest = cpu - sum(layers.values())
+    return {"CPU s": cpu, **layers, REST: rest, FREE_K: cpu - kern, FREE_KR: rest}
+
+
 def table(title: str, rows: dict[str, tuple[float, dict[str, float]]], cores: int) -> Table:
     t = Table(title=title)
-    cols = ("scenario", "CPU s", *KERNELS, "kernels %", *RULES, REST, "CPU s, kernels free",
-            "CPU s, kernels + rules free")
+    cols = ("CPU s", *KERNELS, "kernels %", *RULES, REST, FREE_K, FREE_KR)
+    t.add_column("scenario")
     for c in cols:
-        t.add_column(c, justify="left" if c == "scenario" else "right")
-    tot: dict[str, float] = {}
-    free_k: list[float] = []
-    free_kr: list[float] = []
-    for name, (cpu, own) in rows.items():
-        layers = {k: own.get(k, 0.0) for k in (*KERNELS, *RULES)}
-        layers[REST] = cpu - sum(layers.values())
-        kern = sum(layers[k] for k in KERNELS)
-        rules = sum(layers[k] for k in RULES)
-        free_k.append(cpu - kern)
-        free_kr.append(cpu - kern - rules)
-        for k, v in {"CPU s": cpu, **layers}.items():
-            tot[k] = tot.get(k, 0.0) + v
-        t.add_row(name, f"{cpu:.1f}", *(f"{layers[k]:.1f}" for k in KERNELS),
-                  f"{kern / cpu:.0%}" if cpu else "-", *(f"{layers[k]:.1f}" for k in RULES),
-                  f"{layers[REST]:.1f}", f"{free_k[-1]:.1f}", f"{free_kr[-1]:.1f}")
-    kern_t = sum(tot.get(k, 0.0) for k in KERNELS)
-    t.add_row("total", f"{tot.get('CPU s', 0.0):.1f}", *(f"{tot.get(k, 0.0):.1f}" for k in KERNELS),
-              f"{kern_t / tot['CPU s']:.0%}" if tot.get("CPU s") else "-",
-              *(f"{tot.get(k, 0.0):.1f}" for k in RULES), f"{tot.get(REST, 0.0):.1f}",
-              f"{sum(free_k):.1f}", f"{sum(free_kr):.1f}", end_section=True)
-    t.add_row(f"least wall on {cores} cores", f"{bound([r[0] for r in rows.values()], cores):.1f}",
-              *([""] * (len(KERNELS) + 1 + len(RULES) + 1)),
-              f"{bound(free_k, cores):.1f}", f"{bound(free_kr, cores):.1f}")
+        t.add_column(c, justify="right")
+
+    def add(name: str, v: dict[str, float], **kw: Any) -> None:
+        kern = sum(v[k] for k in KERNELS)
+        share = f"{kern / v['CPU s']:.0%}" if v["CPU s"] else "-"
+        t.add_row(name, *(share if c == "kernels %" else f"{v[c]:.1f}" for c in cols), **kw)
+
+    splits = {name: split(cpu, own) for name, (cpu, own) in rows.items()}
+    for name, v in splits.items():
+        add(name, v)
+    add("total", {c: sum(v[c] for v in splits.values()) for c in split(0.0, {})},
+        end_section=True)
+    least = {c: f"{bound([v[c] for v in splits.values()], cores):.1f}"
+             for c in ("CPU s", FREE_K, FREE_KR)}
+    t.add_row(f"least wall on {cores} cores", *(least.get(c, "") for c in cols))
     return t
 
 
@@ -176,21 +177,14 @@ def main() -> int:
     runs = plan_runs(jobs, scs)
     ctx = multiprocessing.get_context("spawn")
     t0 = time.perf_counter()
-    timed: dict[str, tuple[float, dict[str, float]]] = {}
-    plain: dict[str, float] = {}
-    calls = 0
     # one run per worker process: a clocked run patches its process for good
     with ProcessPoolExecutor(args.workers, mp_context=ctx, max_tasks_per_child=1) as pool:
-        futs = [pool.submit(_run, sc.name, jobs, True) for sc in runs.order]
-        if args.baseline:
-            futs += [pool.submit(_run, sc.name, jobs, False) for sc in runs.order]
-        for f in futs:
-            name, cpu, own, n = f.result()
-            if own or n:
-                timed[name] = (cpu, own)
-                calls += n
-            else:
-                plain[name] = cpu
+        clocked = {sc.name: pool.submit(_run, sc, jobs, True) for sc in runs.order}
+        bare = {sc.name: pool.submit(_run, sc, jobs, False) for sc in runs.order} \
+            if args.baseline else {}
+        timed = {name: f.result()[:2] for name, f in clocked.items()}
+        calls = sum(f.result()[2] for f in clocked.values())
+        plain = {name: f.result()[0] for name, f in bare.items()}
     wall = time.perf_counter() - t0
     skipped = [sc.name for sc, _ in runs.twins] + [r.name for rs in runs.rebills.values()
                                                    for r in rs]
@@ -198,10 +192,10 @@ def main() -> int:
                         f"({len(timed)} runs; not run: {', '.join(skipped) or 'none'})",
                         timed, args.cores))
     if plain:
-        clocked = sum(c for c, _ in timed.values())
-        console.print(f"clock: {calls:,} clocked calls; the runs took {sum(plain.values()):.1f} "
-                      f"CPU s without the clock, {clocked:.1f} with it "
-                      f"({clocked / max(sum(plain.values()), 1e-9) - 1:+.1%}, noise included)")
+        with_clock, without = sum(c for c, _ in timed.values()), sum(plain.values())
+        console.print(f"clock: {calls:,} clocked calls; the runs took {without:.1f} CPU s "
+                      f"without the clock, {with_clock:.1f} with it "
+                      f"({with_clock / max(without, 1e-9) - 1:+.1%}, noise included)")
     console.print(f"benchmark wall: {wall:.0f} s with {args.workers} workers")
     return 0
 

@@ -238,9 +238,8 @@ def run_all(
     ``rebill_of``). ``workers``: processes (default: one per CPU); 1 runs them here, one after
     another."""
     runs = plan_runs(jobs, scenarios)
-    rebills, twins = runs.rebills, runs.twins
-    workers = min(workers or os.cpu_count() or 1, len(runs.order))
-    order = runs.order
+    order, rebills, twins = runs.order, runs.rebills, runs.twins
+    workers = min(workers or os.cpu_count() or 1, len(order))
     got: dict[str, Outcome] = {}
     if workers <= 1:
         for sc in order:
