@@ -145,9 +145,24 @@ CASES_Q = [
          running=[("x0", "x", "a", (0,), 0), ("x1", "x", "a", (1,), 10),
                   ("x2", "x", "b", (0,), 20), ("y0", "y", "b", (1,), 5)],
          teams=STRADDLE, evicted=[("x2", "reclaim: team x borrowed")]),
+    Case("a tie does not give: x at 1 of 1.5 asks 1 (straddling); y runs 2 of its 1.5 and"
+         " would keep 1 of 1.5 — x's own share, 2/3 — after giving one back. Were it taken,"
+         " y's pod would straddle the same way next pass and take it back, for ever",
+         [unit("x1", "x", 40)], {}, {"x1": "team x: cohort lab has 0 GPU of idle quota"},
+         running=[("x0", "x", "a", (0,), 0), ("y0", "y", "a", (1,), 10),
+                  ("y1", "y", "b", (0,), 20), ("u0", None, "b", (1,), 0)],
+         teams=[TeamQuota("x", 1500, "lab"), TeamQuota("y", 1500, "lab")]),
+    Case("the same with y at 3 of 1.5 and an idle z (1) in the cohort: y keeps 2 of 1.5"
+         " (4/3 > x's 2/3) → its newest, y2",
+         [unit("x1", "x", 40)], {}, {"x1": "team x: cohort lab has 0 GPU of idle quota"},
+         running=[("x0", "x", "a", (0,), 0), ("y0", "y", "a", (1,), 10),
+                  ("y1", "y", "b", (0,), 20), ("y2", "y", "b", (1,), 30)],
+         teams=[TeamQuota("x", 1500, "lab"), TeamQuota("y", 1500, "lab"),
+                TeamQuota("z", 1000, "lab")],
+         evicted=[("y2", "reclaim: team y borrowed")]),
     Case("a straddling unit takes from a lender only while the lender borrows: y at 1 of 2"
          " asks 2, the cohort is 2 short; x borrows 1 and gives x2 back (x keeps 2 of 2, share"
-         " 1 ≥ y's 1/2), then borrows nothing → 1 of 2 found, nothing evicted",
+         " 1 > y's 1/2), then borrows nothing → 1 of 2 found, nothing evicted",
          [unit("y1", "y", 40, TWO)], {}, {"y1": "cohort lab has 0 GPU of idle quota"},
          running=[("x0", "x", "a", (0,), 0), ("x1", "x", "a", (1,), 10),
                   ("x2", "x", "b", (0,), 20), ("y0", "y", "b", (1,), 5)]),

@@ -179,15 +179,17 @@ BIG_USE = {"y": 1000, "z": 3000}
         ("x", 0, 1000, "y", 0, False),  # x borrows nothing
         # straddling claimant: x's use after, as a share of its 4 nominal, against the
         # claimant's use before over its nominal (BIG_USE: y 1 of 4, z 3 of 4, v 0 of 2)
-        ("x", 1000, 1000, "y", 3000, True),  # x keeps 4/4 ≥ y's 1/4
-        ("x", 1000, 4000, "y", 3000, True),  # x keeps 1/4 ≥ y's 1/4 (a tie gives)
+        ("x", 1000, 1000, "y", 3000, True),  # x keeps 4/4 > y's 1/4
+        ("x", 1000, 3000, "y", 3000, True),  # x keeps 2/4 > y's 1/4
+        ("x", 1000, 4000, "y", 3000, False),  # x keeps 1/4 = y's 1/4: a tie does not give
+        ("x", 1000, 2000, "z", 500, False),  # x keeps 3/4 = z's 3/4: nor here
         ("x", 1000, 5000, "y", 3000, False),  # x would keep 0/4 < y's 1/4
-        ("x", 1000, 2000, "z", 500, True),  # x keeps 3/4 ≥ z's 3/4
+        ("x", 1000, 1000, "z", 500, True),  # x keeps 4/4 > z's 3/4
         ("x", 1000, 3000, "z", 500, False),  # x would keep 2/4 < z's 3/4: stricter than
         # never below its nominal... and looser:
-        ("x", 500, 4000, "v", 7000, True),  # x keeps 0.5/4 ≥ v's 0/2
+        ("x", 500, 4000, "v", 7000, True),  # x keeps 0.5/4 > v's 0/2
         ("n", 3000, 2000, "y", 3000, True),  # a team with no nominal always may
-        ("w", 4000, 2000, "x", 1500, True),  # weights play no part: w keeps 6/4 ≥ x's 0
+        ("w", 4000, 2000, "x", 1500, True),  # weights play no part: w keeps 6/4 > x's 0
         ("nobody", 4000, 1000, "y", 0, False),  # not a managed team
     ],
 )

@@ -154,13 +154,15 @@ class QuotaBook:
         """May ``team``, still borrowing ``left``, give a workload of ``milli`` back to
         ``claimant``'s unit, which would borrow ``over`` (:meth:`reclaim_over`)? For work within
         quota (``over`` 0): while the team borrows at all. For a straddling unit: only if the
-        team's use, as a share of its nominal quota, stays at least the claimant's before the
-        unit ((nominal + left − milli) / nominal ≥ claimant's usage / its nominal; a team with
+        team's use, as a share of its nominal quota, stays above the claimant's before the
+        unit ((nominal + left − milli) / nominal > claimant's usage / its nominal; a team with
         no nominal always may). A borrowing team's demand exceeds its nominal, so these shares
-        are the two teams' entitled shares delivered: a reclaim never leaves the lender worse
-        off than the claimant was, the lowest of the two shares rises, and two teams cannot
-        take turns evicting each other. It is stricter than never taking a lender below its
-        nominal when the claimant has most of its quota, and looser when it has little (Kueue's
+        are the two teams' entitled shares delivered: a reclaim leaves the lender better off
+        than the claimant was, the lower of the two shares strictly rises, and two teams cannot
+        take turns evicting each other. A tie does not give: two teams at the same share would
+        hand the same room back and forth at one instant for ever. It is stricter than never
+        taking a lender below its nominal when the claimant has most of its quota, and looser
+        when it has little (Kueue's
         ``LessThanOrEqualToFinalShare`` compares borrowing instead, and a team with jobs much
         larger than what is left of its quota then seldom qualifies)."""
         if left <= 0 or team not in self.teams:
@@ -168,7 +170,7 @@ class QuotaBook:
         if over <= 0:
             return True
         t, c = self.teams[team], self.teams[claimant]
-        return (t.nominal_milli + left - milli) * c.nominal_milli >= (
+        return (t.nominal_milli + left - milli) * c.nominal_milli > (
             self.usage[claimant] * t.nominal_milli)
 
     def verdict(self, team: str, milli: int) -> Verdict:
