@@ -12,7 +12,7 @@ from gpufleet.control.admission import SPOT_TAINT
 from gpufleet.control.deadline import GuardConfig
 from gpufleet.k8s.capacity.inputs import pending_pods
 from gpufleet.k8s.settings import apply_levers, live_guards
-from gpufleet.k8s.translate.deadlines import parse_deadline, pinned_on_demand
+from gpufleet.k8s.translate.deadlines import pinned_on_demand
 from gpufleet.k8s.translate.names import ANN_DEADLINE, ANN_DURATION
 from gpufleet.k8s.translate.pods import pod_info, spot_ok, tolerated_now
 from gpufleet.k8s.translate.snapshot import build_snapshot
@@ -41,7 +41,8 @@ def pod(name: str, ann: dict[str, str] | None = None, spot: bool = True) -> dict
     ({ANN_DURATION: "0"}, (None, 0.0, None)),
 ])
 def test_valid_annotations(ann: dict, want: tuple) -> None:
-    assert parse_deadline(ann) == want
+    info = pod_info(pod("p", ann))
+    assert (info.deadline_s, info.work_s, info.refusal) == want
 
 
 @pytest.mark.parametrize(("ann", "named"), [
@@ -53,11 +54,10 @@ def test_valid_annotations(ann: dict, want: tuple) -> None:
     ({ANN_DURATION: "nan"}, ANN_DURATION),
 ])
 def test_bad_annotations_refuse_the_pod_naming_the_annotation(ann: dict, named: str) -> None:
-    deadline, duration, why = parse_deadline(ann)
-    assert (deadline, duration) == (None, None)
-    assert why is not None and why.startswith(f"annotation {named}=") and "expected" in why
     info = pod_info(pod("p", ann))
-    assert info.request is None and info.refusal == why
+    why = info.refusal
+    assert why is not None and why.startswith(f'annotation {named}: "{ann[named]}" is not ')
+    assert info.request is None
 
 
 @pytest.mark.parametrize(("name", "deadline_in", "duration", "spot", "cfg", "pinned"), [

@@ -52,7 +52,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_VALIDATION_S = 15.0  # Karpenter's consolidation validation period
 DEFAULT_DRAIN_TIMEOUT_S = 600.0
-DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"  # a pod that must not be moved (Karpenter's)
+DO_NOT_DISRUPT = names.DO_NOT_DISRUPT  # a pod that must not be moved (Karpenter's)
 
 
 @dataclass(frozen=True, slots=True)

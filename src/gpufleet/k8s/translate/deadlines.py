@@ -6,9 +6,10 @@
   guard knows only the deadline and counts no work (it then protects the node's boot time
   alone).
 
-A value that does not parse refuses the pod with a message naming the annotation and what was
-expected (the scheduler writes it as the PodScheduled condition and a FailedScheduling Event):
-a deadline pod silently treated as one without would be gambled on spot.
+Both are fields of :mod:`.pod_fields`: a value that does not parse refuses the pod with a message
+naming the annotation, the value and what was expected (the scheduler writes it as the
+PodScheduled condition and a FailedScheduling Event): a deadline pod silently treated as one
+without would be gambled on spot.
 
 The guard (:func:`gpufleet.control.deadline.pending_pin`) is the simulator's: a live pod is a job
 that loses its work on a reclaim (a pod's checkpointing is not declared), so it may go on spot
@@ -23,13 +24,9 @@ Example (provisioning delay 10 s): duration 600 s, deadline in 900 s → 900 < 1
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
-from datetime import datetime
 from typing import TYPE_CHECKING
 
 from gpufleet.control.deadline import DeadlineView, GuardConfig, pending_pin
-from gpufleet.k8s.translate import names
 from gpufleet.traces.jobs import JobSpec
 
 if TYPE_CHECKING:
@@ -37,32 +34,6 @@ if TYPE_CHECKING:
 
 # the safety net's tick: unused for pods, which are never checkpointing jobs (module doc)
 NO_TICK_S = 0.0
-
-
-def parse_deadline(ann: Mapping[str, str]) -> tuple[float | None, float | None, str | None]:
-    """(deadline epoch s, duration s, refusal) from a pod's annotations; refusal None: valid
-    (both None: the pod has no deadline)."""
-    text = ann.get(names.ANN_DEADLINE)
-    dur_text = ann.get(names.ANN_DURATION)
-    deadline = duration = None
-    if text is not None:
-        try:
-            at = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
-        except ValueError:
-            at = None
-        if at is None or at.tzinfo is None:
-            return None, None, (f"annotation {names.ANN_DEADLINE}={text!r}: expected an RFC 3339 "
-                                "time with a UTC offset, e.g. 2026-12-04T01:00:00Z")
-        deadline = at.timestamp()
-    if dur_text is not None:
-        try:
-            duration = float(dur_text)
-        except ValueError:
-            duration = None
-        if duration is None or not math.isfinite(duration) or duration < 0:
-            return None, None, (f"annotation {names.ANN_DURATION}={dur_text!r}: expected the "
-                                "seconds of work the pod needs, a number ≥ 0, e.g. 3600")
-    return deadline, duration, None
 
 
 def deadline_view(p: PodInfo, spot_ok: bool) -> DeadlineView | None:

@@ -33,6 +33,7 @@ from typing import Any
 
 from gpufleet.catalog.gpus import GpuCatalog, default_gpu_catalog
 from gpufleet.k8s.translate import names
+from gpufleet.k8s.translate.pod_fields import FRACTION_PATTERN
 from gpufleet.k8s.translate.resource_slices import API_VERSION, DRIVER, GPU_CLASS
 
 ADMISSION_API = "admissionregistration.k8s.io/v1"
@@ -106,7 +107,7 @@ def fraction_policy() -> dict[str, Any]:
             "matchConditions": [
                 {"name": "asks-a-share-of-one-gpu", "expression": (
                     f"has(object.metadata.annotations) && '{names.GPU_FRACTION}' in "
-                    f"object.metadata.annotations && {ann}.matches('^[0-9]*[.]?[0-9]+$') && "
+                    f"object.metadata.annotations && {ann}.matches('{FRACTION_PATTERN}') && "
                     f"double({ann}) > 0.0 && double({ann}) <= 1.0")},
                 {"name": "has-no-claims", "expression": (
                     "!has(object.spec.resourceClaims) || size(object.spec.resourceClaims) == 0")},

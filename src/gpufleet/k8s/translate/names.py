@@ -1,5 +1,8 @@
 """Every label, annotation and extended-resource name the driver reads or writes, in one place.
 
+What each annotation and label read from a pod means, and which values it takes, is the table
+in :mod:`.pod_fields`.
+
 Reads follow the conventions other components already publish: NVIDIA's device plugin
 (``nvidia.com/gpu``, ``nvidia.com/mig-<profile>`` in the "mixed" strategy), GPU Feature Discovery
 (``nvidia.com/gpu.product`` …), Karpenter's capacity type, the coscheduling plugin's pod-group
@@ -45,6 +48,9 @@ POD_GROUP_LABELS = ("scheduling.x-k8s.io/pod-group", "pod-group.scheduling.sigs.
 MIN_AVAILABLE_KEYS = ("scheduling.x-k8s.io/min-available",
                       "pod-group.scheduling.sigs.k8s.io/min-available")
 
+# Karpenter's mark on a pod that must not be moved: consolidation leaves its node alone
+DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
+
 # the Job controller's marks on the pods it creates (k8s.translate.pods.requeued_keys)
 JOB_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 JOB_INDEX_IGNORED_FAILURES = "batch.kubernetes.io/job-index-ignored-failure-count"
@@ -55,7 +61,7 @@ ANN_GPUS = "gpufleet.io/gpus"  # GPU indices on that node, "0,1"
 ANN_GPU_MILLI = "gpufleet.io/gpu-milli"  # milli-GPU taken on each of them (1000 = whole)
 ANN_MIG = "gpufleet.io/mig"  # MIG instance: "<gpu>:<profile>@<start slice>"
 
-# spot/maintenance interruptions (issue 12): whoever learns of one first — the node agent from the
+# spot/maintenance interruptions: whoever learns of one first — the node agent from the
 # metadata service, or the controller from the provider's event queue — marks the Node with this
 # annotation (JSON: kind, deadline, noticed_at, source) and taint; the drain acts on marked Nodes.
 ANN_INTERRUPTION = "gpufleet.io/interruption"

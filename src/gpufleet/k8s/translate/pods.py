@@ -5,6 +5,9 @@
   refused with a reason (placement gives a pod one MIG instance).
 * Fractional GPUs: KAI scheduler's annotation ``gpu-fraction: "0.25"`` (a share of one GPU, no
   ``nvidia.com/gpu`` request), optionally ``gpu-memory: "<MiB>"``.
+* Every annotation and label read from a pod is a field of :mod:`.pod_fields`: a pending pod
+  with a value that does not parse is refused with a reason naming the key, the value and what
+  was expected, never read as if the key were absent.
 * Node selection: ``nodeSelector`` and required node affinity (:mod:`.node_selector`); GFD's
   ``nvidia.com/gpu.product`` (``In``) and CUDA major (``In``/``Gt``) become the request's model
   and CUDA constraints, the rest a node mask the cycle applies.
@@ -36,9 +39,8 @@ from gpufleet.catalog.gpus import GpuCatalog, default_gpu_catalog
 from gpufleet.checkpoint.protocol import EXIT_PREEMPTED
 from gpufleet.control.admission import SPOT_TAINT
 from gpufleet.decisions import Bind, MigSlot
-from gpufleet.k8s.translate import names
+from gpufleet.k8s.translate import names, pod_fields
 from gpufleet.k8s.translate.claims import pod_claim_names
-from gpufleet.k8s.translate.deadlines import parse_deadline
 from gpufleet.k8s.translate.extended_claims import ExtendedRequest, extended_requests
 from gpufleet.k8s.translate.node_selector import Selector, lift_gpu_constraints, selector_of
 from gpufleet.k8s.translate.quantity import count, cpu_milli, memory_mib, quantity
@@ -127,16 +129,6 @@ def _resources(pod: Mapping[str, Any]) -> dict[str, Any]:
     return total
 
 
-def _group(meta: Mapping[str, Any]) -> tuple[str | None, int]:
-    labels = meta.get("labels") or {}
-    ann = meta.get("annotations") or {}
-    group = next((labels[k] for k in names.POD_GROUP_LABELS if labels.get(k)), None)
-    raw = next((src[k] for k in names.MIN_AVAILABLE_KEYS for src in (ann, labels) if k in src),
-               None)
-    n = int(raw) if raw is not None and str(raw).isdigit() else 1
-    return group, max(n, 1)
-
-
 def assignment_of(ann: Mapping[str, str], node: str, key: str) -> Bind | None:
     """The Bind our annotations record, if they belong to ``node`` and parse."""
     if not node or ann.get(names.ANN_NODE) != node:
@@ -186,7 +178,7 @@ def request_of(
     pod: Mapping[str, Any], cat: GpuCatalog
 ) -> tuple[ResourceRequest | None, str | None]:
     spec = pod.get("spec") or {}
-    ann = (pod.get("metadata") or {}).get("annotations") or {}
+    meta = pod.get("metadata") or {}
     res = _resources(pod)
     gpus = count(res.get(names.GPU_RESOURCE, 0))
     migs = {k[len(names.MIG_RESOURCE_PREFIX):]: count(v) for k, v in res.items()
@@ -196,21 +188,26 @@ def request_of(
     base = ResourceRequest(cpu_milli=cpu_milli(res.get("cpu", 0)),
                            memory_mib=memory_mib(res.get("memory", 0)),
                            gpu_models=models, min_cuda=min_cuda)
-    frac_txt = ann.get(names.GPU_FRACTION)
+    shared = pod_fields.GPU_FRACTION.found(meta)
     if refusal:
         return None, refusal
     if migs:
-        if gpus or len(migs) > 1 or sum(migs.values()) > 1 or frac_txt:
+        if gpus or len(migs) > 1 or sum(migs.values()) > 1 or shared:
             return None, "a pod may ask for one MIG instance and nothing else GPU-wise"
         (profile,) = migs
         return replace(base, num_gpu=1, mig_profile=profile), None
-    if frac_txt is not None:
-        frac = quantity(frac_txt)
-        if gpus or frac is None or not 0 < frac <= 1:
-            return None, (f"annotation {names.GPU_FRACTION}={frac_txt!r}: expected a share of one "
-                          f"GPU in (0, 1] and no {names.GPU_RESOURCE} request")
+    if shared:
+        bad = pod_fields.GPU_FRACTION.problem(meta) or pod_fields.GPU_MEMORY.problem(meta)
+        if bad is not None:
+            return None, bad
+        frac = pod_fields.GPU_FRACTION.get(meta)
+        assert frac is not None  # present, and its problem() found none
+        if gpus:
+            return None, (f"annotation {names.GPU_FRACTION}: {pod_fields.quote(shared[0][2])} "
+                          f"asks for a share of one GPU; the pod cannot also ask for "
+                          f"{names.GPU_RESOURCE}")
         milli = max(1, int(frac * GPU_MILLI))
-        mem = count(ann.get(names.GPU_MEMORY_REQUEST, 0))
+        mem = pod_fields.GPU_MEMORY.get(meta) or 0
         return replace(base, num_gpu=1, gpu_milli=milli, gpu_memory_mib=mem), None
     return replace(base, num_gpu=gpus), None
 
@@ -223,13 +220,16 @@ def pod_info(pod: Mapping[str, Any], catalog: GpuCatalog | None = None) -> PodIn
     ns, name = meta.get("namespace", "default"), meta.get("name", "")
     key = f"{ns}/{name}"
     ann = dict(meta.get("annotations") or {})
-    request, refusal = request_of(pod, cat)
-    deadline, work, bad_deadline = parse_deadline(ann)
-    if bad_deadline and not refusal:
-        request, refusal = None, bad_deadline
-    group, min_av = _group(meta)
-    claim_names, claims_wait = pod_claim_names(pod)
     node = spec.get("nodeName") or ""
+    terminating = bool(meta.get("deletionTimestamp"))
+    terminal = status.get("phase") in TERMINAL_PHASES
+    request, refusal = request_of(pod, cat)
+    if refusal is None and not node and not terminal and not terminating:
+        bad = pod_fields.refusal(meta)  # a bound pod keeps what it holds: nothing to refuse
+        if bad is not None:
+            request, refusal = None, bad
+    group = pod_fields.POD_GROUP.get(meta)
+    claim_names, claims_wait = pod_claim_names(pod)
     cond = next((c for c in status.get("conditions") or () if c.get("type") == "PodScheduled"
                  and c.get("status") == "False"), None)
     return PodInfo(
@@ -240,29 +240,25 @@ def pod_info(pod: Mapping[str, Any], catalog: GpuCatalog | None = None) -> PodIn
         preempt_never=spec.get("preemptionPolicy") == "Never",
         created_s=parse_time(meta.get("creationTimestamp")),
         node_name=node, scheduler=spec.get("schedulerName") or "default-scheduler",
-        group=f"{ns}/{group}" if group else None, min_available=min_av,
-        terminating=bool(meta.get("deletionTimestamp")),
-        terminal=status.get("phase") in TERMINAL_PHASES,
+        group=f"{ns}/{group}" if group else None,
+        min_available=pod_fields.MIN_AVAILABLE.get(meta) or 1,
+        terminating=terminating, terminal=terminal,
         grace_s=spec.get("terminationGracePeriodSeconds"),
         assignment=assignment_of(ann, node, key),
         scheduled_condition=(cond.get("reason", ""), cond.get("message", "")) if cond else None,
         annotations=ann,
         selector=lift_gpu_constraints(selector_of(spec)[0], cat)[2],
-        deadline_s=deadline, work_s=work,
+        deadline_s=pod_fields.DEADLINE.get(meta), work_s=pod_fields.DURATION.get(meta),
         started_s=parse_time(status["startTime"]) if status.get("startTime") else None,
         owner_uid=next((o.get("uid", "") for o in meta.get("ownerReferences") or ()
                         if o.get("controller")), ""),
-        completion_index=ann.get(names.JOB_COMPLETION_INDEX),
+        completion_index=pod_fields.COMPLETION_INDEX.get(meta),
         interrupted=_interrupted(status),
-        ignored_failures=_count(ann.get(names.JOB_INDEX_IGNORED_FAILURES)),
+        ignored_failures=pod_fields.IGNORED_FAILURES.get(meta) or 0,
         uses_claims=bool(claim_names or claims_wait),
         claim_names=claim_names, claims_wait=claims_wait,
         extended=() if claim_names or claims_wait else extended_requests(pod),
     )
-
-
-def _count(text: str | None) -> int:
-    return int(text) if text is not None and text.isdigit() else 0
 
 
 def _interrupted(status: Mapping[str, Any]) -> bool:
