@@ -52,6 +52,8 @@ class Launch:
     ``max_price`` is the spot bid, where the strategy makes one (Aliyun ``SpotWithPriceLimit``,
     AWS's optional max price; None: pay the market price, capped at on-demand). ``mig_config``
     names the mig-manager config the nodes boot with (``nvidia.com/mig.config``; None: no MIG).
+    ``all_or_none``: the nodes are one gang's, of no use to it in part — a node cap that leaves
+    room for fewer launches none of them (``control.limits.within_cap``).
     """
 
     instance_type: str
@@ -61,6 +63,7 @@ class Launch:
     max_price: Decimal | None = None
     reason: str = ""
     mig_config: str | None = None
+    all_or_none: bool = False
 
 
 @dataclass(frozen=True, slots=True)

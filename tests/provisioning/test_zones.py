@@ -65,7 +65,7 @@ def test_gang_nodes_are_launched_in_one_zone_and_singles_are_spread() -> None:
     pol = ScaleUpPolicy()
     out = pol.decide(gang(replicas=3), [SPOT_16X, OD_16X], (), markets("x", "y"), strat)
     assert out == [Launch("p3.16xlarge", "x", CapacityType.SPOT, 3, max_price=Decimal("24.48"),
-                          reason="capacity-aware")]
+                          reason="capacity-aware", all_or_none=True)]  # none of it in part
     spread = pol.decide(singles(3), [SPOT_16X, OD_16X], (), markets("x", "y"), strat)
     assert [(x.zone, x.count) for x in spread] == [("x", 2), ("y", 1)]
 
@@ -74,8 +74,8 @@ def test_gang_and_other_pods_are_launched_apart() -> None:
     """The gang's group is its own: its launch is one zone even with other pods pending."""
     out = ScaleUpPolicy().decide(gang() + singles(2), [SPOT_16X, OD_16X], (),
                                  markets("x", "y"), get_spot_strategy("capacity-aware"))
-    counts = sorted((x.zone, x.count) for x in out)
-    assert counts == [("x", 1), ("x", 2), ("y", 1)]
+    counts = sorted((x.zone, x.count, x.all_or_none) for x in out)
+    assert counts == [("x", 1, False), ("x", 2, True), ("y", 1, False)]
 
 
 def test_booting_nodes_absorb_a_gang_only_inside_one_zone() -> None:

@@ -258,6 +258,8 @@ class ScaleUpPolicy:
                 plan = spot_strategy.plan(offer.instance_type, zones, nodes)
                 if pods[0].gang_size > 1:
                     plan = one_zone(plan)
+            if plan and pods[0].gang_size > 1:  # a gang's nodes: of no use to it in part
+                plan = [dc_replace(x, all_or_none=True) for x in plan]
             if plan:
                 if offer.shape.mig:
                     return [dc_replace(x, mig_config=MIG_CONFIG) for x in plan], ""
@@ -318,8 +320,9 @@ def group_order(key: tuple[object, ...]) -> str:
 
 def one_zone(plan: Sequence[Launch]) -> list[Launch]:
     """A gang's launches merged into the plan's first zone (the strategy ranks zones best
-    first): a gang's nodes share one zone, whatever spread the strategy asked for."""
-    if len({x.zone for x in plan}) <= 1:
+    first): a gang's nodes share one zone, whatever spread the strategy asked for, and are one
+    launch (all or none of them under a node cap: ``control.limits.within_cap``)."""
+    if len(plan) <= 1:
         return list(plan)
     return [dc_replace(plan[0], count=sum(x.count for x in plan))]
 

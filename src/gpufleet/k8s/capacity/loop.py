@@ -129,11 +129,11 @@ class CapacityController:
 
         room = self._room(snap, now)
         read: dict[bool, Any] = {}  # the provider's offers and markets, once per cycle
-        if self.sc.autoscaling:
-            self.scale_up.run(snap, refused, live, booting, nodes, now, launch, gates, caps,
-                              room)
+        held = self.sc.autoscaling and self.scale_up.run(
+            snap, refused, live, booting, nodes, now, launch, gates, caps, room)
+        # pods the node cap holds back: the buffer's idle nodes may go (``launches_under_cap``)
         self.scale_down.run(snap, live, by_pid, pods, now, self.provisioner.recorded, launch,
-                            out, math.inf if room is None else spare_gpus(*room),
+                            out, math.inf if room is None or held else spare_gpus(*room),
                             lambda running: self.scale_up.swap_plan(running, live, now, read))
         return out
 

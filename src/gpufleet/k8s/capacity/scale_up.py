@@ -1,10 +1,10 @@
 """Scale-up (step 3 of the capacity loop): the pods the scheduling cycle refused →
 :class:`gpufleet.provisioning.ScaleUpPolicy` — the simulator's, built by ``control.policies``
 with the scenario's spot strategy — minus the capacity still booting, up to the node cap
-(``control.limits.launch_room``). A pod goes on spot only if it tolerates the spot taint and the
-deadline guard has not pinned it to on-demand (``k8s.capacity.inputs.pending_pods``); with team
-queues no launch for work its quota or budget holds, and spot only for a ``spot-only`` team's
-(``gates``, ``control.teams.scale_up_gates``).
+(``control.limits.within_cap``: a gang's nodes all or none). A pod goes on spot only if it
+tolerates the spot taint and the deadline guard has not pinned it to on-demand
+(``k8s.capacity.inputs.pending_pods``); with team queues no launch for work its quota or budget
+holds, and spot only for a ``spot-only`` team's (``gates``, ``control.teams.scale_up_gates``).
 
 Spot is weighed by expected cost as in the simulator (``market.spot_cost``): the reclaim hazard
 per (type, zone) is learned from this controller's own spot instances — exposure from their
@@ -22,7 +22,7 @@ from gpufleet.catalog.instances import InstanceType
 from gpufleet.cloud.provider import TAG_MIG_CONFIG, CloudProvider, Instance
 from gpufleet.config import Scenario
 from gpufleet.control.headroom import placeholders
-from gpufleet.control.limits import launch_room
+from gpufleet.control.limits import launch_room, launches_under_cap
 from gpufleet.control.policies import scale_up_policy, spot_strategy
 from gpufleet.control.spot_swap import spot_plan
 from gpufleet.control.teams import Gate
@@ -101,19 +101,19 @@ class ScaleUp:
             launch: Callable[[Launch], str | None],
             gates: Mapping[str, Gate] | None = None,
             caps: Mapping[str, int] | None = None,
-            room: tuple[int, float] | None = None) -> None:
+            room: tuple[int, float] | None = None) -> bool:
         """Launch what the policy asks for, one node at a time through ``launch`` (the
         provisioner's record-first path; None: the cloud had no capacity for that launch).
         ``caps``: the largest node each job may use (``inputs.node_caps``); ``room``: the
-        headroom buffer and the free GPUs, whose shortfall joins the pending pods as
-        placeholders (``control.headroom``)."""
+        headroom buffer and the free GPUs, whose shortfall is asked for as placeholders
+        after the pending pods (``control.headroom``, ``control.limits.launches_under_cap``).
+        Returns whether the node cap held back a launch pending pods asked for."""
         self.observe(live, now)
         pending = inputs.pending_pods(snap, refused, now, self.guards, self.sc.checkpointing,
                                       gates, caps)
-        if room is not None:
-            pending = [*pending, *placeholders(*room)]
-        if not pending:
-            return
+        holders = placeholders(*room) if room is not None else []
+        if not pending and not holders:
+            return False
         offers, markets = self._market(
             live, any(p.request.mig_profile is not None for p in pending))
         known = set(snap.state.index)
@@ -122,14 +122,16 @@ class ScaleUp:
         coming = [(i.instance_type, i.capacity_type, i.zone, bool(i.tags.get(TAG_MIG_CONFIG)))
                   for i in [*(i for i in live if i.provider_id not in joined
                               and i not in booting), *booting]]
-        launches = self.policy.decide(pending, offers, inputs.inflight(coming, self.types),
-                                      markets, self.spot_strategy,
+        inflight = inputs.inflight(coming, self.types)
+
+        def plan(asked: Sequence[PendingPod]) -> list[Launch]:
+            return self.policy.decide(asked, offers, inflight, markets, self.spot_strategy,
                                       lambda it, zone: self.hazard.rate_per_h(it, zone, now))
-        left = launch_room(len(live), self.sc.max_nodes)
+
+        launches, held = launches_under_cap(plan, pending, holders,
+                                            launch_room(len(live), self.sc.max_nodes))
         for want in launches:
             for _ in range(want.count):
-                if left <= 0:
-                    return
                 if launch(want) is None:
                     break
-                left -= 1
+        return held
