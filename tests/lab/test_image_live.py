@@ -19,9 +19,9 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import resource
 import shutil
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -34,7 +34,7 @@ from kubernetes import client
 from live_skip import skip_or_fail
 from live_wait import wait_for
 
-from gpufleet.lab.cluster import LabOptions, down, up
+from gpufleet.lab.cluster import CONTROLLER_SERVING, LabOptions, down, up
 from gpufleet.lab.session import LabSession
 
 pytestmark = pytest.mark.live
@@ -94,12 +94,6 @@ def embedded_kubeconfig(lab: LabSession, path: Path) -> Path:
     path.write_text(yaml.safe_dump(cfg))
     path.chmod(0o644)
     return path
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_image_labels_user_and_entrypoint(image_ref: str) -> None:
@@ -165,12 +159,12 @@ def test_controller_from_the_image_binds_a_gpu_pod(own_lab: LabSession, image_re
                                                           "nvidia.com/gpu": "1"}}}]},
     }
     lab.core.create_namespaced_pod(ns, pod)
-    port = free_port()
     name = f"gpufleet-{ns}"
     run = subprocess.run(
         [*podman_base(), "run", "-d", "--name", name, "--network", "host", *ulimit_args(),
          "-v", f"{kubeconfig}:/etc/gpufleet/kubeconfig:ro", image_ref,
-         "controller", "--kubeconfig", "/etc/gpufleet/kubeconfig", "--port", str(port),
+         # port 0: the controller binds a port of its own on the host's network and says which
+         "controller", "--kubeconfig", "/etc/gpufleet/kubeconfig", "--port", "0",
          "--lease-namespace", ns, "--lease-name", "gpufleet-image", "--identity", name],
         capture_output=True, text=True, timeout=120, check=False)
     assert run.returncode == 0, run.stderr
@@ -178,6 +172,12 @@ def test_controller_from_the_image_binds_a_gpu_pod(own_lab: LabSession, image_re
     def logs() -> str:
         return subprocess.run([*podman_base(), "logs", name], capture_output=True, text=True,
                               timeout=60, check=False).stderr[-3000:]
+
+    def serving_port() -> int | None:
+        out = subprocess.run([*podman_base(), "logs", name], capture_output=True, text=True,
+                             timeout=60, check=False)
+        found = re.search(CONTROLLER_SERVING, out.stderr + out.stdout)
+        return int(found.group(1)) if found else None
 
     def bound() -> str | None:
         state = subprocess.run([*podman_base(), "inspect", "-f", "{{.State.Status}}", name],
@@ -194,6 +194,7 @@ def test_controller_from_the_image_binds_a_gpu_pod(own_lab: LabSession, image_re
         assert lab.core.read_namespaced_pod("gpu", ns).spec.node_name == node
         lease = client.CoordinationV1Api(lab.api).read_namespaced_lease("gpufleet-image", ns)
         assert lease.spec.holder_identity == name
+        port = wait_for("the controller to say which port it serves on", serving_port, 60)
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as r:
             assert r.status == 200
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:

@@ -1,5 +1,6 @@
 """``lab up --real-node`` without a cluster: its prerequisites as one line each, the image
-reference read from an OCI archive, and the chart values the lab's real node needs."""
+reference read from an OCI archive, the chart values the lab's real node needs, and how the lab
+reads its pods' logs for a host port another process took."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import tarfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -106,3 +108,42 @@ def test_lab_up_real_node_bad_options_are_one_line(args: list[str], says: str) -
                           *args], capture_output=True, text=True, timeout=120, check=False)
     assert out.returncode != 0 and says in out.stderr, out.stderr
     assert "Traceback" not in out.stderr
+
+
+def _pod(name: str, container: str, port: int) -> SimpleNamespace:
+    return SimpleNamespace(
+        metadata=SimpleNamespace(namespace=release.NAMESPACE, name=name, uid=f"uid-{name}"),
+        spec=SimpleNamespace(containers=[SimpleNamespace(
+            name=container, ports=[SimpleNamespace(container_port=port)])]))
+
+
+def _log(pod_logs: Path, pod: SimpleNamespace, container: str, restart: int, *lines: str) -> None:
+    d = (pod_logs / f"{release.NAMESPACE}_{pod.metadata.name}_{pod.metadata.uid}" / container)
+    d.mkdir(parents=True, exist_ok=True)
+    (d / f"{restart}.log").write_text(
+        "".join(f"2026-01-01T00:00:00Z stdout F {line}\n" for line in lines))
+
+
+def test_a_pod_that_found_its_host_port_taken_is_told_apart(tmp_path: Path) -> None:
+    """The lab reads the chart's pods' logs on its node: a pod whose port another process took
+    says so (and is upgraded to other ports); an agent serving says on which port."""
+    old, new = _pod("agent-old", "agent", 40001), _pod("agent-new", "agent", 40002)
+    ctl = _pod("ctl", "controller", 40003)
+    _log(tmp_path, old, "agent", 0, "Traceback (most recent call last):",
+         "OSError: [Errno 98] Address already in use")
+    _log(tmp_path, new, "agent", 0, "gpufleet agent on real-node (pid 1), probes on 0.0.0.0:40002")
+    _log(tmp_path, ctl, "controller", 0, "starting")
+    _log(tmp_path, ctl, "controller", 1, "error: field 'port': cannot listen on 0.0.0.0:40003: "
+         "Address already in use")
+    pods = [old, new]
+    with pytest.raises(release.PodPortTaken) as err:
+        release.check_port(pods, tmp_path, "agent", 40001)
+    assert (err.value.workload, err.value.port) == ("agent", 40001)
+    assert "agent-old found port 40001 in use" in str(err.value)
+    release.check_port(pods, tmp_path, "agent", 40002)  # the upgraded pod is fine
+    with pytest.raises(release.PodPortTaken, match="controller pod ctl found port 40003"):
+        release.check_port([ctl], tmp_path, "controller", 40003)  # on its second start
+    assert release.agent_serving(pods, tmp_path, 40002)
+    assert not release.agent_serving(pods, tmp_path, 40001)
+    assert not release.agent_serving(pods, tmp_path, 4000)  # a port only a prefix of 40002
+    assert release.on_port([old, new, ctl], "agent", 40002) == [new]

@@ -24,7 +24,7 @@ and, at the end of each run, the GPUs over-committed on any node, read from the 
 the API holds (:mod:`gpufleet.k8s.translate.overcommit`: milli per GPU, MIG slots, whole GPUs,
 indices; kube-scheduler's pods by their whole-GPU count) — it must be 0.
 
-``--dra`` (issue 18): the nodes are also published as NVIDIA-shaped ResourceSlices and every GPU
+``--dra``: the nodes are also published as NVIDIA-shaped ResourceSlices and every GPU
 pod gets a ResourceClaim (:func:`claim_manifest`) that the scheduler allocates — kube-scheduler
 with its own DRA allocator (the MostAllocated profile weighs cpu, memory and ``nvidia.com/gpu``,
 which these pods do not request), gpufleet through ``k8s.schedule.claim_writes``; both write
@@ -318,21 +318,22 @@ def start_controller(directory: Path, kubeconfig: Path, timeout_s: float = 120.0
     import urllib.request
 
     from gpufleet.lab import processes
-    from gpufleet.lab.cluster import CLIENT_BURST, CLIENT_QPS
+    from gpufleet.lab.cluster import CLIENT_BURST, CLIENT_QPS, CONTROLLER_SERVING
 
-    port = processes.free_port()
+    # port 0: the controller binds a port of its own and says which (no port to lose meanwhile)
     proc = processes.start(
         "gpufleet-controller",
         [sys.executable, "-m", "gpufleet", "controller", "--kubeconfig", str(kubeconfig),
-         "--no-leader-elect", "--port", str(port), "--log-level", "WARNING",
+         "--no-leader-elect", "--port", "0", "--log-level", "WARNING",
          "--kube-api-qps", str(CLIENT_QPS), "--kube-api-burst", str(CLIENT_BURST)],
-        run_dir=directory / "run", log_dir=directory / "logs")
+        run_dir=directory / "run", log_dir=directory / "logs", env={"PYTHONUNBUFFERED": "1"})
 
-    def ready() -> bool:
+    def ready(port: int) -> bool:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as resp:
             return bool(resp.status == 200)
 
-    processes.wait_until(proc, ready, what="ready (/readyz)", timeout_s=timeout_s)
+    processes.wait_own_port(proc, ready, what="ready (/readyz)", timeout_s=timeout_s,
+                            reported=CONTROLLER_SERVING)
 
 
 def wait_sa(core: Any, ns: str, timeout_s: float = 30.0) -> None:

@@ -9,6 +9,15 @@ Order matters and each step waits for the previous one to be ready: kine (storag
 controller and agent as pods there (:mod:`gpufleet.lab.release`). A failure stops what was
 started and names the component and its log. All state is under one directory: ``pki/``, the
 kubeconfigs, ``kine/state.db``, ``logs/<component>.log``, ``run/<component>.pid``, ``lab.json``.
+
+Ports (see :mod:`gpufleet.lab.processes`): kine serves the API server on a Unix socket in its
+directory, no port at all; KWOK and the gpufleet controller bind port 0 and the lab reads back
+the port each got; the API server, the controller-manager, the scheduler and the real node's
+kubelet must be told their ports, so each is started on free ones and, when another process took
+one first, again on others (:func:`gpufleet.lab.processes.start_on_free_ports`); the chart's pods
+on the real node use the host's network on free ports, and the release is upgraded to another
+port for a pod that found its own taken (:func:`gpufleet.lab.release.install_for_lab`). So
+several labs run side by side, each in its own directory (a real node, one per machine).
 """
 
 from __future__ import annotations
@@ -52,6 +61,11 @@ FAKE_NODE_IP = "10.200.0.1"
 CLIENT_QPS = 200
 CLIENT_BURST = 400
 STATE_FILE = "lab.json"
+# kine's socket, relative to kine's directory (the working directory of kine and the API server):
+# a socket's path is limited to 107 bytes, however deep the lab's directory is.
+KINE_SOCKET = "kine.sock"
+# what `gpufleet controller` prints once it serves: its real port when started with --port 0
+CONTROLLER_SERVING = r"http://127\.0\.0\.1:(\d+)/metrics"
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,48 +237,56 @@ def up(opts: LabOptions, log: Callable[[str], None] = lambda _m: None) -> LabInf
     run_dir, log_dir = d / "run", d / "logs"
     started: list[processes.Running] = []
 
-    def start(name: str, argv: list[str], **kw: Any) -> processes.Running:
+    def start(name: str, argv: Sequence[str], **kw: Any) -> processes.Running:
         log(f"starting {name}")
         r = processes.start(name, argv, run_dir=run_dir, log_dir=log_dir, **kw)
+        # started again on other ports: this start replaces the first, which was stopped
+        started[:] = [s for s in started if s.name != name]
         started.append(r)
         return r
+
+    def start_on_free_ports(name: str, argv: Callable[[Sequence[int]], Sequence[str]],
+                            ready: Callable[[Sequence[int]], bool], what: str,
+                            **kw: Any) -> tuple[processes.Running, list[int]]:
+        return processes.start_on_free_ports(
+            name, argv, ready, start=lambda n, a: start(n, a, **kw), what=what,
+            timeout_s=opts.ready_timeout_s, log=log)
 
     t0 = time.monotonic()
     specs = list(default_fleet() if opts.nodes is None else opts.nodes)
     liveness = liveness_for(len(specs))
     try:
         pki = ensure_pki(d / "pki")
-        ports = {name: processes.free_port() for name in COMPONENTS}
-        server = f"https://127.0.0.1:{ports['kube-apiserver']}"
 
-        (d / "kine").mkdir(exist_ok=True)
+        kine_dir = d / "kine"
+        kine_dir.mkdir(exist_ok=True)
+        (kine_dir / KINE_SOCKET).unlink(missing_ok=True)  # a stopped lab's
         kine = start(
             "kine",
             [
                 str(binary("kine")),
-                f"--listen-address=127.0.0.1:{ports['kine']}",
+                f"--listen-address=unix://{KINE_SOCKET}",
                 "--endpoint=sqlite://"
-                + str(d / "kine" / "state.db")
+                + str(kine_dir / "state.db")
                 + "?_journal_mode=WAL&_busy_timeout=30000&_synchronous=NORMAL&cache=shared",
                 "--metrics-bind-address=0",
             ],
-            cwd=d / "kine",
+            cwd=kine_dir,
         )
         processes.wait_until(
             kine,
-            lambda: processes.port_open(ports["kine"]),
+            lambda: processes.unix_listening(kine_dir / KINE_SOCKET),
             what="listening",
             timeout_s=opts.ready_timeout_s,
         )
 
-        apiserver = start(
-            "kube-apiserver",
-            [
+        def apiserver_argv(ports: Sequence[int]) -> list[str]:
+            return [
                 str(binary("kube-apiserver")),
-                f"--etcd-servers=http://127.0.0.1:{ports['kine']}",
+                f"--etcd-servers=unix://{KINE_SOCKET}",
                 "--bind-address=127.0.0.1",
                 "--advertise-address=127.0.0.1",
-                f"--secure-port={ports['kube-apiserver']}",
+                f"--secure-port={ports[0]}",
                 f"--cert-dir={d / 'pki'}",
                 f"--tls-cert-file={pki.apiserver.cert}",
                 f"--tls-private-key-file={pki.apiserver.key}",
@@ -283,15 +305,17 @@ def up(opts: LabOptions, log: Callable[[str], None] = lambda _m: None) -> LabInf
                 "--kubelet-preferred-address-types=InternalIP,Hostname",
                 f"--kubelet-client-certificate={pki.admin.cert}",
                 f"--kubelet-client-key={pki.admin.key}",
-            ],
-        )
+            ]
+
         admin_ctx = _admin_context(pki)
-        processes.wait_until(
-            apiserver,
-            lambda: _https_ok(f"{server}/readyz", admin_ctx),
-            what="ready (/readyz)",
-            timeout_s=opts.ready_timeout_s,
+        _, (api_port,) = start_on_free_ports(
+            "kube-apiserver",
+            apiserver_argv,
+            lambda ports: _https_ok(f"https://127.0.0.1:{ports[0]}/readyz", admin_ctx),
+            "ready (/readyz)",
+            cwd=kine_dir,  # where kine's socket is
         )
+        server = f"https://127.0.0.1:{api_port}"
 
         kubeconfig = write_kubeconfig(
             d / "kubeconfig", server, pki.ca.cert, pki.admin, "gpufleet-lab-admin"
@@ -307,15 +331,14 @@ def up(opts: LabOptions, log: Callable[[str], None] = lambda _m: None) -> LabInf
             d / "kubeconfigs" / "kwok.kubeconfig", server, pki.ca.cert, pki.kwok, "kwok-controller"
         )
 
-        kcm = start(
-            "kube-controller-manager",
-            [
+        def kcm_argv(ports: Sequence[int]) -> list[str]:
+            return [
                 str(binary("kube-controller-manager")),
                 f"--kubeconfig={kcm_kc}",
                 f"--authentication-kubeconfig={kcm_kc}",
                 f"--authorization-kubeconfig={kcm_kc}",
                 "--bind-address=127.0.0.1",
-                f"--secure-port={ports['kube-controller-manager']}",
+                f"--secure-port={ports[0]}",
                 f"--cert-dir={d / 'pki' / 'controller-manager-serving'}",
                 "--use-service-account-credentials=true",
                 f"--service-account-private-key-file={pki.sa_key}",
@@ -334,16 +357,14 @@ def up(opts: LabOptions, log: Callable[[str], None] = lambda _m: None) -> LabInf
                 f"--node-startup-grace-period={liveness.startup_grace_s}s",
                 "--profiling=false",
                 f"--feature-gates={dra.FEATURE_GATES}",
-            ],
-        )
+            ]
+
         insecure = _insecure_context()
-        processes.wait_until(
-            kcm,
-            lambda: _https_ok(
-                f"https://127.0.0.1:{ports['kube-controller-manager']}/healthz", insecure
-            ),
-            what="healthy (/healthz)",
-            timeout_s=opts.ready_timeout_s,
+        kcm, _ = start_on_free_ports(
+            "kube-controller-manager",
+            kcm_argv,
+            lambda ports: _https_ok(f"https://127.0.0.1:{ports[0]}/healthz", insecure),
+            "healthy (/healthz)",
         )
 
         # the real node's pods (the chart's) use the default scheduler
@@ -368,24 +389,20 @@ def up(opts: LabOptions, log: Callable[[str], None] = lambda _m: None) -> LabInf
             }
             sched_cfg_path = d / "kube-scheduler.yaml"
             sched_cfg_path.write_text(yaml.safe_dump(sched_cfg, sort_keys=False))
-            sched = start(
+            start_on_free_ports(
                 "kube-scheduler",
-                [
+                lambda ports: [
                     str(binary("kube-scheduler")),
                     f"--config={sched_cfg_path}",
                     f"--authentication-kubeconfig={sched_kc}",
                     f"--authorization-kubeconfig={sched_kc}",
                     "--bind-address=127.0.0.1",
-                    f"--secure-port={ports['kube-scheduler']}",
+                    f"--secure-port={ports[0]}",
                     f"--cert-dir={d / 'pki' / 'scheduler-serving'}",
                     f"--feature-gates={dra.FEATURE_GATES}",
                 ],
-            )
-            processes.wait_until(
-                sched,
-                lambda: _https_ok(f"https://127.0.0.1:{ports['kube-scheduler']}/healthz", insecure),
-                what="healthy (/healthz)",
-                timeout_s=opts.ready_timeout_s,
+                lambda ports: _https_ok(f"https://127.0.0.1:{ports[0]}/healthz", insecure),
+                "healthy (/healthz)",
             )
 
         kwok = start(
@@ -399,12 +416,12 @@ def up(opts: LabOptions, log: Callable[[str], None] = lambda _m: None) -> LabInf
                 f"--node-ip={FAKE_NODE_IP}",
                 f"--node-lease-duration-seconds={liveness.lease_s}",
                 f"--cidr={POD_CIDR}",
-                f"--server-address=127.0.0.1:{ports['kwok']}",
+                "--server-address=127.0.0.1:0",  # its only listener: /healthz, /metrics
             ],
         )
-        processes.wait_until(
+        processes.wait_own_port(
             kwok,
-            lambda: _http_ok(f"http://127.0.0.1:{ports['kwok']}/healthz"),
+            lambda port: _http_ok(f"http://127.0.0.1:{port}/healthz"),
             what="healthy (/healthz)",
             timeout_s=opts.ready_timeout_s,
         )
@@ -434,12 +451,13 @@ def up(opts: LabOptions, log: Callable[[str], None] = lambda _m: None) -> LabInf
         node = None
         if image is not None:
             node = real_node.start_node(d, kubeconfig, pki.ca.cert, api, start,
-                                        timeout_s=max(opts.ready_timeout_s, 120.0))
+                                        timeout_s=max(opts.ready_timeout_s, 120.0), log=log)
             log(f"real node {node} Ready at {time.monotonic() - t0:.1f} s; importing {image}")
             ref = real_node.import_image(d, image)
-            release.install(kubeconfig, release.lab_values(server, node, ref))
-            leader = release.wait_leader(api, kubeconfig, timeout_s=max(opts.ready_timeout_s,
-                                                                        120.0))
+            leader = release.install_for_lab(
+                api, kubeconfig, server, node, ref,
+                pod_logs=real_node.work_dir(d) / real_node.POD_LOGS,
+                timeout_s=max(opts.ready_timeout_s, 120.0), log=log)
             controller_state = (f"in-cluster: chart {release.RELEASE} in {release.NAMESPACE}, "
                                 f"leader {leader} on {node}")
             log(f"chart installed; {leader} leads at {time.monotonic() - t0:.1f} s")
@@ -449,7 +467,6 @@ def up(opts: LabOptions, log: Callable[[str], None] = lambda _m: None) -> LabInf
                 controller_state = f"unavailable: {why}"
                 log(f"not starting the gpufleet controller: {why}")
             else:
-                port = ports["gpufleet-controller"]
                 argv = [
                     sys.executable,
                     "-m",
@@ -460,19 +477,20 @@ def up(opts: LabOptions, log: Callable[[str], None] = lambda _m: None) -> LabInf
                     "--bind-address",
                     "127.0.0.1",
                     "--port",
-                    str(port),
+                    "0",
                 ]
                 if opts.controller_config is not None:
                     # a config turns on the capacity loop on the lab's cloud (kwok) unless
                     # it names another cloud itself
                     argv += ["--config", str(opts.controller_config.resolve()),
                              "--cloud", "kwok"]
-                ctl = start("gpufleet-controller", argv)
-                processes.wait_until(
+                ctl = start("gpufleet-controller", argv, env={"PYTHONUNBUFFERED": "1"})
+                port = processes.wait_own_port(
                     ctl,
-                    lambda: _http_ok(f"http://127.0.0.1:{port}/healthz"),
+                    lambda port: _http_ok(f"http://127.0.0.1:{port}/healthz"),
                     what="healthy (/healthz)",
                     timeout_s=opts.ready_timeout_s,
+                    reported=CONTROLLER_SERVING,
                 )
                 controller_state = f"started (http://127.0.0.1:{port}/metrics)"
     except BaseException:

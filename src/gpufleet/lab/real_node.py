@@ -22,7 +22,7 @@ import shutil
 import subprocess
 import tarfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ NODE_NAME = "real-node"
 TAINT_KEY = "gpufleet.io/system-only"
 WORK = "real-node"  # under the lab directory
 COMPONENTS = ("containerd", "kubelet")  # start order
+POD_LOGS = "pod-logs"  # the containers' logs, under the node's directory
 # The pods' bridge; its subnet lies outside KWOK's fake pod CIDR (10.64.0.0/10) and podman's
 # default (10.88.0.0/16). No ipMasq, no portmap: the chart's pods use the host network, and a
 # bridge without them leaves no iptables rules behind (no CNI DEL runs at `lab down`).
@@ -155,7 +156,7 @@ def kubelet_config(work: Path, ca: Path, port: int, healthz_port: int) -> dict[s
         "healthzBindAddress": "127.0.0.1",
         "registerWithTaints": [{"key": TAINT_KEY, "value": "true", "effect": "NoSchedule"}],
         # containers' logs under the node's directory too (default /var/log/pods)
-        "podLogsDir": str(work / "pod-logs"),
+        "podLogsDir": str(work / POD_LOGS),
     }
 
 
@@ -203,12 +204,15 @@ def start_node(
     start: Callable[..., processes.Running],
     *,
     timeout_s: float = 120.0,
+    log: Callable[[str], None] = lambda _m: None,
 ) -> str:
     """Start containerd and the kubelet (through ``start``, the lab's component starter) and wait
-    until the Node is Ready; its name."""
+    until the Node is Ready; its name. containerd serves the kubelet on a Unix socket (and binds
+    its own streaming port); the kubelet is started on free ports, again on others when one was
+    taken (:func:`gpufleet.lab.processes.start_on_free_ports`)."""
     work = work_dir(directory)
     stop_node(directory)  # leftovers of a run that was not taken down
-    for sub in ("cni", "containerd", "kubelet", "pod-logs"):
+    for sub in ("cni", "containerd", "kubelet", POD_LOGS):
         (work / sub).mkdir(parents=True, exist_ok=True)
     pause = build_pause(work)
     (work / "cni" / "10-bridge.conflist").write_text(json.dumps(cni_config(work), indent=2))
@@ -220,17 +224,22 @@ def start_node(
                          timeout_s=timeout_s)
     _run(_ctr(work, "images", "import", "--base-name", PAUSE_IMAGE.rsplit(":", 1)[0],
               str(pause)), "importing the pause image")
-    port, healthz = processes.free_port(), processes.free_port()
     kubelet_yaml = work / "kubelet.yaml"
-    kubelet_yaml.write_text(yaml.safe_dump(kubelet_config(work, ca, port, healthz),
-                                           sort_keys=False))
-    kubelet = start("kubelet", [
-        str(binary("kubelet")), f"--config={kubelet_yaml}", f"--kubeconfig={kubeconfig}",
-        f"--root-dir={work / 'kubelet'}", f"--cert-dir={work / 'kubelet' / 'pki'}",
-        f"--hostname-override={NODE_NAME}",
-    ])
-    processes.wait_until(kubelet, lambda: _node_ready(api, NODE_NAME),
-                         what=f"registered and Ready (Node {NODE_NAME})", timeout_s=timeout_s)
+
+    def kubelet_argv(ports: Sequence[int]) -> list[str]:
+        # the kubelet takes no port 0 for its API: free ports, again on others if one is taken
+        port, healthz = ports
+        kubelet_yaml.write_text(yaml.safe_dump(kubelet_config(work, ca, port, healthz),
+                                               sort_keys=False))
+        return [
+            str(binary("kubelet")), f"--config={kubelet_yaml}", f"--kubeconfig={kubeconfig}",
+            f"--root-dir={work / 'kubelet'}", f"--cert-dir={work / 'kubelet' / 'pki'}",
+            f"--hostname-override={NODE_NAME}",
+        ]
+
+    processes.start_on_free_ports(
+        "kubelet", kubelet_argv, lambda _ports: _node_ready(api, NODE_NAME), start=start,
+        what=f"registered and Ready (Node {NODE_NAME})", count=2, timeout_s=timeout_s, log=log)
     return NODE_NAME
 
 
