@@ -3,7 +3,8 @@
 A leaf module: feature CLIs (``gpufleet.<feature>.cli``) import it to register their commands,
 and ``gpufleet.cli`` (the entry point) imports the feature CLIs, so the dependency arrow points
 one way: ``cli`` → ``<feature>.cli`` → ``cli_app``. Every command turns :class:`InputError` into
-one red line and exit status 2: bad input never ends in a traceback.
+one red line and exit status 2: bad input never ends in a traceback; a simulation that stopped
+making progress (:class:`NoProgress`) prints its report and exits 3.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 import typer
 from rich.console import Console
 
-from gpufleet.errors import InputError
+from gpufleet.errors import InputError, NoProgress
 
 app = typer.Typer(
     name="gpufleet",
@@ -33,7 +34,8 @@ err_console = Console(stderr=True)
 
 
 def friendly_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Wrap a command so InputError prints one line naming file/line/field and exits 2."""
+    """Wrap a command so InputError prints one line naming file/line/field and exits 2, and a
+    simulation that stopped making progress prints its report and exits 3."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -42,5 +44,8 @@ def friendly_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         except InputError as exc:
             err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
             raise typer.Exit(code=2) from None
+        except NoProgress as exc:
+            err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+            raise typer.Exit(code=3) from None
 
     return wrapper

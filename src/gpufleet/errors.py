@@ -38,3 +38,9 @@ class InputError(ValueError):
 
 class MissingDataError(InputError):
     """A data file the command needs is absent (e.g. ../shared/data not laid out)."""
+
+
+class NoProgress(RuntimeError):
+    """A simulation stopped making progress: past a bound of work at one simulated instant
+    that no healthy run reaches. A bug report naming the event kind, the time and the jobs
+    involved — never a silent hang. The CLI prints it and exits with status 3."""

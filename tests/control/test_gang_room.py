@@ -233,6 +233,24 @@ def test_book_holds_a_choice_until_it_lapses() -> None:
     assert book.counts == {"wait": 1, "scale-up": 1, "preempt": 1}
 
 
+def test_book_keeps_no_timer_when_nothing_is_possible() -> None:
+    """No room expected, no launch, no eviction (a fixed fleet too small for the gang): the
+    gang waits, but nothing is booked — no lapse to price it again at (``next_due`` None: no
+    pass is scheduled for it), and scale-up is not held back for it. A wait priced before is
+    forgotten."""
+    book = GangRoomBook()
+    book.record("g", Costs(8.16, None, None, 600.0), 0.0)
+    assert book.next_due() == 600.0
+    none = Costs(math.inf, None, None, math.inf)
+    assert book.record("g", none, 10.0) is Room.WAIT
+    assert book.decided == {} and book.next_due() is None
+    assert book.due("g", 11.0) and not book.holds_scale_up("g", 11.0)
+    # a wait with no room expected but a launch possible still lapses after REPRICE_S
+    assert book.record("g", Costs(math.inf, math.inf, None, math.inf), 10.0) is Room.WAIT
+    assert book.next_due() == 610.0
+    assert book.counts == {"wait": 3, "scale-up": 0, "preempt": 0}
+
+
 def test_book_applies_a_cycle_as_both_drivers_do() -> None:
     """``apply``: the started units are forgotten first, then each priced gang's choice is
     recorded (a gang that started and was priced again in one cycle keeps the new choice)."""

@@ -24,6 +24,12 @@ At 600 a has spent 0.526 × 360 / 3600 = $0.0526, and 0.0526 + 0.526 × 1 h ≥ 
   88,292 and are drained again, leaving at 88,322 (day 2: $1.052 × 1,742 s = $0.5090, the
   peak); the same on day 3; j2 (1 h of work, 1,712 s a day) and j1 finish on day 4. Nothing
   is lost (every eviction saves first) and no day overspends by more than a checkpoint write.
+
+``spot-only`` where there is no spot (a fixed fleet of one on-demand g4dn.xlarge, spot off; a's
+budget $0.05 a day, 342 s of the node): j0 (0, 1 h) runs; j1 (400, 60 s) may use only spot, of
+which there is none. It waits for the period to renew, as a held job does: at midnight the
+budget is fresh, and j1 runs from 86,400 to 86,460 — without a pass at the renewal it would wait
+for ever and the run would end without it.
 """
 
 from __future__ import annotations
@@ -114,3 +120,19 @@ def test_hold_and_drain_evicts_running_work_once_the_budget_is_spent() -> None:
     assert a["overspend_usd"] == pytest.approx(peak - 0.5)
     # one checkpoint write's spend, against hold's 1.049 h: the overspend is bounded
     assert a["overspend_hours"] is not None and a["overspend_hours"] < 0.02
+
+
+def test_spot_only_without_spot_waits_for_the_period_to_renew() -> None:
+    teams = TeamsSettings.model_validate({"queues": [{"name": "a", "budget": {
+        "usd": 0.05, "period": "day", "action": "spot-only"}}]})
+    sc = default_scenario().model_copy(update={
+        "autoscaling": False, "spot": False, "fixed_nodes": 1, "gpu_mtbf_hours": None,
+        "instance_types": ("g4dn.xlarge",), "teams": teams})
+    jobs = [JobSpec("j0", 0.0, 3600.0, ONE_T4, tenant="a"),
+            JobSpec("j1", 400.0, 60.0, ONE_T4, tenant="a")]
+    sim = Simulation(sc, 0, jobs)
+    s = sim.run()
+    assert s["jobs_finished"] == 2 and s["jobs_lost"] == 0
+    j0, j1 = sim.sim.jobs
+    assert (j0.first_start_s, j0.finish_s) == (0.0, 3600.0)
+    assert (j1.first_start_s, j1.finish_s) == (86400.0, 86460.0)

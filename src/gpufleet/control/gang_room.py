@@ -70,7 +70,8 @@ HOUR = 3600.0
 MAX_NODES_TRIED = 16
 # after the victims have left, how long their room stays reserved for the gang
 RESERVE_GRACE_S = 60.0
-# a gang that waits with no room expected (no launch, no eviction) is priced again after this
+# a gang that waits with no room expected, a launch or an eviction possible but no cheaper, is
+# priced again after this (with none of them possible nothing is booked: ``GangRoomBook.record``)
 REPRICE_S = 600.0
 
 
@@ -319,8 +320,15 @@ class GangRoomBook:
         return d is None or (d.room is not Room.SCALE_UP and now >= d.until_s)
 
     def record(self, gang: str, costs: Costs, now: float) -> Room:
+        """Book a pricing's choice. With nothing possible — no room expected, no launch, no
+        eviction — nothing is booked: a timer to price it again could only find the same
+        answer until the fleet changes, and a change brings a pass of its own (a timer would
+        keep a fleet that can never hold the gang busy for ever)."""
         room = costs.choice
         self.counts[room.value] += 1
+        if math.isinf(costs.wait_s) and costs.scale_up_usd is None and costs.preempt_usd is None:
+            self.decided.pop(gang, None)
+            return room
         until = INF
         if room is Room.WAIT:  # priced again when the room is due, or after REPRICE_S
             until = now + (REPRICE_S if math.isinf(costs.wait_s) else costs.wait_s)

@@ -199,4 +199,7 @@ def simulate(
     console.print(rich_table(summaries, f"{workload}: scenarios side by side"))
     for table in [*view_tables(summaries), *team_tables(summaries)]:
         console.print(table)
+    for name, summary in summaries.items():  # jobs the run stopped queueing (sim.progress)
+        for job_id, why in list(summary.get("given_up", {}).items())[:5]:
+            console.print(f"[yellow]{name}: gave up on job {job_id}: {why}[/]", highlight=False)
     console.print(f"wrote {js} and {rep} in {wall:.1f} s")

@@ -39,7 +39,7 @@ pending work or a node may become removable.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from decimal import Decimal
 from functools import partial
 from typing import Any
@@ -59,7 +59,12 @@ from gpufleet.control.headroom import (
     placeholders,
     spare_gpus,
 )
-from gpufleet.control.limits import consolidation_set, may_launch
+from gpufleet.control.limits import (
+    consolidation_set,
+    launch_room,
+    launches_under_cap,
+    may_launch,
+)
 from gpufleet.control.offers import OfferBook
 from gpufleet.control.policies import controls_for, deadline_guards
 from gpufleet.control.queue import PendingQueue
@@ -88,10 +93,19 @@ from gpufleet.decisions import (
     Requeue,
     Terminate,
 )
+from gpufleet.errors import NoProgress
 from gpufleet.market.bidding import ZoneMarket, bids_anywhere
 from gpufleet.market.spot_cost import ReclaimHazard
 from gpufleet.market.spot_model import SpotMarket
-from gpufleet.provisioning import InFlight, NodeView, Offer, PodView, Unprovisioned
+from gpufleet.provisioning import (
+    InFlight,
+    NodeView,
+    Offer,
+    PendingPod,
+    PodView,
+    ScaleUpReply,
+    Unprovisioned,
+)
 from gpufleet.recovery import SpotExposure
 from gpufleet.sim.books import Series, Tally
 from gpufleet.sim.cloud import SimCloud, SimNode
@@ -101,7 +115,9 @@ from gpufleet.sim.events import (
     DEADLINE,
     FAIL,
     GONE,
+    NAMES,
     NOTICE,
+    PASS,
     PASSIVE,
     PRIO,
     READY,
@@ -111,6 +127,7 @@ from gpufleet.sim.events import (
 from gpufleet.sim.jobrun import INF, PENDING, RUNNING, JobRun
 from gpufleet.sim.jobs import JobLifecycle
 from gpufleet.sim.nodes import Allocation, Became, SimFleet
+from gpufleet.sim.progress import events_bound, report
 from gpufleet.state import GPU_MILLI, FleetState
 from gpufleet.traces.jobs import JobSpec
 
@@ -150,6 +167,7 @@ class ClusterSim:
         self.nodes = SimFleet(self.market, self.offers, scenario.pricing,
                               scenario.utilization_threshold, self.exposure, self.hazard)
         self.unprovisioned: tuple[Unprovisioned, ...] = ()  # the last scale-up's leftovers
+        self.cap_held = False  # the last scale-up's: the node cap held pods' launches back
         # (market step, whether the strategy bids anywhere then)
         self._bids: tuple[tuple[int, ...], bool] | None = None
         self.arrived = 0
@@ -238,23 +256,38 @@ class ClusterSim:
         self._at(t, kind)
 
     def run_until(self, t: float) -> bool:
+        """Advance to ``t``; False once all work is done. Raises ``NoProgress`` when the run
+        stops making progress at one instant (``sim.progress``)."""
         eng = self.engine
         heap = eng._heap
         handlers = self._handlers
-        while heap and heap[0][0] <= t:
-            ev = eng.pop()
-            kind = ev[3]
-            if kind in PASSIVE:
-                self._periodic -= 1
-            handlers[kind](ev[4])
-            if self.finished:
-                return False
+        floor = events_bound(len(self.jobs), 0)
+        kind = PASS
+        try:
+            while heap and heap[0][0] <= t:
+                ev = eng.pop()
+                kind = ev[3]
+                if eng.at_instant > floor:
+                    self._check_instant()
+                if kind in PASSIVE:
+                    self._periodic -= 1
+                handlers[kind](ev[4])
+                if self.finished:
+                    return False
+        except NoProgress as err:
+            raise report(err, NAMES[kind]) from None
         if len(heap) <= self._periodic and not self.finished:
             self._finish()
             return False
         if eng.now < t and not self.finished:
             eng.now = t
         return not self.finished
+
+    def _check_instant(self) -> None:
+        bound = events_bound(len(self.jobs), len(self.cloud.nodes))
+        if self.engine.at_instant > bound:
+            raise self.life.progress.stalled(self.now, self.engine.at_instant, bound,
+                                             [i for _, i in self.pending])
 
     def _finish(self) -> None:
         now = self.now
@@ -402,7 +435,8 @@ class ClusterSim:
             n.gpus for n in self.nodes.booting.values() if not n.mig))
         if self.ctl.scan.scale_up_due(self.now, bool(self.pending) or short):
             launched = self._scale_up(room)
-        found = self._disrupt(room)
+        # pods the node cap holds back: the buffer's idle nodes may go (``launches_under_cap``)
+        found = self._disrupt(None if self.cap_held else room)
         if self.ctl.spot_swap is not None:
             look = swap_look(found, len(self.cloud.live), self.sc.max_nodes)
             if look is SwapLook.LOOK:
@@ -450,16 +484,24 @@ class ClusterSim:
                                  bool(j.interruptions), now, self.ctl.guards,
                                  spot_only=gate is Gate.SPOT,
                                  max_node_gpus=self.life.node_cap(j))
-        if room is not None:
-            pods += placeholders(*room)
         inflight = [InFlight(self.offers.shape(n.itype, n.mig), n.spot, n.zone)
                     for n in self.nodes.booting.values()]
-        reply = self.ctl.scale_up.plan(
-            pods, self.offers.offers(now), inflight, self.offers.markets(now),
-            self.ctl.spot_strategy, lambda it, zone: self.hazard.rate_per_h(it, zone, now))
+        offers, markets = self.offers.offers(now), self.offers.markets(now)
+        replies: list[ScaleUpReply] = []
+
+        def plan(asked: Sequence[PendingPod]) -> tuple[Launch, ...]:
+            replies.append(self.ctl.scale_up.plan(
+                asked, offers, inflight, markets, self.ctl.spot_strategy,
+                lambda it, zone: self.hazard.rate_per_h(it, zone, now)))
+            return replies[-1].launches
+
+        launches, self.cap_held = launches_under_cap(
+            plan, pods, placeholders(*room) if room is not None else [],
+            launch_room(len(self.cloud.live), self.sc.max_nodes))
         # the last scan's, for reports and tests (a placeholder is no job)
-        self.unprovisioned = tuple(u for u in reply.unprovisioned if u.job_id != PLACEHOLDER)
-        return self._apply(list(reply.launches))
+        self.unprovisioned = tuple(u for u in replies[0].unprovisioned
+                                   if u.job_id != PLACEHOLDER)
+        return self._apply(list(launches))
 
     def _apply_launch(self, launch: Launch) -> int:
         it = self.types[launch.instance_type]

@@ -6,6 +6,9 @@ at the same time and priority resolve in scheduling order — the whole run is a
 its inputs and seed. Events are never removed; a handler that finds its target changed (a job
 that was preempted before its completion fired) ignores the stale event, which is cheaper than
 heap deletion.
+
+``at_instant`` counts the events popped at the current time (``sim.progress`` bounds it: a run
+that keeps scheduling work at one instant stops with a report instead of hanging).
 """
 
 from __future__ import annotations
@@ -17,13 +20,14 @@ Event = tuple[float, int, int, int, Any]
 
 
 class Engine:
-    __slots__ = ("_heap", "_seq", "now", "steps")
+    __slots__ = ("_heap", "_seq", "at_instant", "now", "steps")
 
     def __init__(self, start: float = 0.0) -> None:
         self._heap: list[Event] = []
         self._seq = 0
         self.now = start
         self.steps = 0
+        self.at_instant = 0
 
     def schedule(self, time: float, kind: int, payload: Any = None, priority: int = 0) -> None:
         """Enqueue an event; scheduling in the past is a driver bug, not input."""
@@ -37,7 +41,10 @@ class Engine:
 
     def pop(self) -> Event:
         ev = heapq.heappop(self._heap)
-        self.now = ev[0]
+        if ev[0] != self.now:
+            self.now = ev[0]
+            self.at_instant = 0
+        self.at_instant += 1
         self.steps += 1
         return ev
 

@@ -27,7 +27,7 @@ from gpufleet.queueing import QueueKey
 from gpufleet.state import GPU_MILLI, ResourceRequest
 from gpufleet.traces.jobs import JobSpec
 
-PENDING, RUNNING, DONE, WAITING = 1, 2, 3, 0
+PENDING, RUNNING, DONE, WAITING, GAVE_UP = 1, 2, 3, 0, 4
 INF = float("inf")
 
 

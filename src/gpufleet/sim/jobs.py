@@ -47,7 +47,6 @@ from gpufleet.placement.mig import bind_masks
 from gpufleet.provisioning.binpack import fits_shape
 from gpufleet.queueing.preemption import Victim
 from gpufleet.queueing.teams.budget import (
-    HOLDING,
     BudgetVerdict,
     budget_verdicts,
     exhaustion_s,
@@ -62,8 +61,9 @@ from gpufleet.sim.books import Tally, held_milli
 from gpufleet.sim.cloud import SimCloud, SimNode
 from gpufleet.sim.engine import Engine
 from gpufleet.sim.events import CKPT_DONE, FINISH, PASS
-from gpufleet.sim.jobrun import DONE, PENDING, RUNNING, JobRun
+from gpufleet.sim.jobrun import DONE, GAVE_UP, PENDING, RUNNING, JobRun
 from gpufleet.sim.nodes import SimFleet
+from gpufleet.sim.progress import ProgressGuard
 from gpufleet.state import FleetState, ResourceRequest
 
 INF = float("inf")
@@ -147,6 +147,7 @@ class JobLifecycle:
         self.running = 0
         self.done = 0
         self._by_id = {j.spec.job_id: j for j in jobs}
+        self.progress = ProgressGuard(self._describe)
         self._new: list[int] = []
         self._freed = True
         self._blocked: set = set()
@@ -209,6 +210,13 @@ class JobLifecycle:
         return self.nodes.cloud
 
     def enqueue(self, j: JobRun) -> None:
+        if self.progress.give_up(j.idx, j.spec.job_id):  # ``sim.progress``: never queued again
+            j.state = GAVE_UP
+            if self.deadlines is not None:
+                self.deadlines.done(j.idx)
+            if self.all_done():
+                self._finish()
+            return
         if self.history is not None:
             self.team_usage()
             t = j.spec.tenant
@@ -374,6 +382,7 @@ class JobLifecycle:
                               restrictions(self.budget_now()))
 
     def _start(self, j: JobRun) -> None:
+        self.progress.started(j.idx, self.now)
         self.team_usage(j, +1)
         rec = j.start(self.now, self._tau(j, j.on_spot))
         if rec is not None:
@@ -431,11 +440,17 @@ class JobLifecycle:
         self.done += 1
         if self.deadlines is not None:
             self.deadlines.done(idx)
-        if self.done == len(self.jobs):
+        if self.all_done():
             self._finish()
 
+    def _describe(self, idx: int) -> str:
+        """A job as a progress report names it: its id, and its team when it has one."""
+        spec = self.jobs[idx].spec
+        return spec.job_id + (f" (team {spec.tenant})" if self.sc.teams is not None else "")
+
     def all_done(self) -> bool:
-        return self.done == len(self.jobs)
+        """Every job finished, or given up on (``sim.progress``)."""
+        return self.done + len(self.progress.given_up) == len(self.jobs)
 
     def interrupt(self, j: JobRun, notice: float, why: str, graceful: bool = False) -> bool:
         """Interrupt a running job once per leave: a job already leaving (checkpointing at an
@@ -454,7 +469,10 @@ class JobLifecycle:
             self.tally.interruptions += 1
             if j.notice_s is None:
                 j.notice_s = self.now
-        self._apply([self.ctl.recovery.on_notice(view)])
+        plan = self.ctl.recovery.on_notice(view)
+        if graceful and self.now > j.bound_s:  # (stopped as it started: the instant's bound)
+            self.progress.stopped(j.idx, plan.resume_work_s > j.work_s, why)
+        self._apply([plan])
         return True
 
     def requeue(self, j: JobRun, plan: Requeue) -> None:
@@ -550,7 +568,9 @@ class JobLifecycle:
             held = restrictions(self.verdicts)
             quota = QuotaInput(QuotaBook(self.quotas, self.team_milli, self.team_model_milli),
                                self.history, held)
-            ends = [v.period_end_s for v in held.values() if v.action in HOLDING]
+            # a restricted team's work is tried again when its period renews (a spot-only
+            # team's may wait for spot that never comes, as a held team's waits)
+            ends = [v.period_end_s for v in held.values()]
             if ends and self._renew_at is None:
                 self._renew_at = min(ends)
                 self._at(self._renew_at, PASS)

@@ -12,7 +12,9 @@ Definitions (docs/simulator.md repeats them):
 * a deadline miss is a job with a deadline that finished after it or never finished; an
   *infeasible* one had a window (deadline − submit) shorter than provisioning delay + duration,
   so only capacity already free at submit could have met it;
-* jobs lost = jobs that never finished (must be 0);
+* jobs lost = jobs that never finished (must be 0); ``given_up``: the jobs among them the
+  simulator stopped queueing, each with why (``sim.progress``: stopped again and again by
+  gpufleet's own decisions without keeping any work);
 * late over 5 min = share of the jobs finished under the peak-sized ``static`` baseline that
   finish more than 5 minutes later here (matched by job id; a job that never finished here is
   late), filled in by ``add_late_share`` once the baseline has run;
@@ -162,6 +164,8 @@ def summarize(sim: ClusterSim, wall_s: float, pricing: str | None = None) -> dic
         "jobs_total": len(sim.jobs),
         "jobs_finished": len(finished),
         "jobs_lost": len(sim.jobs) - len(finished),
+        # jobs the simulator stopped queueing (``sim.progress``): job id → why
+        "given_up": dict(sim.life.progress.given_up),
         "consolidation_moves": t.consolidations,
         "consolidation_replacements": t.replacements,
         "spot_swaps": t.spot_swaps,
