@@ -1,14 +1,14 @@
 """Where a simulation's CPU goes, by layer, and what that bounds: could compiled kernels alone
 bring the Philly replay to 60 s?
 
-Issue 19 asks for all twelve default scenarios on Philly in ≤ 60 s wall on this 2-core machine
-and suggests compiling the placement and scan kernels (numba, or Rust via PyO3). Before anyone
-writes a kernel, Amdahl's law says what it can buy: whatever runs *outside* the kernels stays.
+A goal of all twelve default scenarios on Philly in ≤ 60 s wall on a 2-core machine suggests
+compiling the placement and scan kernels (numba, or Rust via PyO3). Before anyone writes a
+kernel, Amdahl's law says what it can buy: whatever runs *outside* the kernels stays.
 This benchmark runs the scenarios a batch runs (``sim.batch.plan_runs``: twins and re-billed
 rows are not run) with a clock around each layer's entry points, and charges every CPU second
 to the innermost layer running (a layer's own time excludes the layers it calls):
 
-* **kernels**, the pure, array-shaped policy steps the issue names:
+* **kernels**, the pure, array-shaped policy steps:
   placement (``Policy.place``: filters, FGD scores, select), scale-up packing
   (``ScaleUpPolicy.plan`` / ``launch_group``: the bin packing and offer choice, also for the
   spot swap's plans) and consolidation (``DisruptionPolicy.decide``);

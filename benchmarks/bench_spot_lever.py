@@ -1,5 +1,5 @@
 """Does the spot lever pay? gpufleet against its no-spot row and the seed's bidder, per workload
-shape, spot market model and seed (issue 19 part 3: "the policy must hold on other traces").
+shape, spot market model and seed: a policy that pays must hold on other traces too.
 
 For each cell (workload × market × seed) four scenarios run on the same jobs: ``static`` (the
 baseline every ratio is against), ``gpufleet``, ``gpufleet-no-spot`` (the spot lever's
@@ -52,7 +52,7 @@ SHAPES: dict[str, SyntheticWorkload] = {
                                      long_median_s=1200.0, checkpointable_share=0.5,
                                      fractional_share=0.2),
 }
-TIE = 0.005  # ties within 0.5 % count as cheapest (issue 19)
+TIE = 0.005  # ties within 0.5 % count as cheapest
 
 
 def cell(jobs: list[JobSpec], market: str, seed: int, workers: int, gpufleet: str = "gpufleet"

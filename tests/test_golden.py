@@ -1,7 +1,7 @@
 """Golden figures: behaviour pins for refactors that must not change a number.
 
-Issue 10 moves policy code between packages (control layer, one fit rule, registries, disruption
-methods) and promises that behaviour is unchanged. These tests pin, to the values measured on the
+Refactors move policy code between packages (control layer, one fit rule, registries, disruption
+methods) and promise that behaviour is unchanged. These tests pin, to the values measured on the
 code right before such a refactor:
 
 * ``gpufleet simulate`` on the embedded default workload (seed 0): every built-in scenario's

@@ -171,7 +171,7 @@ class StaleReads:
 
 def test_a_reclaim_announced_during_a_concurrent_node_write_is_written_after_a_retry(
         lab: Any, tmp_path: Path) -> None:
-    """The CI of stop 25 lost a reclaim deadline: the trace's drop came while another writer
+    """A CI run once lost a reclaim deadline: the trace's drop came while another writer
     touched the Node, the resourceVersion-guarded patch got 409 and the announcement was
     dropped. Now a conflict re-reads and retries (bounded), and the deadline reported is the
     one the Node carries."""

@@ -132,7 +132,7 @@ def test_every_queue_family_is_on_the_dashboard() -> None:
 
 def test_every_fleet_metric_in_the_dashboard_is_exported_by_the_live_controller() -> None:
     """A live fleet has no simulated GPUs (dcgm-exporter serves DCGM_FI_* there), but every
-    gpufleet_* panel must work on it unchanged (issue 12)."""
+    gpufleet_* panel must work on it unchanged."""
     exported = live_exported_names()
     used = set().union(*(metric_names(expr) for _, expr in panel_queries()))
     missing = {n for n in used if n.startswith("gpufleet_")} - exported

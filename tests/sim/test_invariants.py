@@ -1,5 +1,5 @@
 """Accounting invariants (``gpufleet.sim.invariants``): allocated ≥ useful + lost, per job and for
-the fleet. The gang double-count found in issue 9 as a repro, and mutations of the progress
+the fleet. A gang double-count once found, as a repro, and mutations of the progress
 accounting that the checker must catch (a checker that cannot fail proves nothing)."""
 
 from __future__ import annotations
@@ -42,9 +42,9 @@ def nodes_of(j: JobRun) -> list[str]:
 
 
 def test_gang_with_both_nodes_reclaimed_gains_no_work() -> None:
-    """Issue 9's repro. Nodes launched at 0 s are ready at 180 s; the gang starts then (no
-    restart overhead on a first start) and checkpoints every tau = sqrt(2·30·21,600) = 1,138.4 s
-    (Young/Daly, 6-h MTBF prior, 30-s checkpoints). At 18,000 s (5 h) it has run 17,820 s:
+    """A gang once double-counted. Nodes launched at 0 s are ready at 180 s; the gang starts then
+    (no restart overhead on a first start) and checkpoints every tau = sqrt(2·30·21,600) =
+    1,138.4 s (Young/Daly, 6-h MTBF prior, 30-s checkpoints). At 18,000 s (5 h) it has run 17,820 s:
     15 cycles of 1,168.4 s = 17,526.3 s (15 × 1,138.4 = 17,076.3 s of work) plus 293.7 s of
     work = 17,370 s of work. Both nodes get their notice then: the gang checkpoints once (30 s
     fits in the 120-s notice) and keeps 17,370 s — the old driver interrupted it once per node

@@ -1,6 +1,6 @@
 """Workload files: out-of-range, non-finite and misread values are InputErrors naming the spot.
 
-One regression test per class of hostile input found in issue 13 (tracebacks, hangs, silently
+One regression test per class of hostile input found by fuzzing (tracebacks, hangs, silently
 wrong numbers), for the Philly CSV, the gpufleet CSV and the YAML format.
 """
 

@@ -35,7 +35,7 @@ returned :class:`CyclePlan`. In order:
    another team. If no
    preemption was chosen and none is in progress, the unplaced within-quota and straddling
    units whose room is held by other teams' borrowed work get *reclaims* (a straddling unit
-   only from teams whose use, as a share of their nominal, stays at least its team's:
+   only from teams whose use, as a share of their nominal, stays above its team's:
    ``QuotaBook.gives_back``), in queue order, each planned on the
    fleet as the reclaims before it leave it (their victims released, their units placed, the
    book updated), so a lender whose work comes back gets all of its room in one cycle rather

@@ -1,4 +1,4 @@
 """Teams: quotas with cohort borrowing and reclaim, time-aware fair share, dollar budgets.
 
-The pure model (issue 20's core); the drivers read usage and spend from their world and ask it.
+The pure model; the drivers read usage and spend from their world and ask it.
 """

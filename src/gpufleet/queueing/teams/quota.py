@@ -15,7 +15,7 @@ within its nominal quota but the cohort's room is held by other teams' borrowed 
 borrowing teams give back, newest-started workload first, only from teams still above their own
 nominal — **work within quota is never evicted by another team**. A unit that *straddles* its
 team's quota (the team is below its nominal, the unit takes it above) may reclaim too, but only
-from teams whose use stays, as a share of their own nominal, at least the claimant's before the
+from teams whose use stays, as a share of their own nominal, above the claimant's before the
 unit (:meth:`QuotaBook.gives_back`): without it, a team whose jobs are larger than what is left
 of its quota could wait forever for an entitlement it never gets.
 Where we differ from Kueue: no per-flavor quotas beyond an optional per-GPU-model nominal, and no
