@@ -12,7 +12,6 @@ and the release is upgraded to another when a pod says its own is in use.
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import ssl
 import subprocess
@@ -25,13 +24,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from live_skip import skip_or_fail
+from live_skip import need_real_node_and_image
 from live_wait import wait_for
 
 from gpufleet.lab import processes, release
 from gpufleet.lab.cluster import LabInfo, LabOptions, down, load_info, up
 from gpufleet.lab.processes import Running, listening_ports, read_pidfile
-from gpufleet.lab.real_node import NODE_NAME, missing_prerequisite
+from gpufleet.lab.real_node import NODE_NAME
 from gpufleet.lab.session import LabSession
 
 pytestmark = pytest.mark.live
@@ -133,14 +132,7 @@ def test_a_real_node_whose_ports_are_taken_still_comes_up(
     running and retrying that server, so the lab reads its log, stops it and starts it on other
     ports), and so is the agent pod's host port (the pod says so in its log on the node, and the
     release is upgraded to another port for the agent alone)."""
-    why = missing_prerequisite()
-    if why is not None:
-        skip_or_fail(why)
-    missing = [t for t in ("mmdebstrap", "umoci") if shutil.which(t) is None]
-    if missing:
-        skip_or_fail(f"building the image needs {', '.join(missing)} (make image-deps)")
-    if sys.version_info[:2] != (3, 11):
-        skip_or_fail("the image is built from this Python's wheels: needs Python 3.11")
+    need_real_node_and_image()
     prebuilt = os.environ.get("GPUFLEET_IMAGE_ARCHIVE")
 
     def take() -> int:

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -29,14 +27,14 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from live_skip import skip_or_fail
+from live_skip import need_real_node_and_image
 from live_wait import wait_for
 from overcommit import assert_no_overcommit
 
 from gpufleet.k8s.translate.node_objects import KWOK_ANNOTATION
 from gpufleet.lab import release
 from gpufleet.lab.cluster import LabOptions, down, up
-from gpufleet.lab.real_node import NODE_NAME, missing_prerequisite, running_tasks
+from gpufleet.lab.real_node import NODE_NAME, running_tasks
 from gpufleet.lab.session import LabSession
 
 pytestmark = pytest.mark.live
@@ -48,14 +46,7 @@ NS = release.NAMESPACE
 
 @pytest.fixture(scope="module")
 def real_lab(lab_binaries: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabSession]:
-    why = missing_prerequisite()
-    if why is not None:
-        skip_or_fail(why)
-    missing = [t for t in ("mmdebstrap", "umoci") if shutil.which(t) is None]
-    if missing:
-        skip_or_fail(f"building the image needs {', '.join(missing)} (make image-deps)")
-    if sys.version_info[:2] != (3, 11):
-        skip_or_fail("the image is built from this Python's wheels: needs Python 3.11")
+    need_real_node_and_image()
     # an archive built already (e.g. by `make image` at another revision), else this checkout's
     prebuilt = os.environ.get("GPUFLEET_IMAGE_ARCHIVE")
     directory = tmp_path_factory.mktemp("real-node-lab")
