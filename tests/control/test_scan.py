@@ -73,14 +73,15 @@ def test_consolidation_off_only_empties() -> None:
 
 def test_after_a_scan_a_stranded_pod_is_looked_at_when_the_trigger_fires() -> None:
     c = clock()
-    assert c.after_scan(100.0, pending=False, more_work=True, oldest_pending_s=lambda: 0.0) \
-        is None
-    assert c.after_scan(100.0, pending=True, more_work=True, oldest_pending_s=lambda: 0.0) \
-        == 110.0
+    assert c.after_scan(100.0, pending=False, more_work=True, queued_s=lambda: [0.0]) is None
+    assert c.after_scan(100.0, pending=True, more_work=True, queued_s=lambda: [0.0]) == 110.0
     c.scale_up_due(100.0, pending=True)
     # below the threshold, nothing under way: when the oldest pod (queued at 90) waited 60 s
-    assert c.after_scan(100.0, True, False, lambda: 90.0) == 160.0
-    assert c.after_scan(200.0, True, False, lambda: 90.0) is None  # trigger long past
+    assert c.after_scan(100.0, True, False, lambda: [90.0]) == 160.0
+    assert c.after_scan(200.0, True, False, lambda: [90.0]) is None  # trigger long past
+    # an older pod whose trigger fired long ago (scale-up does not launch for it: its team's
+    # quota holds it) does not strand a younger one: the younger's trigger, 7,143 + 60
+    assert c.after_scan(7150.0, True, False, lambda: [231.0, 7143.0]) == 7210.0  # the grid
 
 
 def test_consolidation_look_needs_something_new_and_the_recheck_interval() -> None:

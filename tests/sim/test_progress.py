@@ -165,6 +165,26 @@ def test_a_gang_no_node_of_a_fixed_fleet_can_hold_ends_the_run() -> None:
     assert s["jobs_lost"] == 1 and s["makespan_s"] == 0.0
 
 
+def test_a_pod_behind_one_its_quota_holds_is_still_launched_for() -> None:
+    """Team a has 1 GPU of quota and no cohort; ``big`` (2 GPUs, t = 0) can never start.
+    ``small`` (1 GPU, t = 1,000) is below the 2-GPU scale-up threshold, so its launch waits
+    for the 60-s trigger: the scan at 1,060 launches a g4dn.xlarge (ready 1,240). The next scan
+    used to be asked for when the *oldest* pending job crossed the trigger — ``big``'s, long
+    past — so none came, and the run ended at 1,200 with both jobs lost."""
+    teams = TeamsSettings.model_validate({"queues": [{"name": "a", "gpus": 1}]})
+    sc = default_scenario().model_copy(update={
+        "instance_types": ("g4dn.xlarge", "g4dn.12xlarge"), "gpu_mtbf_hours": None,
+        "spot": False, "headroom": False, "teams": teams})
+    two = ResourceRequest(cpu_milli=1000, memory_mib=1024, num_gpu=2,
+                          gpu_models=frozenset({"T4"}))
+    sim = Simulation(sc, 0, [JobSpec("big", 0.0, 600.0, two, tenant="a"),
+                             JobSpec("small", 1000.0, 600.0, ONE_T4, tenant="a")])
+    s = sim.run()
+    assert s["jobs_finished"] == 1 and s["jobs_lost"] == 1
+    big, small = sim.sim.jobs
+    assert big.first_start_s is None and (small.first_start_s, small.finish_s) == (1240.0, 1840.0)
+
+
 def test_guard_counts_starts_per_instant() -> None:
     guard = ProgressGuard(lambda i: f"job-{i}")
     for _ in range(STARTS_PER_INSTANT):

@@ -190,19 +190,20 @@ class ScanClock:
         return Disrupt.NONE, None
 
     def after_scan(
-        self, now: float, pending: bool, more_work: bool, oldest_pending_s: Callable[[], float]
+        self, now: float, pending: bool, more_work: bool, queued_s: Callable[[], Iterable[float]]
     ) -> float | None:
         """When to scan next after a scan. While pods are pending and work is under way (jobs
         running, nodes booting or just launched, arrivals to come), every interval; with pods
-        pending and nothing under way, when the oldest (``oldest_pending_s()``: its queue time)
-        crosses the wait trigger, so a lone 1-GPU or CPU-only job below the scale-up threshold
-        is not stranded."""
+        pending and nothing under way, when the next of them (``queued_s()``: their queue
+        times) crosses the wait trigger, so a lone 1-GPU or CPU-only job below the scale-up
+        threshold is not stranded — also behind an older pod scale-up does not launch for (its
+        team's quota holds it, say), whose trigger fired long ago."""
         if not pending:
             return None
         if more_work:
             return self.want(now + self.cfg.interval_s, now)
         wait = self.cfg.max_pending_wait_s
-        oldest = oldest_pending_s()
-        if oldest + wait > now:
-            return self.want(max(oldest, self.last_scale_up) + wait, now)
-        return None
+        due = min((t + wait for t in queued_s() if t + wait > now), default=None)
+        if due is None:
+            return None
+        return self.want(max(due, self.last_scale_up + wait), now)

@@ -447,7 +447,7 @@ class ClusterSim:
                          or launched)
         self._scan_at(self.ctl.scan.after_scan(
             self.now, bool(self.pending) or short, more_work,
-            lambda: min((self.jobs[i].enqueued_s for _, i in self.pending), default=self.now)))
+            lambda: (self.jobs[i].enqueued_s for _, i in self.pending)))
 
     def _room(self) -> tuple[int, float] | None:
         """(headroom buffer, wholly free GPUs on ready nodes: what a 1-GPU arrival can start
