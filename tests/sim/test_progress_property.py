@@ -11,7 +11,7 @@ counted: they follow the clock, not the work) and within :data:`DAYS` simulated 
 job finished except those the simulator gave up on, with the reason in the summary's
 ``given_up`` (``sim.progress``), and those the scenario's own limits exclude (:func:`excluded`).
 
-A fixed seed and example count keep ``make test`` deterministic and about a minute long;
+A fixed seed and example count (150) keep ``make test`` deterministic and under a minute;
 ``GPUFLEET_PROPERTY_EXAMPLES`` and ``GPUFLEET_PROPERTY_SEED`` run more and other examples (every
 failing example found becomes a hand-worked case in ``test_progress.py`` or in the tests of the
 rule it broke).
@@ -37,7 +37,7 @@ from gpufleet.sim.runner import Simulation, scenario_types
 from gpufleet.state import GPU_MILLI, ResourceRequest
 from gpufleet.traces.jobs import JobSpec
 
-EXAMPLES = int(os.environ.get("GPUFLEET_PROPERTY_EXAMPLES", "40"))
+EXAMPLES = int(os.environ.get("GPUFLEET_PROPERTY_EXAMPLES", "150"))
 SEED = int(os.environ.get("GPUFLEET_PROPERTY_SEED", "20261206"))
 EVENTS_PER_JOB = 400
 DAYS = 40
