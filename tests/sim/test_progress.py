@@ -117,9 +117,9 @@ def test_a_job_drained_every_day_without_keeping_work_is_given_up() -> None:
     s = sim.run()
     assert s["jobs_finished"] == 1 and s["jobs_lost"] == 1
     assert s["given_up"] == {"j0": (
-        "stopped 8 times in a row by gpufleet's own decisions without keeping any work; the "
-        "last: budget drain: team a: budget $0.05 of $0.05 spent; new work waits until the "
-        "period renews; running work is evicted")}
+        "drained 8 times in a row without keeping any work; the last: budget drain: team a: "
+        "budget $0.05 of $0.05 spent; new work waits until the period renews; running work is "
+        "evicted")}
     assert s["makespan_s"] == 7 * 86400.0 + 343.0
     j0, j1 = sim.sim.jobs
     assert j0.interruptions == 8 and j1.first_start_s == 343.0 and j1.finish_s == 403.0

@@ -140,7 +140,10 @@ Never = bool | Callable[[], bool]
 UnitKey = tuple[int, int, int, float, int, str]
 D = TypeVar("D")
 
-__all__ = ["CyclePlan", "PendingUnit", "QuotaInput", "Victim", "plan_cycle", "with_selection"]
+__all__ = ["DRAIN", "CyclePlan", "PendingUnit", "QuotaInput", "Victim", "plan_cycle",
+           "with_selection"]
+
+DRAIN = "budget drain"  # what a Preempt of step 6's drain says first
 
 
 @dataclass(frozen=True, slots=True)
@@ -502,7 +505,7 @@ def _drain(quota: QuotaInput | None, victims: Sequence[Victim]) -> list[Preempt]
     out: dict[str, Preempt] = {}
     for v in victims:
         if v.team in why and v.job_id not in out:
-            out[v.job_id] = Preempt(v.job_id, f"budget drain: {why[v.team]}")
+            out[v.job_id] = Preempt(v.job_id, f"{DRAIN}: {why[v.team]}")
     return list(out.values())
 
 

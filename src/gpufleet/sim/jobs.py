@@ -27,7 +27,7 @@ import numpy as np
 from gpufleet.catalog.gpus import GpuCatalog
 from gpufleet.config import Scenario
 from gpufleet.control.admission import request_now
-from gpufleet.control.cycle import CyclePlan, PendingUnit, QuotaInput, plan_cycle
+from gpufleet.control.cycle import DRAIN, CyclePlan, PendingUnit, QuotaInput, plan_cycle
 from gpufleet.control.deadline import DeadlineGuards, DeadlineView, urgent
 from gpufleet.control.gang_room import (
     GangRoomBook,
@@ -470,8 +470,8 @@ class JobLifecycle:
             if j.notice_s is None:
                 j.notice_s = self.now
         plan = self.ctl.recovery.on_notice(view)
-        if graceful and self.now > j.bound_s:  # (stopped as it started: the instant's bound)
-            self.progress.stopped(j.idx, plan.resume_work_s > j.work_s, why)
+        if graceful and why.startswith(DRAIN) and self.now > j.bound_s:
+            self.progress.drained(j.idx, plan.resume_work_s > j.work_s, why)
         self._apply([plan])
         return True
 

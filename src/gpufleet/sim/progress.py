@@ -14,14 +14,15 @@ time and the jobs involved:
   or a scan follows a change; the bound allows :data:`EVENTS_PER_JOB` events per job and per
   node launched, plus :data:`EVENTS_BASE`.
 
-A third rule keeps a run from going on for ever in simulated time: a job that gpufleet's own
-decisions (preemption, reclaim, a budget's drain…) stopped :data:`FRUITLESS_STOPS` times in a row
-without it keeping any work — a job without checkpoints drained by a daily budget it never fits
-in, say — would be started and stopped again every period. The simulator gives up on it: it is
-not queued again, and the summary lists it under ``given_up`` with the last reason it was
-stopped for. A job stopped by the world (a spot reclaim, a failed node) is not counted: the
-world's next draw may let it finish; nor is one stopped at the instant it started (the
-per-instant bounds judge those).
+A third rule keeps a run from going on for ever in simulated time: a job that its team's budget
+drained (``hold-and-drain``) :data:`FRUITLESS_STOPS` times in a row without it keeping any work
+— a job without checkpoints that costs more than a period's budget, say — would be started and
+drained again every period, for ever. The simulator gives up on it: it is not queued again, and
+the summary lists it under ``given_up`` with the reason it was last stopped for. Other stops
+are not counted: a job reclaimed or preempted again and again is waiting its turn (the work
+that takes its room ends), and one stopped by the world (a spot reclaim, a failed node) may
+finish on the world's next draw; nor is a drain at the instant the job started (the per-instant
+bounds judge those).
 
 The checks cost one comparison per event and one dictionary update per job start.
 """
@@ -55,12 +56,12 @@ class ProgressGuard:
         self._describe = describe
         self._t = -1.0
         self._starts: dict[int, int] = {}
-        self._fruitless: dict[int, tuple[int, str]] = {}  # job → (stops in a row, last why)
+        self._fruitless: dict[int, tuple[int, str]] = {}  # job → (drains in a row, last why)
         self.given_up: dict[str, str] = {}  # job id → why the simulator gave up on it
 
-    def stopped(self, idx: int, kept_work: bool, why: str) -> None:
-        """gpufleet's own decision stopped job ``idx`` for ``why``; ``kept_work``: it keeps
-        more work than it started this run with."""
+    def drained(self, idx: int, kept_work: bool, why: str) -> None:
+        """Its team's budget drained job ``idx`` for ``why``; ``kept_work``: it keeps more work
+        than it started this run with."""
         if kept_work:
             self._fruitless.pop(idx, None)
         else:
@@ -72,8 +73,8 @@ class ProgressGuard:
         n, why = self._fruitless.get(idx, (0, ""))
         if n < FRUITLESS_STOPS:
             return False
-        self.given_up[job_id] = (f"stopped {n} times in a row by gpufleet's own decisions "
-                                 f"without keeping any work; the last: {why}")
+        self.given_up[job_id] = (f"drained {n} times in a row without keeping any work; "
+                                 f"the last: {why}")
         return True
 
     def started(self, idx: int, now: float) -> None:

@@ -13,8 +13,8 @@ Definitions (docs/simulator.md repeats them):
   *infeasible* one had a window (deadline − submit) shorter than provisioning delay + duration,
   so only capacity already free at submit could have met it;
 * jobs lost = jobs that never finished (must be 0); ``given_up``: the jobs among them the
-  simulator stopped queueing, each with why (``sim.progress``: stopped again and again by
-  gpufleet's own decisions without keeping any work);
+  simulator stopped queueing, each with why (``sim.progress``: drained again and again by its
+  team's budget without keeping any work);
 * late over 5 min = share of the jobs finished under the peak-sized ``static`` baseline that
   finish more than 5 minutes later here (matched by job id; a job that never finished here is
   late), filled in by ``add_late_share`` once the baseline has run;
