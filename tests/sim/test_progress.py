@@ -8,10 +8,11 @@ at 2 of 2.5, so v2 straddles its quota, and the cohort's quota is spent. Giving 
 would leave n at 2 of 2.5 — v's own share before v2, 0.8. A tie does not give: v2 waits for
 n2 (610), then n3 (arrived at 12) for v2 (1210); nothing is evicted.
 
-Were a tie to give, v2 would take n2's GPU at 11; at 12 n2 would take v2's back the same way,
-n2 would borrow again in the pass that follows at once, v2 would take it back unstarted, n3
-would evict v0 for its own share, v0 would do the same to v2… each pass undoing the last, at
-one instant, for ever: the run stops at t = 12 with a report.
+Were a tie to give and the evicted work free to take back the room freed for its claimant (no
+nomination, ``control.nominations``), v2 would take n2's GPU at 11; at 12 n2 would take v2's
+back the same way, n2 would borrow again in the pass that follows at once, v2 would take it
+back unstarted, n3 would evict v0 for its own share, v0 would do the same to v2… each pass
+undoing the last, at one instant, for ever: the run stops at t = 12 with a report.
 
 The give-up case: one g4dn.xlarge ($0.526/h), team ``a`` with a budget of $0.05 a day and
 ``hold-and-drain``: $0.05 is 342 s of the node. j0 (team a, an hour, no checkpoints) starts at
@@ -40,6 +41,7 @@ from typer.testing import CliRunner
 
 from gpufleet.cli import _register, app
 from gpufleet.config import default_scenario
+from gpufleet.control.nominations import Nominations
 from gpufleet.errors import NoProgress
 from gpufleet.queueing.teams.quota import QuotaBook
 from gpufleet.queueing.teams.settings import TeamsSettings
@@ -88,10 +90,17 @@ def tie_gives(self: QuotaBook, team: str, left: int, milli: int, claimant: str,
         self.usage[claimant] * t.nominal_milli)
 
 
-def test_a_rule_that_undoes_itself_stops_with_a_report(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The tie given: the run stops at t = 12 with a report naming the pass, the time and the
-    jobs taking turns, within a few dozen events."""
+def undo_safeguards(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Take away both rules that keep this workload from taking turns: a tie gives, and a
+    reclaim's claimant is not nominated (``control.nominations``)."""
     monkeypatch.setattr(QuotaBook, "gives_back", tie_gives)
+    monkeypatch.setattr(Nominations, "current", lambda self, now: [])
+
+
+def test_a_rule_that_undoes_itself_stops_with_a_report(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tie given and no nomination: the run stops at t = 12 with a report naming the pass,
+    the time and the jobs taking turns, within a few dozen events."""
+    undo_safeguards(monkeypatch)
     sim = tie_workload()
     with pytest.raises(NoProgress) as err:
         sim.run()
@@ -229,7 +238,7 @@ def test_the_cli_prints_the_report_and_exits_3(tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """``gpufleet simulate`` on the same workload and teams, written as files: one error
     paragraph, exit status 3, no traceback."""
-    monkeypatch.setattr(QuotaBook, "gives_back", tie_gives)
+    undo_safeguards(monkeypatch)
     _register()
     trace = tmp_path / "jobs.yaml"
     rows = [f"  - {{job_id: {j}, submit_s: 0, duration_s: 3600, num_gpu: 1, cpu_milli: 1000, "

@@ -94,3 +94,20 @@ def test_reclaim_takes_a_borrowed_gang_whole() -> None:
     assert (by["a1"].interruptions, by["a2"].interruptions) == (0, 1)
     assert by["b1"].first_start_s == pytest.approx(630.0)
     assert by["a2"].bound_s == pytest.approx(1230.0)
+
+
+@pytest.mark.slow
+def test_the_embedded_default_with_four_teams_in_one_cohort_finishes() -> None:
+    """The embedded default workload (2,000 jobs, tenants vision, nlp, speech, recsys) under
+    ``gpufleet`` with the four teams in one cohort (24, 16, 8 and 8 GPUs): every job finishes
+    and none is given up on — two teams at the same share once handed one GPU back and forth at
+    one instant for ever, and a rule that gave up on jobs reclaimed again and again gave up on
+    23 that finish here."""
+    teams = TeamsSettings.model_validate({"queues": [
+        {"name": name, "gpus": gpus, "cohort": "lab"}
+        for name, gpus in (("vision", 24), ("nlp", 16), ("speech", 8), ("recsys", 8))]})
+    sim = Simulation(default_scenario().model_copy(update={"name": "gpufleet-teams",
+                                                           "teams": teams}), 0)
+    s = sim.run()
+    assert s["jobs_finished"] == 2000 and s["jobs_lost"] == 0 and s["given_up"] == {}
+    assert s["teams"]["jain_index"] > 0.99

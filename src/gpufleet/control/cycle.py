@@ -224,7 +224,8 @@ class CyclePlan:
     """The cycle's answer: ``binds`` (every member of each placed unit, in queue order),
     ``evictions`` (one preemption's victims), ``refusals`` (one per member of each unit left
     pending, with the reason; empty when the driver asked for none), the shapes found not to
-    fit (``blocked``) and the ids of the units placed (``started``)."""
+    fit (``blocked``), the ids of the units placed (``started``) and of the units a reclaim
+    evicts running work for (``nominated``)."""
 
     binds: list[Bind] = field(default_factory=list)
     evictions: list[Preempt] = field(default_factory=list)
@@ -232,6 +233,9 @@ class CyclePlan:
     blocked: set[Hashable] = field(default_factory=set)
     started: list[str] = field(default_factory=list)
     gang_room: dict[str, Costs] = field(default_factory=dict)  # step 7: gangs priced
+    # step 5: the units whose reclaim evicts running work, to go first once it has left
+    # (``control.nominations``)
+    nominated: list[str] = field(default_factory=list)
 
     @property
     def decisions(self) -> list[Bind | Preempt | Refuse]:
@@ -289,6 +293,7 @@ def plan_cycle(
     explain: bool = True,
     quota: QuotaInput | None = None,
     gang_room: GangRoomInput | None = None,
+    nominated: Sequence[str] = (),
 ) -> CyclePlan:
     """Plan one cycle (see the module docstring); ``state`` is unchanged on return.
 
@@ -297,6 +302,8 @@ def plan_cycle(
     cycles and say how many shapes its whole queue holds; ``explain=False`` skips building the
     refusals (the simulator has no one to tell). ``quota``: team quotas (step 5); None: none.
     ``gang_room``: price pending gangs (step 7); None: scale-up launches for every one.
+    ``nominated``: the claimants of earlier reclaims (``control.nominations``), first in the
+    queue, in this order, once the quota order is made.
     """
     order = sorted(units, key=_key)
     if gang_room is not None:
@@ -312,6 +319,9 @@ def plan_cycle(
     if quota is not None:
         book = QuotaBook(quota.book.teams.values(), quota.book.usage, quota.book.model_usage)
         order = _quota_order(order, book, quota.history)
+        if nominated:
+            first = {u: k for k, u in enumerate(nominated)}
+            order.sort(key=lambda u: first.get(u.id, len(first)))  # stable: the rest as it was
         held = {t: v.reason for t, v in quota.budgets.items() if v.action in HOLDING}
         spot = {t for t, v in quota.budgets.items() if v.action == "spot-only"}
         if spot:
@@ -400,7 +410,7 @@ def plan_cycle(
             plan.evictions = _preempt(state, [order[i] for i in left if i not in over],
                                       victims, policy, book)
             if book is not None and not plan.evictions:
-                plan.evictions, back, now_binds = _reclaim(
+                plan.evictions, back, now_binds, plan.nominated = _reclaim(
                     state, [order[i] for i in left if i not in over or i in quota_refused],
                     [*victims, *fresh], policy, book, rng, {v.job_id for v in fresh})
                 if back:  # borrowing units of this pass give their binds back unstarted
@@ -592,7 +602,8 @@ def _managed(book: QuotaBook, team: str | None) -> str | None:
 
 def _reclaim(state: FleetState, left: list[PendingUnit], victims: Sequence[Victim],
              policy: Policy, book: QuotaBook, rng: np.random.Generator,
-             unstarted: set[str]) -> tuple[list[Preempt], set[str], dict[str, list[Bind]]]:
+             unstarted: set[str]
+             ) -> tuple[list[Preempt], set[str], dict[str, list[Bind]], list[str]]:
     """Reclaims for the unplaced within-quota and straddling units whose room other teams'
     borrowed work holds (step 5; ``QuotaBook.reclaim_over`` says which may reclaim): in queue
     order, each on the fleet and book as the reclaims before it leave
@@ -602,13 +613,14 @@ def _reclaim(state: FleetState, left: list[PendingUnit], victims: Sequence[Victi
     evicted but returned, to be unbound. A unit whose room only such returned binds (and free
     room) make, with no running work evicted before it in this call, is placed at once: nothing
     it waits for has to leave first, and a later pass may not come before the next event.
-    Returns (evictions, unbound member ids, unit id → binds of the units placed at once)."""
+    Returns (evictions, unbound member ids, unit id → binds of the units placed at once, the
+    ids of the units that wait for their victims to leave: ``CyclePlan.nominated``)."""
     members: dict[str, list[Victim]] = {}
     for v in victims:
         if v.team is not None:
             members.setdefault(v.workload or v.job_id, []).append(v)
     if not members:
-        return [], set(), {}
+        return [], set(), {}, []
     running = sorted((Running(key, vs[0].team or "", sum(v.milli for v in vs),
                               max(v.started_s for v in vs)) for key, vs in members.items()),
                      key=lambda r: (-r.started_s, r.key))  # reclaim's order: sorted once
@@ -618,6 +630,7 @@ def _reclaim(state: FleetState, left: list[PendingUnit], victims: Sequence[Victi
     out: dict[str, Preempt] = {}
     back: set[str] = set()
     placed: dict[str, list[Bind]] = {}
+    waiting: list[str] = []
     failed: set[Hashable] = set()  # (team, milli, shape) that found no reclaim: the same answer
     with Statement(state) as after:
         for u in left:
@@ -648,6 +661,8 @@ def _reclaim(state: FleetState, left: list[PendingUnit], victims: Sequence[Victi
                 continue
             if not out and all(r.key in fresh for r in got):
                 placed[u.id] = binds
+            else:
+                waiting.append(u.id)
             for r in got:
                 taken.add(r.key)
                 plan.release(r.team, r.milli)
@@ -661,7 +676,7 @@ def _reclaim(state: FleetState, left: list[PendingUnit], victims: Sequence[Victi
             for b in binds:
                 after.allocate(_request(u), b, bind_masks(state, b, policy.catalog))
             plan.admit(u.team, u.milli)
-    return list(out.values()), back, placed
+    return list(out.values()), back, placed, waiting
 
 
 def _place_without(state: FleetState, u: PendingUnit, got: Sequence[Running],

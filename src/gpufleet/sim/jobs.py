@@ -37,6 +37,7 @@ from gpufleet.control.gang_room import (
     eviction_loss_s,
     gpu_hour_usd,
 )
+from gpufleet.control.nominations import Nominations
 from gpufleet.control.policies import Controls
 from gpufleet.control.queue import PendingQueue, effective_shape, is_urgent
 from gpufleet.control.right_size import cap_for, pins_node, rows_within
@@ -162,6 +163,7 @@ class JobLifecycle:
         teams = scenario.teams
         self.quotas = None if teams is None else teams.quotas()
         self.history = None if teams is None else UsageHistory(teams.half_life_s)
+        self.nominations = Nominations()  # reclaim's claimants (``control.nominations``)
         self.team_milli: dict[str, int] = {}  # GPU-equivalents of the running jobs, per tenant
         self.team_gpu_s: dict[str, float] = {}  # their integral: GPU-equivalent·seconds used
         # demand (queued + running GPU-equivalents) per tenant, and per team with a quota the
@@ -588,8 +590,11 @@ class JobLifecycle:
             self.state, self._units_now(cand), self.ctl.placement, self.rng,
             backfill=self.ctl.backfill, now=self.now, victims=victims, evicting=leaving,
             blocked=self._blocked, shapes_present=len(self.pending.shapes), explain=False,
-            quota=quota, gang_room=gang_room)
+            quota=quota, gang_room=gang_room,
+            nominated=self.nominations.current(self.now) if quota is not None else ())
         self._blocked = plan.blocked
+        if quota is not None:
+            self.nominations.apply(plan.started, plan.nominated, self.now)
         if self.gang_book is not None:
             self._gang_room_chosen(plan)
         return plan

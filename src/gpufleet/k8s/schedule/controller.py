@@ -36,6 +36,7 @@ from gpufleet.config import Scenario
 from gpufleet.control.admission import SPOT_TAINT
 from gpufleet.control.cycle import CyclePlan
 from gpufleet.control.gang_room import GangRoomBook, gpu_hour_usd
+from gpufleet.control.nominations import Nominations
 from gpufleet.control.policies import backfill_pass, gang_room_settings, placement_policy
 from gpufleet.control.teams import Gate
 from gpufleet.decisions import Bind, CapacityType, Refuse
@@ -224,6 +225,9 @@ class Controller:
             settings = replace(settings, launch=settings.launch and self.capacity is not None)
         self.gang_settings = settings
         self.gang_book = GangRoomBook() if settings is not None else None
+        # reclaim's claimants, first in the queue until they start (control.nominations), in
+        # memory: a restarted controller judges their claims afresh
+        self.nominations = Nominations()
         types = self.capacity.types.values() if self.capacity is not None \
             else capacity_types(scenario)  # what scale-up may launch, or would
         self._gang_offers = [Offer(it.name, CapacityType.ON_DEMAND, NodeShape.of(it),
@@ -341,7 +345,8 @@ class Controller:
             caps = self._caps(snap, movable, now)
             plan = plan_cycle(snap, self.policy, self.rng, self.backfill, now, self.preemption,
                               quota=queues, gang_room=gang_room, caps=caps,
-                              victim_memo=self._victim_memo)
+                              victim_memo=self._victim_memo,
+                              nominated=self.nominations.current(now))
             if not self.is_leader:  # lost the lease while planning: act on nothing
                 return None
             spot = {n.name for n in snap.state.nodes if SPOT_TAINT in n.taints}
@@ -352,6 +357,7 @@ class Controller:
                     self.claim_writer.release(by_key[k], c)
             binds = [*pinned, *plan.of(Bind)]
             self._gang_room_chosen(plan, snap, now)
+            self.nominations.apply(plan.started, plan.nominated, now)
             out = self._apply([*pinned, *plan.decisions], binds, by_key, spot)
             if out.conflicts or out.errors:
                 self.changed.set()  # re-read and retry soon

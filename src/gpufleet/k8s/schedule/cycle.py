@@ -302,13 +302,15 @@ def plan_cycle(
     gang_room: GangRoomInput | None = None,
     caps: Mapping[str, int] | None = None,
     victim_memo: VictimMemo | None = None,
+    nominated: Sequence[str] = (),
 ) -> CyclePlan:
     """Plan one cycle on ``snap``; the binds are then allocated into ``snap.state`` (the
     cycle's scratch copy), so what runs after placement this cycle — the capacity loop's node
     views — sees the room they take. ``quota``: the cycle's team queues (None: none);
     ``gang_room``: price pending pod groups (:func:`gang_room_input`; None: not priced);
     ``caps``: right-sized nodes (:func:`pending_units`); ``victim_memo``: the driver's
-    :func:`victims_of` memo."""
+    :func:`victims_of` memo; ``nominated``: reclaim's claimants, first in the queue
+    (``control.nominations``)."""
     units = pending_units(snap, caps)
     victims: Sequence[Victim] = LazyVictims(lambda: victims_of(snap, victim_memo)) \
         if preemption else []
@@ -318,7 +320,8 @@ def plan_cycle(
         victims = tag_victims(victims, snap, quota.teams, policy.catalog)
     plan = plan_units(
         snap.state, units, policy, rng, backfill=backfill, now=now,
-        victims=victims, evicting=evicting(snap), quota=q, gang_room=gang_room)
+        victims=victims, evicting=evicting(snap), quota=q, gang_room=gang_room,
+        nominated=nominated)
     request = {m: u.request for u in units for m in u.placed_ids}
     for b in plan.binds:
         req = request[b.job_id]
