@@ -23,6 +23,7 @@ from gpufleet.market.deadline.bench.protocol import (
     render,
     run_setting,
 )
+from gpufleet.tables import OutputFormat, print_tables
 
 POLICIES = ["on_demand", "greedy", "up", OPTIMAL, "markov", "ours"]
 
@@ -48,7 +49,7 @@ def main() -> int:
             t0 = time.perf_counter()
             results.extend(run_setting(traces, setting, [policy], 300))
             took[policy] = time.perf_counter() - t0
-        console.print(render(results, setting, availability))
+        print_tables([render(results, setting, availability)], OutputFormat.table, console)
         timing.add_row(setting.label, *[f"{took[p]:.1f} s" for p in POLICIES],
                        f"{sum(took.values()):.1f} s")
     console.print(timing)

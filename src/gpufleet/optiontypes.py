@@ -12,11 +12,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Annotated
 
 import typer
 
+from gpufleet.tables import OutputFormat
+
 MAX_SEED = 2**32 - 1  # numpy's legacy seeding and most RNGs take 32-bit seeds
 MAX_PORT = 65535
+
+# ``--format`` of every command that prints a table (gpufleet.tables)
+FormatOption = Annotated[
+    OutputFormat,
+    typer.Option("--format", help="table (split to fit the terminal), json, csv (long: "
+                 "table,row,column,value) or markdown; machine formats alone on stdout",
+                 case_sensitive=False),
+]
 
 
 def _range_text(low: float | None, high: float | None, low_open: bool) -> str:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -162,3 +165,41 @@ def test_only_runs_named_scenarios_including_the_single_lever_ones(tmp_path: Pat
     assert bad.returncode == 2
     assert "unknown scenario 'nope'" in bad.stderr + bad.stdout
     assert "Traceback" not in bad.stderr
+
+
+def test_tables_fit_80_columns_and_machine_formats_match_the_summary(tmp_path: Path) -> None:
+    """Piped at 80 columns, every table is legible (split, never cut to "gpu…"); --format
+    json and csv print only the document, with the figures summary.json has."""
+    trace = tmp_path / "jobs.yaml"
+    write_jobs(trace)
+    out = tmp_path / "out"
+    env = {**os.environ, "COLUMNS": "80"}
+    res = subprocess.run([sys.executable, "-m", "gpufleet", "simulate", "--trace", str(trace),
+                          "--out", str(out), "--workers", "1"],
+                         capture_output=True, text=True, timeout=300, env=env)
+    assert res.returncode == 0, res.stderr
+    assert max(len(line) for line in res.stdout.splitlines()) <= 80
+    assert "…" not in res.stdout
+    summary = json.loads((out / "summary.json").read_text())
+    for name in summary["scenarios"]:
+        assert name in res.stdout or name.startswith(("gpufleet-no-", "chain-"))
+    assert "gpufleet − checkpointing" in res.stdout  # the leave-one-out rows, in full
+
+    res = gpufleet("simulate", "--trace", str(trace), "--out", str(out), "--workers", "1",
+                   "--format", "json")
+    assert res.returncode == 0, res.stderr
+    tables = json.loads(res.stdout)  # nothing else on stdout
+    side = tables[0]
+    assert side["title"].endswith("scenarios side by side")
+    cost = next(r for r in side["rows"] if r["metric"] == "cost $")
+    summary = json.loads((out / "summary.json").read_text())
+    assert cost["gpufleet"] == summary["scenarios"]["gpufleet"]["cost_usd"]
+    assert "workload:" in res.stderr and "wrote" in res.stderr
+
+    res = gpufleet("simulate", "--trace", str(trace), "--out", str(out), "--workers", "1",
+                   "--format", "csv")
+    assert res.returncode == 0, res.stderr
+    rows = list(csv.reader(io.StringIO(res.stdout)))
+    assert rows[0] == ["table", "row", "column", "value"]
+    assert next(r for r in rows if r[1:3] == ["cost $", "gpufleet"])[3] == str(
+        summary["scenarios"]["gpufleet"]["cost_usd"])

@@ -14,9 +14,12 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.console import Console
 
 from gpufleet.cli_app import app, friendly_errors
 from gpufleet.cloud.provider import CloudProvider
+from gpufleet.optiontypes import FormatOption
+from gpufleet.tables import DataTable, OutputFormat, print_tables
 
 cloud_app = typer.Typer(
     help="Query a cloud provider the way the capacity controller does (read-only).",
@@ -25,10 +28,13 @@ cloud_app = typer.Typer(
 app.add_typer(cloud_app, name="cloud")
 
 
-def _print_rows(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> None:
-    """Tab-separated with a header: ids are never elided and the output pipes into cut/awk."""
-    for row in (header, *rows):
-        typer.echo("\t".join(row))
+def _print_rows(title: str, header: tuple[str, ...], rows: Sequence[tuple[str, ...]],
+                fmt: OutputFormat) -> None:
+    """The rows as a table (``--format``): ids are never elided; csv and json pipe into tools."""
+    t = DataTable(title, header)
+    for row in rows:
+        t.add_row(*row)
+    print_tables([t], fmt, Console(highlight=False))
 
 
 class ProviderName(StrEnum):
@@ -51,7 +57,8 @@ ConfigOpt = Annotated[Path, typer.Option("--config", help="The provider's config
 
 @cloud_app.command("offerings")
 @friendly_errors
-def offerings(provider: ProviderOpt, config: ConfigOpt) -> None:
+def offerings(provider: ProviderOpt, config: ConfigOpt,
+              fmt: FormatOption = OutputFormat.table) -> None:
     """Instance type × zone × capacity type with the price per hour now."""
     offers = LOADERS[provider](config).offerings()
     rows = [
@@ -64,12 +71,14 @@ def offerings(provider: ProviderOpt, config: ConfigOpt) -> None:
         )
         for o in offers
     ]
-    _print_rows(("instance_type", "zone", "capacity", "price_per_hour", "available"), rows)
+    _print_rows("offerings", ("instance_type", "zone", "capacity", "price_per_hour",
+                              "available"), rows, fmt)
 
 
 @cloud_app.command("instances")
 @friendly_errors
-def instances(provider: ProviderOpt, config: ConfigOpt) -> None:
+def instances(provider: ProviderOpt, config: ConfigOpt,
+              fmt: FormatOption = OutputFormat.table) -> None:
     """The live instances gpufleet launched (tagged gpufleet.io/managed=true)."""
     found = LOADERS[provider](config).list()
     rows = [
@@ -83,4 +92,5 @@ def instances(provider: ProviderOpt, config: ConfigOpt) -> None:
         )
         for i in found
     ]
-    _print_rows(("instance", "type", "zone", "capacity", "state", "provider_id"), rows)
+    _print_rows("instances", ("instance", "type", "zone", "capacity", "state", "provider_id"),
+                rows, fmt)

@@ -21,6 +21,8 @@ from gpufleet.config import CloudSettings
 from gpufleet.errors import InputError
 from gpufleet.k8s.schedule.controller import Controller
 from gpufleet.k8s.settings import load_config
+from gpufleet.optiontypes import FormatOption
+from gpufleet.tables import DataTable, OutputFormat, print_tables
 
 console = Console(stderr=True)
 SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -152,11 +154,10 @@ def bench_k8s_packing(
     dra: Annotated[bool, typer.Option(
         "--dra", help="Nodes as ResourceSlices, every GPU pod's GPUs as a ResourceClaim "
         "both schedulers allocate (Dynamic Resource Allocation).")] = False,
+    fmt: FormatOption = OutputFormat.table,
 ) -> None:
     """gpufleet vs kube-scheduler binding openb pods on the real lab cluster (KWOK nodes)."""
     import json
-
-    from rich.table import Table
 
     from gpufleet.k8s.bench_packing import SCHEDULERS, run_bench
     from gpufleet.lab.binaries import missing_reason
@@ -181,17 +182,18 @@ def bench_k8s_packing(
                         log=lambda m: console.print(m, highlight=False), dra=dra)
     except LabError as exc:
         raise InputError(str(exc), field="lab") from None
-    table = Table("scheduler", "submitted", "bound", "unallocated %", "pods/s", "p50 s", "p99 s",
-                  "over-committed GPUs")
+    cols = (("pods_submitted", "submitted", "{}"), ("pods_bound", "bound", "{}"),
+            ("unallocated_pct", "unallocated %", "{:.2f}"), ("pods_per_s", "pods/s", "{:.1f}"),
+            ("latency_p50_s", "p50 s", "{:.3f}"), ("latency_p99_s", "p99 s", "{:.3f}"),
+            ("overcommitted_gpus", "over-committed GPUs", "{}"))
+    table = DataTable("k8s packing", ["scheduler", *(label for _, label, _ in cols)],
+                      numeric=[False, *(True for _ in cols)],
+                      caption=f"{out['nodes']} nodes, {out['gpus']} GPUs"
+                      f"{' (DRA)' if dra else ''}, arrived GPU load {out['arrived_gpu_pct']} %, "
+                      f"client qps/burst {out['client_qps']}/{out['client_burst']} for both")
     for r in out["results"]:
-        table.add_row(r["scheduler"], str(r["pods_submitted"]), str(r["pods_bound"]),
-                      f"{r['unallocated_pct']:.2f}", f"{r['pods_per_s']:.1f}",
-                      f"{r['latency_p50_s']:.3f}", f"{r['latency_p99_s']:.3f}",
-                      str(r["overcommitted_gpus"]))
-    Console().print(table)
-    Console().print(f"{out['nodes']} nodes, {out['gpus']} GPUs{' (DRA)' if dra else ''}, "
-                    f"arrived GPU load "
-                    f"{out['arrived_gpu_pct']} %, client qps/burst {out['client_qps']}/"
-                    f"{out['client_burst']} for both")
+        table.add_row(r["scheduler"], *(f.format(r[k]) for k, _, f in cols),
+                      values=[r["scheduler"], *(r[k] for k, _, _ in cols)])
+    print_tables([table], fmt, Console())
     if json_out is not None:
         json_out.write_text(json.dumps(out, indent=2))

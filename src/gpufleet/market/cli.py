@@ -21,8 +21,9 @@ from gpufleet.market.deadline.bench.protocol import (
     render,
     run_setting,
 )
-from gpufleet.optiontypes import finite
+from gpufleet.optiontypes import FormatOption, finite
 from gpufleet.outputpaths import with_parent, writable_file
+from gpufleet.tables import OutputFormat, print_tables
 
 # A year of work or deadline is far past any spot trace (each run needs max(80 h, D) of trace);
 # 10,000 starts x an 80 h window at a 1-minute gap is ~50 MB of windows per trace.
@@ -54,6 +55,7 @@ def spot_deadline(
         False, "--all-settings", help="Run the protocol's six settings (D 52/60/70 h × "
         "d 0.2/0.05 h, C 48 h) instead of the one given."),
     json_out: Path | None = typer.Option(None, "--json", help="Write results as JSON here."),  # noqa: B008
+    fmt: FormatOption = OutputFormat.table,
 ) -> None:
     """Spot, on-demand or wait under a deadline: policies vs. the omniscient optimum."""
     if json_out is not None:  # before the work: an unwritable path must not waste the run
@@ -73,17 +75,23 @@ def spot_deadline(
     traces = load_traces(trace or default_traces())
     availability = {t.name: t.availability for t in traces}
     console = Console()
+    info = console if fmt is OutputFormat.table else Console(stderr=True)  # stdout: the document
     results = []
+    tables = []
     with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
-                  console=console, transient=True) as progress:
+                  console=info, transient=True) as progress:
         bar = progress.add_task("spot-deadline", total=len(settings) * len(traces) * len(names))
         for setting in settings:
             res = run_setting(traces, setting, names, starts,
                               on_step=lambda what: progress.update(bar, advance=1,
                                                                    description=what))
             results.extend(res)
-            progress.console.print(render(res, setting, availability))
+            tables.append(render(res, setting, availability))
+            if fmt is OutputFormat.table:  # each setting as it completes
+                print_tables(tables[-1:], fmt, progress.console)
+    if fmt is not OutputFormat.table:
+        print_tables(tables, fmt, console)
     if json_out is not None:
         doc = {"results": [r.to_json() for r in results]}
         with_parent(json_out).write_text(json.dumps(doc, indent=1))
-        console.print(f"wrote {json_out}")
+        info.print(f"wrote {json_out}")

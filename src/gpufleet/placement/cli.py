@@ -8,16 +8,17 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from gpufleet.cli_app import bench_app, friendly_errors
 from gpufleet.datapaths import data_dir
 from gpufleet.errors import InputError, MissingDataError
-from gpufleet.optiontypes import MAX_SEED
+from gpufleet.optiontypes import MAX_SEED, FormatOption
 from gpufleet.outputpaths import with_parent, writable_file
 from gpufleet.placement.registry import DEFAULT_POLICY, describe_policies, list_policies
+from gpufleet.tables import DataTable, OutputFormat, print_tables
 
 console = Console()
+err_console = Console(stderr=True)
 
 # arrivals per seed: openb fills its 6,212 GPUs to 130% in ~11,500; a run of millions is a
 # mistaken input (a fleet of huge nodes, pods of 1 milli-GPU), not a benchmark
@@ -123,6 +124,7 @@ def packing(
     list_only: Annotated[
         bool, typer.Option("--list-policies", help="List policy names and exit.")
     ] = False,
+    fmt: FormatOption = OutputFormat.table,
 ) -> None:
     """Fill the 1,213-node openb cluster to 130% of its GPUs, per the FGD paper's protocol, and
     compare median unallocated GPU % with the published figures."""
@@ -133,14 +135,11 @@ def packing(
     from gpufleet.traces.openb import load_nodes, load_pods
 
     if list_only:
-        t = Table(title="placement policies")
-        t.add_column("name")
-        t.add_column("what")
-        t.add_column("published baseline")
+        t = DataTable("placement policies", ["name", "what", "published baseline"])
         for name, summary, published in describe_policies():
             mark = " (default)" if name == DEFAULT_POLICY else ""
             t.add_row(name + mark, summary, "yes" if published else "")
-        console.print(t)
+        print_tables([t], fmt, console)
         return
     names = policy or [*BASELINES, DEFAULT_POLICY]
     valid = list_policies()
@@ -184,12 +183,13 @@ def packing(
     typical = typical_tasks_from(requests)
     per_run = min(limit, est) if limit else est
     results = []
+    info = console if fmt is OutputFormat.table else err_console  # stdout: the document alone
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
-        console=console,
+        console=info,
         transient=False,
     ) as progress:
         task = progress.add_task("placing pods", total=per_run * len(names) * len(seed_list))
@@ -208,10 +208,10 @@ def packing(
                         on_progress=lambda k: progress.advance(task, k),
                     )
                 )
-    console.print(report.table(results, load_list))
+    print_tables([report.table(results, load_list)], fmt, console)
     if json_out:
         report.write_json(with_parent(json_out), results, load_list)
-        console.print(f"wrote {json_out}")
+        info.print(f"wrote {json_out}")
     if plot or html_out:
         base = data_dir(required=False)
         curves = (
@@ -222,7 +222,7 @@ def packing(
         png = report.plot_png(results, curves)
         if plot:
             with_parent(plot).write_bytes(png)
-            console.print(f"wrote {plot}")
+            info.print(f"wrote {plot}")
         if html_out:
             report.write_html(with_parent(html_out), results, load_list, png)
-            console.print(f"wrote {html_out}")
+            info.print(f"wrote {html_out}")

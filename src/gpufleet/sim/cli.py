@@ -26,15 +26,17 @@ from gpufleet.config import (
 )
 from gpufleet.errors import InputError
 from gpufleet.metrics.exporter import MAX_SPEED
-from gpufleet.optiontypes import MAX_PORT, MAX_SEED, finite
+from gpufleet.optiontypes import MAX_PORT, MAX_SEED, FormatOption, finite
 from gpufleet.outputpaths import writable_dir
-from gpufleet.sim.report import add_relative, rich_table, view_tables, write_outputs
+from gpufleet.sim.report import add_relative, side_table, view_tables, write_outputs
 from gpufleet.sim.team_report import team_tables
+from gpufleet.tables import OutputFormat, print_tables
 
 if TYPE_CHECKING:
     from gpufleet.metrics.fleet import FleetMetrics
 
 console = Console()
+err_console = Console(stderr=True)
 
 NOTES = (
     "utilisation = allocated GPU-time / provisioned (billed) GPU-time; recovery = notice → "
@@ -139,6 +141,7 @@ def simulate(
         typer.Option(help="scenarios run side by side in this many processes (default: one "
                      "per CPU; 1: one after another in this process)", min=1, max=256),
     ] = None,
+    fmt: FormatOption = OutputFormat.table,
 ) -> None:
     """Replay a workload under the baseline and gpufleet scenarios; write summary + report."""
     from gpufleet.sim.batch import run_all
@@ -169,11 +172,13 @@ def simulate(
         _serve(metrics, serve_metrics, speed, seed, jobs, chosen)
         return
     workload = str(trace) if trace else f"synthetic default (seed {seed})"
-    console.print(f"workload: {workload}: {len(jobs):,} jobs; {len(scenarios)} scenarios")
+    # a machine format is the only thing on stdout: progress and notes go to stderr
+    info = console if fmt is OutputFormat.table else err_console
+    info.print(f"workload: {workload}: {len(jobs):,} jobs; {len(scenarios)} scenarios")
     t0 = time.perf_counter()
     with Progress(
         TextColumn("{task.description:<20}"), BarColumn(), MofNCompleteColumn(),
-        TimeElapsedColumn(), console=console,
+        TimeElapsedColumn(), console=info,
     ) as progress:
         tasks = {sc.name: progress.add_task(sc.name, total=len(jobs)) for sc in scenarios}
 
@@ -196,10 +201,10 @@ def simulate(
             # rows not run because they provably repeat another run (gpufleet.sim.batch)
             "derived_rows": derived}
     js, rep = write_outputs(out, summaries, series, wall, meta, NOTES)
-    console.print(rich_table(summaries, f"{workload}: scenarios side by side"))
-    for table in [*view_tables(summaries), *team_tables(summaries)]:
-        console.print(table)
+    tables = [side_table(summaries, f"{workload}: scenarios side by side"),
+              *view_tables(summaries), *team_tables(summaries)]
+    print_tables(tables, fmt, console)
     for name, summary in summaries.items():  # jobs the run stopped queueing (sim.progress)
         for job_id, why in list(summary.get("given_up", {}).items())[:5]:
-            console.print(f"[yellow]{name}: gave up on job {job_id}: {why}[/]", highlight=False)
-    console.print(f"wrote {js} and {rep} in {wall:.1f} s")
+            info.print(f"[yellow]{name}: gave up on job {job_id}: {why}[/]", highlight=False)
+    info.print(f"wrote {js} and {rep} in {wall:.1f} s")

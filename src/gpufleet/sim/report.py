@@ -16,13 +16,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rich.table import Table
-
 from gpufleet.config import BASELINES, CHAIN, LEVERS
 from gpufleet.sim.books import Series
 from gpufleet.sim.summary import late_share
 from gpufleet.sim.team_report import fmt_cell as _fmt
 from gpufleet.sim.team_report import team_html
+from gpufleet.tables import DataTable
 
 # (summary key, column title, format) — the side-by-side table in the terminal and the HTML
 COLUMNS: tuple[tuple[str, str, str], ...] = (
@@ -137,28 +136,26 @@ def summary_json(summaries: dict[str, dict[str, Any]], wall_s: float, meta: dict
 
 
 
-def rich_table(summaries: dict[str, dict[str, Any]], title: str) -> Table:
+def side_table(summaries: dict[str, dict[str, Any]], title: str) -> DataTable:
+    """The side-by-side table: a row per metric, a column per scenario."""
     main = side_by_side(summaries)
-    t = Table(title=title, show_lines=False)
-    t.add_column("metric")
-    for name in main:
-        t.add_column(name, justify="right")
+    t = DataTable(title, ["metric", *main], numeric=[False, *(True for _ in main)])
     for key, label, fmt in COLUMNS:
-        t.add_row(label, *(_fmt(fmt, s.get(key)) for s in main.values()))
+        t.add_row(label, *(_fmt(fmt, s.get(key)) for s in main.values()),
+                  values=[label, *(s.get(key) for s in main.values())])
     return t
 
 
-def view_tables(summaries: dict[str, dict[str, Any]]) -> list[Table]:
+def view_tables(summaries: dict[str, dict[str, Any]]) -> list[DataTable]:
     """The leave-one-out and chain tables (one row per scenario), where their scenarios ran."""
     out = []
     for title, rows in _view_tables(summaries):
-        t = Table(title=title)
-        t.add_column("scenario")
-        for _, label, _ in VIEW_COLUMNS:
-            t.add_column(label, justify="right")
+        t = DataTable(title, ["scenario", *(label for _, label, _ in VIEW_COLUMNS)],
+                      numeric=[False, *(True for _ in VIEW_COLUMNS)])
         for label, name in rows:
             s = summaries[name]
-            t.add_row(label, *(_fmt(fmt, s.get(key)) for key, _, fmt in VIEW_COLUMNS))
+            t.add_row(label, *(_fmt(fmt, s.get(key)) for key, _, fmt in VIEW_COLUMNS),
+                      values=[label, *(s.get(key) for key, _, _ in VIEW_COLUMNS)])
         out.append(t)
     return out
 

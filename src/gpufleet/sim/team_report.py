@@ -11,9 +11,8 @@ import html
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from rich.table import Table
-
 from gpufleet.sim.books import Series
+from gpufleet.tables import DataTable
 
 # (key in the per-team row, column label, format); None values print as "—"
 TEAM_COLUMNS: tuple[tuple[str, str, str], ...] = (
@@ -56,19 +55,18 @@ def _footer(teams: Mapping[str, Any]) -> str:
             f"${teams.get('unattributed_usd') or 0.0:,.2f}")
 
 
-def team_tables(summaries: Mapping[str, Mapping[str, Any]]) -> list[Table]:
-    """A rich table per scenario that has teams."""
+def team_tables(summaries: Mapping[str, Mapping[str, Any]]) -> list[DataTable]:
+    """A table per scenario that has teams."""
     out = []
     for name, s in summaries.items():
         teams = s.get("teams")
         if not teams:
             continue
-        t = Table(title=f"{name}: per team", caption=_footer(teams))
-        t.add_column("team")
-        for _, label, _ in TEAM_COLUMNS:
-            t.add_column(label, justify="right")
-        for row in team_rows(teams):
-            t.add_row(*row)
+        t = DataTable(f"{name}: per team", ["team", *(label for _, label, _ in TEAM_COLUMNS)],
+                      numeric=[False, *(True for _ in TEAM_COLUMNS)], caption=_footer(teams))
+        for cells, (team, row) in zip(team_rows(teams), teams["per_team"].items(),
+                                      strict=True):
+            t.add_row(*cells, values=[team, *(row.get(key) for key, _, _ in TEAM_COLUMNS)])
         out.append(t)
     return out
 

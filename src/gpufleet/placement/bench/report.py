@@ -11,10 +11,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-from rich.table import Table
 
 from gpufleet.placement.bench.protocol import SeedResult
 from gpufleet.placement.bench.published import PUBLISHED_UNALLOCATED
+from gpufleet.tables import DataTable
 
 
 def medians(
@@ -34,16 +34,14 @@ def medians(
     return out
 
 
-def table(results: Sequence[SeedResult], loads: Sequence[int]) -> Table:
+def table(results: Sequence[SeedResult], loads: Sequence[int]) -> DataTable:
     seeds = sorted({r.seed for r in results})
-    t = Table(
-        title=f"openb packing: median over {len(seeds)} seed(s) — unallocated GPU % "
-        "(published) [fragmentation ratio %]"
+    t = DataTable(
+        f"openb packing: median over {len(seeds)} seed(s) — unallocated GPU % "
+        "(published) [fragmentation ratio %]",
+        ["policy", *(f"{x}%" for x in loads), "s/seed"],
+        numeric=[False, *(True for _ in loads), True],
     )
-    t.add_column("policy")
-    for x in loads:
-        t.add_column(f"{x}%", justify="right")
-    t.add_column("s/seed", justify="right")
     for policy, by_load in medians(results, loads).items():
         pub = PUBLISHED_UNALLOCATED.get(policy, {})
         cells = []
@@ -51,8 +49,9 @@ def table(results: Sequence[SeedResult], loads: Sequence[int]) -> Table:
             un, fr = by_load[x]
             ref = f" ({pub[x]:.2f})" if x in pub else ""
             cells.append(f"{un:.2f}{ref} [{fr:.1f}]")
-        wall = np.mean([r.wall_seconds for r in results if r.policy == policy])
-        t.add_row(policy, *cells, f"{wall:.1f}")
+        wall = float(np.mean([r.wall_seconds for r in results if r.policy == policy]))
+        t.add_row(policy, *cells, f"{wall:.1f}",
+                  values=[policy, *(by_load[x][0] for x in loads), round(wall, 3)])
     return t
 
 

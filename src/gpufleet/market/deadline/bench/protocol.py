@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from rich.table import Table
 
 from gpufleet.datapaths import data_file
 from gpufleet.errors import InputError
@@ -22,6 +21,7 @@ from gpufleet.market.deadline.bench.optimal import optimal_costs
 from gpufleet.market.deadline.bench.ticksim import run_batch, windows
 from gpufleet.market.deadline.controller import DeadlineJob
 from gpufleet.market.deadline.registry import get_deadline_policy, list_deadline_policies
+from gpufleet.tables import DataTable
 from gpufleet.traces.spot_availability import AvailabilityTrace, load_availability
 
 OPTIMAL = "optimal"
@@ -154,27 +154,29 @@ def mean_row(results: Sequence[Result], policy: str) -> tuple[float, int, int]:
             sum(r.runs for r in mine))
 
 
-def render(results: Sequence[Result], setting: Setting, availability: dict[str, float]) -> Table:
+def render(results: Sequence[Result], setting: Setting,
+           availability: dict[str, float]) -> DataTable:
     """One table per setting: $ per trace and policy, then the mean, gap to optimum, misses."""
     policies = list(dict.fromkeys(r.policy for r in results))
     traces = list(dict.fromkeys(r.trace for r in results))
     cell = {(r.trace, r.policy): r for r in results}
-    table = Table(title=f"spot-deadline — {setting.label} (mean $ per run)")
-    table.add_column("trace")
-    table.add_column("avail", justify="right")
-    for p in policies:
-        table.add_column(p, justify="right")
+    table = DataTable(f"spot-deadline — {setting.label} (mean $ per run)",
+                      ["trace", "avail", *policies], numeric=[False, True, *(True for _ in
+                                                                              policies)])
     for tr in traces:
         row = [tr, f"{availability.get(tr, float('nan')):.2f}"]
+        values: list[str | float] = [tr, availability.get(tr, float("nan"))]
         for p in policies:
             r = cell[(tr, p)]
             row.append(f"{r.mean_cost:.2f}" + (f" [red]({r.misses} miss)[/]" if r.misses else ""))
-        table.add_row(*row)
+            values.append(r.mean_cost)
+        table.add_row(*row, values=values)
     means = {p: mean_row(results, p) for p in policies}
-    table.add_section()
-    table.add_row("mean", "", *[f"[bold]{means[p][0]:.2f}[/]" for p in policies])
+    table.add_row("mean", "", *[f"[bold]{means[p][0]:.2f}[/]" for p in policies],
+                  values=["mean", None, *(means[p][0] for p in policies)], section=True)
     if OPTIMAL in means:
         opt = means[OPTIMAL][0]
-        table.add_row("gap to optimum", "", *[f"{means[p][0] - opt:+.2f}" for p in policies])
+        table.add_row("gap to optimum", "", *[f"{means[p][0] - opt:+.2f}" for p in policies],
+                      values=["gap to optimum", None, *(means[p][0] - opt for p in policies)])
     table.add_row("misses / runs", "", *[f"{means[p][1]}/{means[p][2]}" for p in policies])
     return table
