@@ -12,7 +12,6 @@ instance is left in ECS and no launch record is left.
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ from aliyun_env import KEY_ID, REGION, SECRET, key_env, set_credential_env
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from live_objects import absent, gpu_pod
-from live_wait import wait_for
+from live_wait import after_passes, wait_for
 
 from gpufleet.catalog.instances import default_instance_catalog
 from gpufleet.cloud.provider import TAG_MANAGED
@@ -121,7 +120,7 @@ def test_launch_bind_scale_down_delete_on_the_ecs_loopback(lab: Any, ecs: Any,
         assert deletes[0].params["Force"].lower() == "true"
         assert ctl.metrics.registry.get_sample_value("gpufleet_terminations_total",
                                                      {"reason": "empty"}) == 1
-        time.sleep(1.5)  # another capacity pass: nothing pending, nothing launched again
+        after_passes(ctl)  # more capacity passes: nothing pending, nothing launched again
         assert len(ecs.calls_of("RunInstances")) == 1 and ecs.instances == {}
     finally:
         ctl.stop()

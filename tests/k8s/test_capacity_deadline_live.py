@@ -16,7 +16,6 @@ Team budgets gate the same scale-up: a ``spot-only`` queue's pod gets a spot lau
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -24,7 +23,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from live_wait import wait_for
+from live_wait import after_passes, wait_for
 
 from gpufleet.catalog.instances import default_instance_catalog
 from gpufleet.cloud.kwok import KwokProvider
@@ -179,7 +178,7 @@ def test_team_budgets_gate_scale_up_spot_only_launches_spot_and_hold_nothing(
         msg = wait_for("the held pod's reason", held_reason, timeout=30)
         assert msg == (f"team {ns}-hold: budget $2.00 of $1.00 spent; new work waits until the "
                        "period renews")
-        time.sleep(2.0)  # more cycles and capacity passes: still nothing for the held pod
+        after_passes(ctl)  # more cycles and capacity passes: still nothing for the held pod
         assert not core.read_namespaced_pod("held", held_ns).spec.node_name
         reg = ctl.metrics.registry
         launches = {ct: reg.get_sample_value("gpufleet_launches_total", {

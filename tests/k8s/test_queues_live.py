@@ -25,7 +25,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from live_objects import gpu_pod
-from live_wait import wait_for
+from live_wait import after_passes, wait_for
 
 from gpufleet.config import default_scenario
 from gpufleet.control.admission import spot_taint_object
@@ -289,7 +289,7 @@ def test_a_bad_spec_is_reported_on_the_object_and_scheduling_goes_on(
     teams.core.create_namespaced_pod(ns, gpu_pod("p", 1, {names.ZONE: teams.zone}))
     wait_for("its pod to bind", lambda: sum(bound(p) for p in teams.pods(ns)) == 1)
     assert controller.healthy()
-    time.sleep(1.5)  # several cycles: the bad queue's event is not repeated
+    after_passes(controller)  # the bad queue's event is not repeated
     assert len([e for e in teams.core.list_namespaced_event("default").items
                 if e.involved_object.name == bad and e.reason == "InvalidSpec"]) == 1
 
@@ -319,7 +319,7 @@ def test_a_budget_running_out_is_shown_and_notified(
     assert wait_for("both events", lambda: reasons() == ["BudgetExhausted", "BudgetLow"])
     (big,) = teams.pods(ns)
     assert bound(big)
-    time.sleep(1.5)  # more cycles, no more events
+    after_passes(controller)  # no more events
     assert reasons() == ["BudgetExhausted", "BudgetLow"]
 
 
@@ -376,7 +376,7 @@ def test_a_budget_hold_keeps_new_pods_pending_with_the_reason(
     assert msg.endswith("of $0.02 will run out within the look-ahead at $3.91/h; new work "
                         "waits until the period renews") or msg.endswith(
         "of $0.02 spent; new work waits until the period renews")
-    time.sleep(1.5)  # several cycles (resync 0.5 s): still pending, the first still running
+    after_passes(controller)  # still pending, the first still running
     (after,) = teams.pods(ns, "after")
     assert not after["spec"].get("nodeName")
     (before,) = teams.pods(ns, "before")
@@ -409,7 +409,7 @@ def test_a_budget_hold_and_drain_evicts_running_pods_once_spent(
          and (m := scheduled_false(p))), None), 60)
     assert msg.startswith(f"team {q}: budget $0.0") and msg.endswith(
         "spent; new work waits until the period renews; running work is evicted")
-    time.sleep(1.5)  # several cycles: nothing of the queue is bound again
+    after_passes(controller)  # nothing of the queue is bound again
     assert not any(bound(p) for p in teams.pods(ns))
     assert len([e for e in teams.core.list_namespaced_event(ns).items
                 if e.reason == "Preempted"]) == 1

@@ -23,3 +23,11 @@ def wait_for(what: str, pred: Callable[[], Any], timeout: float = 60.0,
     tail = log.read_text()[-3000:] if log is not None and log.exists() else ""
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}" +
                          (f"\n{tail}" if tail else ""))
+
+
+def after_passes(ctl: Any, n: int = 3, timeout: float = 60.0) -> None:
+    """Return once the controller ``ctl`` has completed ``n`` more passes (each a cycle and, with
+    a cloud, a capacity pass): a check that something does *not* happen waits on the
+    controller's own progress, not on a fixed sleep that a loaded machine may not fill."""
+    start = ctl.passes
+    wait_for(f"{n} more controller passes", lambda: ctl.passes >= start + n, timeout)

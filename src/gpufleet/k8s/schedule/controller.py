@@ -209,7 +209,8 @@ class Controller:
         self.assumed = AssumeCache(assume_ttl_s)
         self._threads: list[threading.Thread] = []
         self._server: ThreadingHTTPServer | None = None
-        self.cycles = 0
+        self.cycles = 0  # cycles that planned pending work
+        self.passes = 0  # every pass, capacity included: what a test waits on to see time pass
         # one drain for every marked Node; with a cloud, a drained Node's instance is deleted
         # through the provider (capacity.terminate), else only the Node object goes
         self.drainer = Drainer(self.core, self.applier, self.metrics,
@@ -373,6 +374,7 @@ class Controller:
             self.metrics.set_pending({})
         self.queues.sync(queues, snap, now, leader=self.is_leader)
         self._capacity_cycle(snap, refused, nodes, pods, t0, queues, binds, caps)
+        self.passes += 1
         return out
 
     def _caps(self, snap: Snapshot, movable: set[str], now: float) -> dict[str, int]:
