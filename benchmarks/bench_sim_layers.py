@@ -15,7 +15,8 @@ to the innermost layer running (a layer's own time excludes the layers it calls)
 * **rule orchestration** in ``control/`` around them: the scheduling cycle's own time
   (``plan_cycle``: queue order, gang, quota, preemption), the swap's walk (``first_swap``:
   candidates, work done, pod lists), and the scan's and the pass's own time in the driver
-  (``ClusterSim._on_scan``, ``JobLifecycle.plan_pass``: views, pending pods, applying plans);
+  (``ClusterSim._on_scan`` with ``sim.autoscaler``, ``JobLifecycle.plan_pass``: views, pending
+  pods, applying plans);
 * **the rest**: the event loop, job and node state, billing and the books.
 
 Then, for each scenario and in total, the CPU left if the kernels cost nothing, and the least
@@ -61,7 +62,7 @@ TARGETS = (
     ("gpufleet.provisioning.scale_up", "ScaleUpPolicy", "launch_group", "scale-up packing"),
     ("gpufleet.provisioning.disruption.policy", "DisruptionPolicy", "decide", "consolidation"),
     ("gpufleet.sim.jobs", None, "plan_cycle", "cycle rules"),
-    ("gpufleet.sim.cluster", None, "first_swap", "swap walk"),
+    ("gpufleet.sim.autoscaler", None, "first_swap", "swap walk"),
     ("gpufleet.sim.cluster", "ClusterSim", "_on_scan", "scan driver"),
     ("gpufleet.sim.jobs", "JobLifecycle", "plan_pass", "pass driver"),
 )

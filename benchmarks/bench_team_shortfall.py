@@ -20,8 +20,9 @@ smallest pending job (its size in GPU-equivalents, all replicas):
   asked for. ``of the deliverable`` is the delivered share with these stretches left out of
   what was owed.
 
-A measurement hook, not policy: it wraps ``JobLifecycle.team_usage`` (the integrals the summary
-reads, which give the delivered and owed totals here) and changes no decision.
+A measurement hook, not policy: it wraps the run's ``TeamBooks.team_usage`` (``sim.team_books``:
+the integrals the summary reads, which give the delivered and owed totals here) and changes no
+decision.
 
 Usage: ``GPUFLEET_DATA=../shared/data python benchmarks/bench_team_shortfall.py --start-day 49
 --team e13805`` (default: the run's three worst teams).
@@ -57,13 +58,14 @@ class Causes:
         self.smallest: dict[str, int] = {}
         for _, i in life.pending:
             j = life.jobs[i]
-            milli = life.job_milli(j)
+            milli = life.team_books.job_milli(j)
             team = j.spec.tenant
             self.smallest[team] = min(milli, self.smallest.get(team, milli))
         self.free = sum(n.gpus * 1000 - n.alloc_milli for n in life.cloud.nodes.values()
                         if n.state == "ready")
-        assert life.quotas is not None
-        self.book = QuotaBook(life.quotas, life.team_milli)
+        books = life.team_books
+        assert books.quotas is not None
+        self.book = QuotaBook(books.quotas, books.team_milli)
 
     def of(self, team: str) -> str:
         """The cause of ``team``'s shortfall (module docstring)."""
@@ -99,29 +101,27 @@ def main() -> int:
     q = bench_teams.covering_quantile(jobs, sum(quotas.values()), 0.8)
     sc = bench_teams.quota_scenarios(quotas, q)["borrowing"]
     short: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))  # GPU-hours
-    inner = JobLifecycle.team_usage
+    sim = Simulation(sc, 0, jobs)
+    life = sim.sim.life
+    books = life.team_books  # the summary's integrals: min(demand, nominal), min(used, nominal)
+    inner = books.team_usage
 
-    def team_usage(self: JobLifecycle, j: Any = None, sign: int = 0) -> None:
-        dt = self.now - self._team_t
+    def team_usage(j: Any = None, sign: int = 0) -> None:
+        dt = books.now - books._team_t
         if dt > 0:
             causes = None
-            for q in self.quotas or ():
-                gap = (min(self.team_demand.get(q.name, 0), q.nominal_milli)
-                       - min(self.team_milli.get(q.name, 0), q.nominal_milli))
+            for q in books.quotas or ():
+                gap = (min(books.team_demand.get(q.name, 0), q.nominal_milli)
+                       - min(books.team_milli.get(q.name, 0), q.nominal_milli))
                 if gap > 0:
-                    causes = causes or Causes(self)
+                    causes = causes or Causes(life)
                     short[q.name][causes.of(q.name)] += gap * dt / 1000 / 3600
-        inner(self, j, sign)
+        inner(j, sign)
 
-    JobLifecycle.team_usage = team_usage  # type: ignore[method-assign]
-    try:
-        sim = Simulation(sc, 0, jobs)
-        sim.run()
-    finally:
-        JobLifecycle.team_usage = inner  # type: ignore[method-assign]
-    life = sim.sim.life  # the summary's integrals: min(demand, nominal), min(used, nominal)
-    owed = {t: s / 3600 for t, s in life.team_owed_s.items() if s > 0}
-    got = {t: life.team_delivered_s.get(t, 0.0) / 3600 for t in owed}
+    books.team_usage = team_usage  # type: ignore[method-assign]
+    sim.run()
+    owed = {t: s / 3600 for t, s in books.team_owed_s.items() if s > 0}
+    got = {t: books.team_delivered_s.get(t, 0.0) / 3600 for t in owed}
     teams = [a.team] if a.team else sorted(owed, key=lambda t: got[t] / owed[t])[:3]
     t = Table(title=f"entitlement not delivered, GPU-hours by cause (Philly days "
                     f"[{a.start_day:g}, {a.start_day + a.days:g}), borrowing)")

@@ -223,7 +223,7 @@ def test_never_is_recomputed_when_nodes_join_leave_or_the_eligible_set_narrows()
     must give a fresh answer. Case table on one 8-GPU request:
     no 8-GPU node → never; one joins → placeable; it fills → not never; it leaves → never again;
     only the small nodes eligible (``only_eligible``) → never."""
-    from gpufleet.control.cycle import only_eligible
+    from gpufleet.control.placing import only_eligible
 
     s = FleetState()
     s.add_node("small", gpu_model="T4", num_gpus=1, cpu_milli=8000, memory_mib=1 << 16)
@@ -252,7 +252,7 @@ def test_a_refusal_finds_its_status_only_when_read(monkeypatch: pytest.MonkeyPat
     """The simulator never reads a refusal's status; the empty-fleet filter pass behind
     ``never`` runs once, on the first read, and with the rows refused on (the eligible set
     restored since): one 8-GPU request, a 1-GPU node eligible only → never."""
-    from gpufleet.control.cycle import only_eligible
+    from gpufleet.control.placing import only_eligible
     from gpufleet.placement.policy import Policy
 
     s = FleetState()

@@ -49,7 +49,7 @@ def test_arrivals_wait_less_and_nothing_is_lost(jobs: list[JobSpec]) -> None:
     assert (wk > 0).mean() < 0.8 * (wp > 0).mean()
     assert wk.mean() < 0.8 * wp.mean()
     assert k["jct_p50_s"] < p["jct_p50_s"]
-    assert not any(u.job_id.startswith("headroom") for u in kept.sim.unprovisioned)
+    assert not any(u.job_id.startswith("headroom") for u in kept.sim.autoscaler.unprovisioned)
 
 
 def test_no_buffer_is_the_plain_run(jobs: list[JobSpec]) -> None:

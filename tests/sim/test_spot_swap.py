@@ -53,7 +53,8 @@ def test_no_swap_look_in_a_scan_whose_disruption_acted(shared_data, jobs) -> Non
     [sc] = scenarios_named(["gpufleet"])
     sim = Simulation(sc, 0, jobs)
     cluster = sim.sim
-    disrupt, swap, owed = cluster._disrupt, cluster._spot_swap, cluster._swap_owed
+    scan = cluster.autoscaler
+    disrupt, swap, owed = scan._disrupt, scan._spot_swap, scan._swap_owed
     scans: list[list[str]] = []
     times: list[float] = []
 
@@ -72,9 +73,9 @@ def test_no_swap_look_in_a_scan_whose_disruption_acted(shared_data, jobs) -> Non
         scans[-1].append("owed" if got else "not owed")
         return got
 
-    cluster._disrupt = disrupt_logged  # type: ignore[method-assign]
-    cluster._spot_swap = swap_logged  # type: ignore[method-assign]
-    cluster._swap_owed = owed_logged  # type: ignore[method-assign]
+    scan._disrupt = disrupt_logged  # type: ignore[method-assign]
+    scan._spot_swap = swap_logged  # type: ignore[method-assign]
+    scan._swap_owed = owed_logged  # type: ignore[method-assign]
     sim.run(None)
     kinds = {tuple(s) for s in scans}
     # the run exercises every case; never at the node cap here

@@ -5,6 +5,10 @@ world's events into state and call in here; what comes back is data (a request, 
 a Decision) that the driver applies. Nothing here reads a clock or touches the world: the time
 is passed in.
 
+* ``cycle``: one scheduling cycle, the pending units (``pending``) in queue order → binds,
+  evictions and refusals (backfill, gangs, priority preemption, team quotas and budgets, gang
+  room), each unit placed through ``placing``; ``reclaim``: quota reclaim, the room a team's
+  work within its quota takes back from other teams' borrowing.
 * ``admission``: how a submitted job's request is normalised (MIG, exclusive baseline, spot
   toleration) and what it asks for right now (a job pinned to on-demand drops the toleration).
 * ``queue``: the pending queue, its order and the on-demand pin.

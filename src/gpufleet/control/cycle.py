@@ -1,11 +1,11 @@
 """One scheduling cycle: the pending units in queue order → binds, evictions and refusals.
 
 The rule both drivers run, on driver-neutral inputs: the ``FleetState`` (running work already
-allocated), the pending units (:class:`PendingUnit`: a job, a pod, or the pending members of a
-gang, with a node-eligibility mask over the state's rows instead of any driver's selector
-types) and the running victims preemption may evict. The simulator (``sim.jobs``) builds units
-from its job records, the Kubernetes driver (``k8s.schedule.cycle``) from pods; both apply the
-returned :class:`CyclePlan`. In order:
+allocated), the pending units (``control.pending.PendingUnit``: a job, a pod, or the pending
+members of a gang, with a node-eligibility mask over the state's rows instead of any driver's
+selector types) and the running victims preemption may evict. The simulator
+(``sim.translate``) builds units from its job records, the Kubernetes driver
+(``k8s.schedule.cycle``) from pods; both apply the returned :class:`CyclePlan`. In order:
 
 1. *Queue order* (``queueing.queue_key``): higher priority first, then urgent units (deadline
    jobs pinned to on-demand), then requeued work (interrupted jobs that already queued once and
@@ -14,10 +14,11 @@ returned :class:`CyclePlan`. In order:
    one does not fit; a shape that failed is not tried again this cycle (nor in later cycles while
    the driver passes it back in ``blocked``: capacity has not grown since); ``starvation_s``
    stops backfill behind a head that waited too long.
-3. *Placement and gangs*: one unit with one member is one ``policy.place``; a gang (several
-   members, or fewer pending than it needs) gets every member placed in one zone or none
-   (``queueing.gang.place_gang``). A pin to on-demand drops the spot toleration for the
-   placement (``control.admission.request_now``); the eligibility mask hides the other nodes.
+3. *Placement and gangs* (``control.placing``): one unit with one member is one
+   ``policy.place``; a gang (several members, or fewer pending than it needs) gets every member
+   placed in one zone or none (``queueing.gang.place_gang``). A pin to on-demand drops the spot
+   toleration for the placement (``control.admission.request_now``); the eligibility mask
+   hides the other nodes.
 4. *Priority preemption* (``queueing.preemption``): for the first unplaced unit in queue order
    (not a gang, not ``preempt_never``) that some strictly lower-priority victim could make room
    for, at most one preemption per cycle, and none while an earlier eviction is still in
@@ -32,32 +33,20 @@ returned :class:`CyclePlan`. In order:
    a team. As the pass reaches a unit its team's ``verdict`` is asked against the book as
    updated by the units admitted so far: a BLOCKED unit is refused with the verdict's reason
    and skipped — it never enters backfill, so it neither blocks a shape nor stops the pass for
-   another team. If no
-   preemption was chosen and none is in progress, the unplaced within-quota and straddling
-   units whose room is held by other teams' borrowed work get *reclaims* (a straddling unit
-   only from teams whose use, as a share of their nominal, stays above its team's:
-   ``QuotaBook.gives_back``), in queue order, each planned on the
-   fleet as the reclaims before it leave it (their victims released, their units placed, the
-   book updated), so a lender whose work comes back gets all of its room in one cycle rather
-   than one eviction per checkpoint write. For each unit: ``reclaim_victims`` (newest
-   borrowed first) when the cohort's quota is short, kept only if the unit then fits; when
-   those do not make room for a lone unit (the cohort has quota room but the fleet no
-   *physical* room, or the victims' GPUs are scattered), the node whose borrowed workloads —
-   newest first, a team giving back only while it stays above its nominal quota — free room
-   for the unit, plus borrowed work anywhere while the quota is still short, with the fewest
-   milli-GPU evicted in all (``_room_reclaim``); for a gang, borrowed workloads node by node
-   (the nodes that could be emptied most first) until the unit fits, then each reprieved that
-   is not needed (``_node_reclaim``). ``Preempt`` reasons "reclaim: team X borrowed". The
-   pass's own unstarted borrowing binds are the newest victims: they are unbound, not evicted
-   (refused "reclaim: its room goes to work within its team's quota"), and a unit whose room
-   they alone make (no running work evicted before it) binds in this plan. Priority
-   preemption (step 4) then stays within a team, so another team's work is evicted only by
-   reclaim, and only what it borrowed. A running gang
-   (victims sharing a ``workload``) is one borrowed workload: reclaim takes all of its members
-   or none, and priority preemption never takes a member. Per-GPU-model quotas
-   (``TeamQuota.models``): as the pass reaches a unit of such a team, the rows of every GPU
-   model whose ``model_verdict`` refuses it are cut from its eligibility mask; a unit left with
-   no model is refused with the first model's reason. Admission books the model it landed on.
+   another team. If no preemption was chosen and none is in progress, the unplaced
+   within-quota and straddling units whose room is held by other teams' borrowed work get
+   *reclaims* (``control.reclaim``), in queue order, each planned on the fleet as the reclaims
+   before it leave it; ``Preempt`` reasons "reclaim: team X borrowed". The pass's own
+   unstarted borrowing binds are the newest victims: they are unbound, not evicted (refused
+   "reclaim: its room goes to work within its team's quota"), and a unit whose room they alone
+   make (no running work evicted before it) binds in this plan. Priority preemption (step 4)
+   then stays within a team, so another team's work is evicted only by reclaim, and only what
+   it borrowed. A running gang (victims sharing a ``workload``) is one borrowed workload:
+   reclaim takes all of its members or none, and priority preemption never takes a member.
+   Per-GPU-model quotas (``TeamQuota.models``): as the pass reaches a unit of such a team, the
+   rows of every GPU model whose ``model_verdict`` refuses it are cut from its eligibility
+   mask; a unit left with no model is refused with the first model's reason. Admission books
+   the model it landed on.
 6. *Team budgets* (``QuotaInput.budgets``: ``queueing.teams.budget.budget_verdicts`` of the
    teams whose budget is about to run out, ``restrictions``). ``hold``: the team's pending
    units are refused with the verdict's reason and skipped like quota-blocked ones (running
@@ -93,14 +82,13 @@ only GPU 0 free (b holds GPU 1 now) → no plan. Binds: b; refusals: c, a.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 import numpy as np
 
-from gpufleet.control.admission import request_now, request_on_spot
+from gpufleet.control.admission import request_on_spot
 from gpufleet.control.gang_room import (
     HOUR,
     Costs,
@@ -113,96 +101,27 @@ from gpufleet.control.gang_room import (
     scale_up_usd,
     wait_usd,
 )
+from gpufleet.control.pending import PendingUnit, UnitKey, unit_request, unit_shape
+from gpufleet.control.placing import Never, Reason, only_eligible, place_unit
+from gpufleet.control.reclaim import plan_reclaims
 from gpufleet.decisions import Bind, CapacityType, Preempt, Refuse
-from gpufleet.placement import PlacementResult, Unschedulable
 from gpufleet.placement.mig import bind_masks
 from gpufleet.placement.policy import Policy
-from gpufleet.queueing import BackfillPass, queue_key
-from gpufleet.queueing.gang import place_gang
+from gpufleet.queueing import BackfillPass
 from gpufleet.queueing.preemption import Victim, plan_preemption
 from gpufleet.queueing.statement import Statement
 from gpufleet.queueing.teams.budget import HOLDING, BudgetVerdict
 from gpufleet.queueing.teams.fairshare import UsageHistory, fair_order
-from gpufleet.queueing.teams.quota import (
-    Admission,
-    QuotaBook,
-    Running,
-    Verdict,
-    reclaim_victims,
-)
-from gpufleet.state import FleetState, ResourceRequest
+from gpufleet.queueing.teams.quota import Admission, QuotaBook, Verdict
+from gpufleet.state import FleetState
 
-Reason = str | Callable[[], str]  # a refusal's text, or what writes it when read
-# whether no node could host it even empty, or what finds out when read (``Unschedulable``)
-Never = bool | Callable[[], bool]
-
-# the queue key (``queueing.queue_key``) followed by the unit's id, so that ties are total
-UnitKey = tuple[int, int, int, float, int, str]
 D = TypeVar("D")
 
-__all__ = ["DRAIN", "CyclePlan", "PendingUnit", "QuotaInput", "Victim", "plan_cycle",
-           "with_selection"]
+# ``PendingUnit`` (``control.pending``) and ``Victim`` (``queueing.preemption``) are the
+# inputs ``plan_cycle`` takes: the drivers build them next to the call
+__all__ = ["DRAIN", "CyclePlan", "PendingUnit", "QuotaInput", "Victim", "plan_cycle"]
 
 DRAIN = "budget drain"  # what a Preempt of step 6's drain says first
-
-
-@dataclass(frozen=True, slots=True)
-class PendingUnit:
-    """What the queue orders: one job or pod, or the pending members of one gang.
-
-    ``members``: the ids the ``Bind``s carry, one per member to place (a simulated job's
-    replicas ``job#0``…, a gang's pods; () = the unit's own id); ``need``: how many members
-    must be placed together (a gang's ``min-available`` less those already running; 1 for a
-    lone job); ``gang``: all-or-nothing admission even for one pending member (a pod group
-    whose other members run); ``pin``: the
-    capacity type the job is restricted to (on-demand: it loses its spot toleration);
-    ``eligible``: the state rows it may use (None: every row); ``refusal``: why it cannot be
-    placed at all (an unreadable request), None when it can be tried; ``shape``: units of one
-    shape fail together (None: the request, pin, member count, need and mask decide it);
-    ``team`` / ``milli``: the team it runs for and its size in milli-GPU-equivalents
-    (``queueing.teams.shares``), read only when the cycle has a quota input.
-    """
-
-    id: str
-    request: ResourceRequest | None
-    priority: int = 0
-    members: tuple[str, ...] = ()
-    need: int = 1
-    gang: bool = False
-    submit_s: float = 0.0
-    seq: int = 0
-    requeued: bool = False
-    urgent: bool = False
-    pin: CapacityType | None = None
-    eligible: np.ndarray | None = None
-    refusal: str | None = None
-    preempt_never: bool = False
-    shape: Hashable | None = None
-    team: str | None = None
-    milli: int = 0
-    key: UnitKey = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "key", (*queue_key(
-            self.priority, self.requeued, self.submit_s, self.seq, self.urgent), self.id))
-
-    @property
-    def placed_ids(self) -> tuple[str, ...]:
-        return self.members or (self.id,)
-
-    @property
-    def is_gang(self) -> bool:
-        return self.gang or len(self.placed_ids) > 1 or self.need > 1
-
-
-def unit_shape(u: PendingUnit) -> Hashable:
-    """The unit's blocked-shape key (see :class:`PendingUnit`)."""
-    if u.shape is not None:
-        return u.shape
-    if u.refusal is not None or u.request is None:
-        return ("refused", u.id)
-    mask = None if u.eligible is None else u.eligible.tobytes()
-    return (u.request, u.pin, len(u.placed_ids), u.need, u.gang, mask)
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,39 +162,6 @@ class CyclePlan:
 
     def of(self, kind: type[D]) -> list[D]:
         return [d for d in self.decisions if isinstance(d, kind)]
-
-
-@contextmanager
-def only_eligible(state: FleetState, mask: np.ndarray | None) -> Iterator[tuple[int, int]]:
-    """Hide the rows ``mask`` excludes (inactive) for one placement; yields (live, kept).
-
-    Every filter and scorer starts from the active mask, so this is the whole of node
-    selection; the active mask is exactly restored afterwards.
-    """
-    n = state.n
-    live = int(state.active[:n].sum())
-    if mask is None:
-        yield live, live
-        return
-    saved = state.active[:n].copy()
-    state.active[:n] &= mask[:n]
-    try:
-        yield live, int(state.active[:n].sum())
-    finally:
-        state.active[:n] = saved
-
-
-def with_selection(message: str, live: int, kept: int) -> str:
-    """Put the nodes the eligibility mask excluded back into the framework's "0/N nodes"
-    reason, as kube-scheduler counts them ("didn't match Pod's node affinity/selector")."""
-    if live == kept:
-        return message
-    head = f"0/{kept} nodes are available: "
-    extra = f"{live - kept} node(s) didn't match Pod's node affinity/selector"
-    rest = message.partition(head)[2]
-    new = f"0/{live} nodes are available: {extra}" + (
-        f", {rest}" if rest and not rest.startswith("no nodes") else "")
-    return message.replace(head + rest, new) if head in message else message
 
 
 def plan_cycle(
@@ -340,15 +226,15 @@ def plan_cycle(
 
         def try_place(i: int) -> bool:
             u = order[i]
-            binds = _place(state, u, policy, rng, reasons, shapes[i])
+            binds = place_unit(state, u, policy, rng, reasons, shapes[i])
             if binds is None:
                 return False
             for k, b in enumerate(binds):
                 masks = bind_masks(state, b, policy.catalog)
-                cycle.allocate(_request(u), b, masks)
+                cycle.allocate(unit_request(u), b, masks)
                 if i in borrowing:  # reclaim may take it back before it ever starts
                     share = u.milli // len(binds) + (u.milli % len(binds) if k == 0 else 0)
-                    fresh.append(Victim(b.job_id, u.priority, now, _request(u), b, masks,
+                    fresh.append(Victim(b.job_id, u.priority, now, unit_request(u), b, masks,
                                         team=u.team, milli=share,
                                         workload=u.id if len(binds) > 1 else None))
                     fresh_unit[b.job_id] = u.id
@@ -410,7 +296,7 @@ def plan_cycle(
             plan.evictions = _preempt(state, [order[i] for i in left if i not in over],
                                       victims, policy, book)
             if book is not None and not plan.evictions:
-                plan.evictions, back, now_binds, plan.nominated = _reclaim(
+                plan.evictions, back, now_binds, plan.nominated = plan_reclaims(
                     state, [order[i] for i in left if i not in over or i in quota_refused],
                     [*victims, *fresh], policy, book, rng, {v.job_id for v in fresh})
                 if back:  # borrowing units of this pass give their binds back unstarted
@@ -468,14 +354,14 @@ def _gang_room(state: FleetState, left: list[PendingUnit], policy: Policy, gr: G
             continue
         if len(u.placed_ids) < u.need or not gr.book.due(u.id, now):
             continue
-        req = _request(u)
+        req = unit_request(u)
         rate = gr.usd_per_gpu_h(req)
         if rate is None:
             continue  # nothing prices its GPUs: left to scale-up as before
         gpus = request_gpus(req) * len(u.placed_ids)
 
         def place(u: PendingUnit = u) -> list[Bind] | None:
-            return _place(state, u, policy, rng, {}, ("gang-room", u.id))
+            return place_unit(state, u, policy, rng, {}, ("gang-room", u.id))
 
         wait_s = room_frees_in(state, place, gr.running, gr.ends, now)
         pre: float | None = None
@@ -600,290 +486,8 @@ def _managed(book: QuotaBook, team: str | None) -> str | None:
     return team if team is not None and team in book.teams else None
 
 
-def _reclaim(state: FleetState, left: list[PendingUnit], victims: Sequence[Victim],
-             policy: Policy, book: QuotaBook, rng: np.random.Generator,
-             unstarted: set[str]
-             ) -> tuple[list[Preempt], set[str], dict[str, list[Bind]], list[str]]:
-    """Reclaims for the unplaced within-quota and straddling units whose room other teams'
-    borrowed work holds (step 5; ``QuotaBook.reclaim_over`` says which may reclaim): in queue
-    order, each on the fleet and book as the reclaims before it leave
-    them. A running gang (victims sharing a ``workload``) is one workload, its size the sum of
-    its members', released whole. ``unstarted``: victims that are this pass's own binds of
-    borrowing units (started now, so reclaim's newest-first takes them first): they are not
-    evicted but returned, to be unbound. A unit whose room only such returned binds (and free
-    room) make, with no running work evicted before it in this call, is placed at once: nothing
-    it waits for has to leave first, and a later pass may not come before the next event.
-    Returns (evictions, unbound member ids, unit id → binds of the units placed at once, the
-    ids of the units that wait for their victims to leave: ``CyclePlan.nominated``)."""
-    members: dict[str, list[Victim]] = {}
-    for v in victims:
-        if v.team is not None:
-            members.setdefault(v.workload or v.job_id, []).append(v)
-    if not members:
-        return [], set(), {}, []
-    running = sorted((Running(key, vs[0].team or "", sum(v.milli for v in vs),
-                              max(v.started_s for v in vs)) for key, vs in members.items()),
-                     key=lambda r: (-r.started_s, r.key))  # reclaim's order: sorted once
-    fresh = {key for key, vs in members.items() if vs[0].job_id in unstarted}
-    plan = QuotaBook(book.teams.values(), book.usage, book.model_usage)
-    taken: set[str] = set()
-    out: dict[str, Preempt] = {}
-    back: set[str] = set()
-    placed: dict[str, list[Bind]] = {}
-    waiting: list[str] = []
-    failed: set[Hashable] = set()  # (team, milli, shape) that found no reclaim: the same answer
-    with Statement(state) as after:
-        for u in left:
-            if u.team is None or u.request is None or u.refusal is not None:
-                continue
-            over = plan.reclaim_over(u.team, u.milli)
-            if over is None:
-                continue
-            ask = (u.team, u.milli, unit_shape(u))
-            if ask in failed:
-                continue
-            # never unbind unstarted work larger than the unit it would make room for
-            avail = [r for r in running if r.key not in taken
-                     and not (r.key in fresh and r.milli > u.milli)]
-            got = reclaim_victims(plan, u.team, u.milli, avail)
-            binds: list[Bind] | None = None
-            if got:
-                binds = _place_without(state, u, got, members, policy, rng, u.eligible)
-            if got is not None and binds is None:
-                if u.is_gang:
-                    got, binds = _node_reclaim(state, u, plan, avail, members, policy, rng,
-                                               over)
-                else:
-                    got, binds = _room_reclaim(state, u, plan, avail, members, policy, rng,
-                                               over)
-            if not got or binds is None:
-                failed.add(ask)
-                continue
-            if not out and all(r.key in fresh for r in got):
-                placed[u.id] = binds
-            else:
-                waiting.append(u.id)
-            for r in got:
-                taken.add(r.key)
-                plan.release(r.team, r.milli)
-                for v in members[r.key]:
-                    after.release(v.request, v.bind, v.masks)
-                    if v.job_id in unstarted:
-                        back.add(v.job_id)
-                    else:
-                        out.setdefault(v.job_id,
-                                       Preempt(v.job_id, f"reclaim: team {r.team} borrowed"))
-            for b in binds:
-                after.allocate(_request(u), b, bind_masks(state, b, policy.catalog))
-            plan.admit(u.team, u.milli)
-    return list(out.values()), back, placed, waiting
-
-
-def _place_without(state: FleetState, u: PendingUnit, got: Sequence[Running],
-                   members: Mapping[str, list[Victim]], policy: Policy,
-                   rng: np.random.Generator, eligible: np.ndarray | None) -> list[Bind] | None:
-    """The unit's binds on the fleet with every member of ``got`` released (a what-if; the
-    state comes back unchanged), restricted to ``eligible`` rows; None if it does not fit."""
-    with Statement(state) as what_if:
-        for r in got:
-            for v in members[r.key]:
-                what_if.release(v.request, v.bind, v.masks)
-        return _place(state, replace(u, eligible=eligible), policy, rng, {}, ("reclaim", u.id))
-
-
-def _borrowed_by_row(state: FleetState, u: PendingUnit, book: QuotaBook,
-                     running: list[Running], members: Mapping[str, list[Victim]]
-                     ) -> tuple[str, dict[str, int], dict[int, list[Running]]] | None:
-    """What physical reclaim may take for ``u``: its team's cohort, how much each other member
-    of it has borrowed (``excess``), and per state row the workloads on it of the teams that
-    borrowed, in ``running``'s order (newest first; a gang on several rows is on each). None
-    when the team has no cohort (nothing to reclaim from)."""
-    assert u.team is not None
-    cohort = book.teams[u.team].cohort
-    if cohort is None:
-        return None
-    excess = {m.name: book.borrowed(m.name) for m in book.members(cohort) if m.name != u.team}
-    on: dict[int, list[Running]] = {}
-    for r in running:
-        if excess.get(r.team, 0) > 0:
-            for row in sorted({state.index[v.bind.node] for v in members[r.key]
-                               if v.bind.node in state.index}):
-                on.setdefault(row, []).append(r)
-    return cohort, excess, on
-
-
-def _node_reclaim(state: FleetState, u: PendingUnit, book: QuotaBook, running: list[Running],
-                  members: Mapping[str, list[Victim]], policy: Policy, rng: np.random.Generator,
-                  over: int) -> tuple[list[Running], list[Bind] | None]:
-    """Room for a within-quota gang that the newest-first victims do not make (step 5). The
-    cohort's borrowed workloads are taken node by node — the nodes that borrowed work and free
-    room could empty the most first (ties: the node with the newest such workload, then row
-    order), newest first on each (as far as ``QuotaBook.gives_back`` lets each team give) —
-    until they cover the cohort's quota shortfall and the unit fits;
-    then each victim is reprieved, last taken first, if the unit still fits and the shortfall
-    is still covered without it (kube-scheduler's reprieve). ([], None) when no set does."""
-    borrowed = _borrowed_by_row(state, u, book, running, members)
-    if borrowed is None:
-        return [], None
-    cohort, excess, on = borrowed
-    short = max(0, u.milli - book.cohort_room(cohort))
-    if not on:
-        return [], None
-    free = state.free_milli[:state.n]
-    room = {row: int(free[row][free[row] > 0].sum()) + sum(r.milli for r in rs)
-            for row, rs in on.items()}
-    left = dict(excess)
-    chosen: list[Running] = []
-    keys: set[str] = set()
-    cost = 0
-    binds: list[Bind] | None = None
-    newest = {row: max(r.started_s for r in rs) for row, rs in on.items()}
-    # one what-if, released into as victims are taken (each trial placement sees the fleet
-    # less every victim so far), and a victim reprieved is allocated back into it
-    with Statement(state) as freed:
-        for row in sorted(on, key=lambda row: (-room[row], -newest[row], row)):
-            for r in on[row]:
-                if r.key in keys or not book.gives_back(r.team, left[r.team], r.milli, u.team or "",
-                                                        over):
-                    continue
-                chosen.append(r)
-                keys.add(r.key)
-                left[r.team] -= r.milli
-                cost += r.milli
-                for v in members[r.key]:
-                    freed.release(v.request, v.bind, v.masks)
-            if cost >= short:
-                binds = _place(state, u, policy, rng, {}, ("reclaim", u.id))
-                if binds is not None:
-                    break
-        if binds is None:
-            return [], None
-        for r in reversed(list(chosen)):
-            if len(chosen) > 1 and cost - r.milli >= short:
-                with Statement(state) as back:
-                    for v in members[r.key]:
-                        back.allocate(v.request, v.bind, v.masks)
-                    got = _place(state, u, policy, rng, {}, ("reclaim", u.id))
-                if got is not None:
-                    for v in members[r.key]:
-                        freed.allocate(v.request, v.bind, v.masks)
-                    chosen = [x for x in chosen if x is not r]
-                    binds, cost = got, cost - r.milli
-    return chosen, binds
-
-
-def _room_reclaim(state: FleetState, u: PendingUnit, book: QuotaBook, running: list[Running],
-                  members: Mapping[str, list[Victim]], policy: Policy, rng: np.random.Generator,
-                  over: int) -> tuple[list[Running], list[Bind] | None]:
-    """Room for a lone unit that ``reclaim_victims``' newest-first set does not make (step 5:
-    the cohort has quota room but the fleet no physical room, or the victims' GPUs are
-    scattered): per node, the cohort's borrowed workloads on it, newest first, taken one by
-    one (as far as ``QuotaBook.gives_back`` lets each team give) until the unit fits on that
-    node, then, while the cohort's quota is still short, borrowed workloads anywhere, newest
-    first; the node that needs the fewest milli-GPU evicted in all wins (ties: the one whose
-    oldest victim started latest — newest first, as ``reclaim_victims`` — then the state's
-    row order). ``running`` is newest first. ([], None) when no node can be made to fit."""
-    borrowed = _borrowed_by_row(state, u, book, running, members)
-    if borrowed is None:
-        return [], None
-    cohort, excess, on = borrowed
-    short = max(0, u.milli - book.cohort_room(cohort))
-    team = u.team or ""
-    n = state.n
-    best: tuple[tuple[int, float], list[Running], list[Bind]] | None = None
-    for row in sorted(on):
-        if u.eligible is not None and not u.eligible[row]:
-            continue
-        only = np.zeros(n, bool)
-        only[row] = True
-        one = replace(u, eligible=only)
-        left = dict(excess)
-        chosen: list[Running] = []
-        cost = 0
-        binds = None
-        with Statement(state) as freed:  # the row's victims so far released
-            for r in on[row]:
-                if not book.gives_back(r.team, left[r.team], r.milli, team, over):
-                    continue
-                if best is not None and cost + r.milli > best[0][0]:
-                    break
-                chosen.append(r)
-                left[r.team] -= r.milli
-                cost += r.milli
-                for v in members[r.key]:
-                    freed.release(v.request, v.bind, v.masks)
-                binds = _place(state, one, policy, rng, {}, ("reclaim", u.id))
-                if binds is not None:
-                    break
-        if binds is None:
-            continue
-        keys = {r.key for r in chosen}
-        for r in running:  # the cohort's quota still short: borrowed work anywhere, newest first
-            if cost >= short:
-                break
-            if r.key not in keys and book.gives_back(r.team, left.get(r.team, 0), r.milli,
-                                                     team, over):
-                chosen.append(r)
-                left[r.team] -= r.milli
-                cost += r.milli
-        if cost < short:
-            continue
-        key = (cost, -min(r.started_s for r in chosen))  # newest first: the oldest chosen
-        if best is None or key < best[0]:
-            best = (key, chosen, binds)
-    return ([], None) if best is None else (best[1], best[2])
-
-
 def _key(u: PendingUnit) -> UnitKey:
     return u.key
-
-
-def _request(u: PendingUnit) -> ResourceRequest:
-    assert u.request is not None
-    return request_now(u.request, u.pin == CapacityType.ON_DEMAND)
-
-
-def _place(state: FleetState, u: PendingUnit, policy: Policy, rng: np.random.Generator,
-           reasons: dict[Hashable, tuple[Reason, Never]], shape: Hashable) -> list[Bind] | None:
-    """The unit's binds (every member) against ``state``, or None with the reason recorded
-    (a placement refusal's text is written only if the plan explains: ``_why``)."""
-    if u.refusal is not None or u.request is None:
-        reasons[shape] = (u.refusal or "unreadable request", True)
-        return None
-    ids = u.placed_ids
-    if len(ids) < u.need:
-        reasons[shape] = (f"pod group {u.id}: waiting for {u.need} members, {len(ids)} pending",
-                          False)
-        return None
-    req = _request(u)
-    with only_eligible(state, u.eligible) as (live, kept):
-        if not u.is_gang:
-            res = policy.place(state, req, rng)
-            if not isinstance(res, PlacementResult):
-                reasons[shape] = (_why(res, live, kept), _never(res))
-                return None
-            placed = [res]
-        else:
-            got = place_gang(state, req, len(ids), policy, rng, u.id)
-            if not isinstance(got, list):
-                reasons[shape] = (_why(got, live, kept, f"pod group {u.id} ({len(ids)} pods, "
-                                                        "all or nothing): "), _never(got))
-                return None
-            placed = got
-    return [res.to_bind(state, m) for m, res in zip(ids, placed, strict=True)]
-
-
-def _never(res: Unschedulable) -> Callable[[], bool]:
-    """A refusal's never-schedulable flag, found when read: the simulator plans without
-    explaining, and the empty-fleet filter pass behind it was read for every refused try."""
-    return lambda: res.never
-
-
-def _why(res: Unschedulable, live: int, kept: int, head: str = "") -> Callable[[], str]:
-    """A refusal's text, written when read: the simulator plans without explaining, and
-    building kube's "0/N nodes are available: …" for every refused try was a tenth of a
-    fixed fleet's run."""
-    return lambda: head + with_selection(res.reason, live, kept)
 
 
 def _preempt(state: FleetState, left: list[PendingUnit], victims: Sequence[Victim],
@@ -905,7 +509,7 @@ def _preempt(state: FleetState, left: list[PendingUnit], victims: Sequence[Victi
             team = _managed(book, u.team)
             mine = [v for v in victims if _managed(book, v.team) == team]
         with only_eligible(state, u.eligible):
-            got = plan_preemption(state, _request(u), u.priority, mine, policy, u.id)
+            got = plan_preemption(state, unit_request(u), u.priority, mine, policy, u.id)
         if got is not None:
             return list(got.preempts)
     return []

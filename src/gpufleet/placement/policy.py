@@ -144,7 +144,7 @@ class Policy:
 
         An empty node is the node's fixed attributes only (totals, GPUs, model, MIG mode,
         driver, taints, zone), which change only when a node joins or leaves, plus ``active``
-        (which ``control.cycle.only_eligible`` narrows for a while). Within one ``FleetState``
+        (which ``control.placing.only_eligible`` narrows for a while). Within one ``FleetState``
         the pair (rows ever added, rows live) names the join/leave history exactly — adding
         raises the first, and at a fixed first leaving only lowers the second — so the answer
         is kept per (request, that pair, the active mask) and recomputed when any moves."""

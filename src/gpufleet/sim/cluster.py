@@ -18,7 +18,8 @@ The driver contract (what any driver, this one or the Kubernetes one, implements
    lost node is replaced (``control.replacement``); checkpoint intervals (``recovery``); the
    placement, queueing, provisioning and recovery policies. Each answers with data:
    ``Decision``s, a ``Replacement``, a time, a yes or no. The spot market is read through
-   ``market.view.SpotMarketView``.
+   ``market.view.SpotMarketView``. The autoscaler's scan (scale-up, disruption, the spot
+   swap) asks its part in ``sim.autoscaler``, a component ``ClusterSim`` holds.
 3. *Apply every Decision in one place* (``_apply``: one ``match`` over ``Bind``, ``Launch``,
    ``Terminate``, ``Pin``, ``Preempt``, ``Requeue``), skipping one the world has overtaken (a
    node no longer ready, a job no longer running), and report the reaction back as events. A
@@ -26,8 +27,8 @@ The driver contract (what any driver, this one or the Kubernetes one, implements
    one, as a fleet request with prioritised overrides would).
 
 What stays here is the world and its plumbing: the event loop, the node event handlers, which
-job is where, and ``_apply``. Left: the disruption and deadline *views* are still assembled here
-from ``SimNode``/``JobRun`` fields.
+job is where, and ``_apply``. Left: the disruption views (``sim.autoscaler``) and the deadline
+views (``sim.jobs``) are still assembled in the driver from ``SimNode``/``JobRun`` fields.
 
 Hot-path notes (82k Philly jobs must replay in well under a minute): a scheduling pass runs once
 per timestamp at most; when no capacity was freed since the last pass only the newly arrived
@@ -38,10 +39,8 @@ pending work or a node may become removable.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 from decimal import Decimal
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -52,37 +51,11 @@ from gpufleet.config import Scenario
 from gpufleet.control.admission import effective_request, tolerates_spot
 from gpufleet.control.deadline import market_signal
 from gpufleet.control.fleet import fixed_fleet
-from gpufleet.control.headroom import (
-    PLACEHOLDER,
-    free_gpus,
-    launch_wanted,
-    placeholders,
-    spare_gpus,
-)
-from gpufleet.control.limits import (
-    consolidation_set,
-    launch_room,
-    launches_under_cap,
-    may_launch,
-)
+from gpufleet.control.limits import may_launch
 from gpufleet.control.offers import OfferBook
 from gpufleet.control.policies import controls_for, deadline_guards
 from gpufleet.control.queue import PendingQueue
 from gpufleet.control.replacement import FixedFleet, Replacement, replaces_lost_node
-from gpufleet.control.scan import Disrupt
-from gpufleet.control.spot_swap import (
-    SwapLook,
-    SwapNode,
-    SwapSettings,
-    first_swap,
-    judge_swap,
-    spot_plan,
-    swap_look,
-    swap_order,
-    swap_owed,
-)
-from gpufleet.control.teams import Gate
-from gpufleet.control.views import may_swap, node_view, pending_pods, pod_view
 from gpufleet.decisions import (
     Bind,
     CapacityType,
@@ -94,19 +67,10 @@ from gpufleet.decisions import (
     Terminate,
 )
 from gpufleet.errors import NoProgress
-from gpufleet.market.bidding import ZoneMarket, bids_anywhere
 from gpufleet.market.spot_cost import ReclaimHazard
 from gpufleet.market.spot_model import SpotMarket
-from gpufleet.provisioning import (
-    InFlight,
-    NodeView,
-    Offer,
-    PendingPod,
-    PodView,
-    ScaleUpReply,
-    Unprovisioned,
-)
 from gpufleet.recovery import SpotExposure
+from gpufleet.sim.autoscaler import SimAutoscaler
 from gpufleet.sim.books import Series, Tally
 from gpufleet.sim.cloud import SimCloud, SimNode
 from gpufleet.sim.engine import Engine
@@ -166,10 +130,6 @@ class ClusterSim:
         self.hazard = ReclaimHazard()  # reclaims per node-hour per (type, zone), seen so far
         self.nodes = SimFleet(self.market, self.offers, scenario.pricing,
                               scenario.utilization_threshold, self.exposure, self.hazard)
-        self.unprovisioned: tuple[Unprovisioned, ...] = ()  # the last scale-up's leftovers
-        self.cap_held = False  # the last scale-up's: the node cap held pods' launches back
-        # (market step, whether the strategy bids anywhere then)
-        self._bids: tuple[tuple[int, ...], bool] | None = None
         self.arrived = 0
         self.finished = False
         self.end_s: float | None = None
@@ -182,6 +142,11 @@ class ClusterSim:
             gpu_catalog=self.gpu_catalog, gpu_mtbf_s=self.gpu_mtbf_s, deadlines=self.deadlines,
             rng=self.rng, at=self._at, apply=self._apply, scan_at=self._scan_at,
             node_changed=self._node_changed, finish=self._finish)
+        self.autoscaler = SimAutoscaler(
+            scenario=scenario, engine=self.engine, jobs=self.jobs, life=self.life,
+            controls=self.ctl, tally=self.tally, nodes=self.nodes, offers=self.offers,
+            market=self.market, hazard=self.hazard, deadlines=self.deadlines, apply=self._apply,
+            scan_at=self._scan_at)
         self._periodic = 0
         life = self.life
         self._handlers: list[Callable[[Any], None]] = [
@@ -425,38 +390,7 @@ class ClusterSim:
         if not self.sc.autoscaling:
             self._rebalance()
             return
-        launched = 0
-        dl = self.deadlines
-        if dl is not None and dl.arrivals_to_check():
-            views = {i: self.life.deadline_view(self.jobs[i]) for i in dl.arrivals_to_check()}
-            self._apply(dl.check_arrivals(views, self.now))
-        room = self._room()
-        short = room is not None and launch_wanted(*room, sum(
-            n.gpus for n in self.nodes.booting.values() if not n.mig))
-        if self.ctl.scan.scale_up_due(self.now, bool(self.pending) or short):
-            launched = self._scale_up(room)
-        # pods the node cap holds back: the buffer's idle nodes may go (``launches_under_cap``)
-        found = self._disrupt(None if self.cap_held else room)
-        if self.ctl.spot_swap is not None:
-            look = swap_look(found, len(self.cloud.live), self.sc.max_nodes)
-            if look is SwapLook.LOOK:
-                self._spot_swap(self.ctl.spot_swap)
-            elif look is SwapLook.NEXT_CYCLE and self._swap_owed(self.ctl.spot_swap):
-                self._scan_at(self.ctl.scan.swap_deferred(self.now))
-        more_work = bool(self.life.running or self.nodes.booting or self.arrived < len(self.jobs)
-                         or launched)
-        self._scan_at(self.ctl.scan.after_scan(
-            self.now, bool(self.pending) or short, more_work,
-            lambda: (self.jobs[i].enqueued_s for _, i in self.pending)))
-
-    def _room(self) -> tuple[int, float] | None:
-        """(headroom buffer, wholly free GPUs on ready nodes: what a 1-GPU arrival can start
-        on; MIG GPUs offer slices, not whole GPUs) where the scenario keeps headroom
-        (``control.headroom``), else None."""
-        hr = self.ctl.headroom
-        if hr is None:
-            return None
-        return hr.buffer(self.now), float(free_gpus(self.state))
+        self.autoscaler.scan(self.arrived < len(self.jobs))
 
     def _rebalance(self) -> None:
         """Fixed spot fleet: empty fallback nodes back to spot (``control.replacement``); a
@@ -465,43 +399,6 @@ class ClusterSim:
         for rep in self.fleet.rebalance(idle, self.now):
             if not self._replace(rep, self.sc.provisioning_delay_s):
                 return
-
-    def _scale_up(self, room: tuple[int, float] | None = None) -> int:
-        """``room``: the headroom buffer and the free GPUs (``_room``): the shortfall joins
-        the pending pods as placeholders."""
-        now = self.now
-        if not may_launch(len(self.cloud.live), self.sc.max_nodes):
-            return 0
-        pods = []
-        jobs = [self.jobs[i] for _, i in self.pending[: self.ctl.scale_up.max_pods]]
-        gates = self.life.gates(jobs)  # teams: no launch for work its quota or budget holds
-        book = self.life.gang_book  # a gang that waits for room, or for its victims to leave
-        for k, j in enumerate(jobs):
-            gate = Gate.ANY if gates is None else gates[k]
-            if gate is Gate.SKIP or (book is not None and book.holds_scale_up(j.spec.job_id, now)):
-                continue
-            pods += pending_pods(j.spec, j.req, j.on_demand_only, now - j.enqueued_s, j.work_s,
-                                 bool(j.interruptions), now, self.ctl.guards,
-                                 spot_only=gate is Gate.SPOT,
-                                 max_node_gpus=self.life.node_cap(j))
-        inflight = [InFlight(self.offers.shape(n.itype, n.mig), n.spot, n.zone)
-                    for n in self.nodes.booting.values()]
-        offers, markets = self.offers.offers(now), self.offers.markets(now)
-        replies: list[ScaleUpReply] = []
-
-        def plan(asked: Sequence[PendingPod]) -> tuple[Launch, ...]:
-            replies.append(self.ctl.scale_up.plan(
-                asked, offers, inflight, markets, self.ctl.spot_strategy,
-                lambda it, zone: self.hazard.rate_per_h(it, zone, now)))
-            return replies[-1].launches
-
-        launches, self.cap_held = launches_under_cap(
-            plan, pods, placeholders(*room) if room is not None else [],
-            launch_room(len(self.cloud.live), self.sc.max_nodes))
-        # the last scan's, for reports and tests (a placeholder is no job)
-        self.unprovisioned = tuple(u for u in replies[0].unprovisioned
-                                   if u.job_id != PLACEHOLDER)
-        return self._apply(list(launches))
 
     def _apply_launch(self, launch: Launch) -> int:
         it = self.types[launch.instance_type]
@@ -515,127 +412,6 @@ class ClusterSim:
                                 self.sc.provisioning_delay_s, mig):
                 n += 1
         return n
-
-    def _disrupt(self, room: tuple[int, float] | None = None) -> bool:
-        """Emptiness or consolidation, when the scan clock says one is due; whether it found a
-        command (``control.spot_swap.swap_look`` reads it)."""
-        now = self.now
-        unneeded = self.sc.scale_down_unneeded_s
-        kind, rescan = self.ctl.scan.disruption_due(
-            now, (n.empty_since for n in self.nodes.empty.values() if n.empty_since is not None),
-            (n.underused_since for n in self.nodes.under.values() if n.underused_since is not None))
-        self._scan_at(rescan)
-        due_under = kind is Disrupt.UNDERUSED
-        if due_under:
-            nodes = self.cloud.nodes
-            views = [self._view(nodes[name], room_only) for name, room_only in consolidation_set(
-                ((n.name, n.state == "ready", n.alloc_milli, n.gpus, n.underused_since)
-                 for n in self.cloud.live.values()), now, unneeded)]
-        elif kind is Disrupt.EMPTY:
-            views = [self._view(n) for n in self.nodes.empty.values()]
-        else:
-            return False
-        offers = self.offers.on_demand_offers(now) \
-            if due_under and may_launch(len(self.cloud.live), self.sc.max_nodes) else []
-        cmd = self.ctl.disruption.decide(views, now, offers,
-                                         math.inf if room is None else spare_gpus(*room))
-        if cmd is None:
-            return False
-        self.tally.consolidations += sum(1 for d in cmd.decisions if isinstance(d, Preempt)
-                                         and self.life.is_running(d.job_id))
-        self.tally.replacements += self._apply(list(cmd.decisions))
-        return True
-
-    def _swap_inputs(self, cfg: SwapSettings) -> tuple[
-            list[str], Callable[[str], bool],
-            Callable[[str], tuple[SwapNode, list[tuple[JobRun, float]]]]]:
-        """What ``control.spot_swap`` walks: the candidates in order, whether a node's pods
-        may all move, and a node as the rule reads it (with its jobs and their work done)."""
-        now = self.now
-        nodes = self.cloud.nodes
-        order = swap_order([(n.name, n.ready_s, n.usd_per_hour) for n in self.cloud.live.values()
-                            if n.state == "ready" and not n.spot and n.jobs], now, cfg)
-        guards = self.ctl.guards
-
-        def movable(name: str) -> bool:
-            return all(may_swap(j.spec, j.req, j.on_demand_only, partial(_work_done, j, now),
-                                j.ckpt_cost, now, guards)
-                       for j in (self.jobs[i] for i in nodes[name].jobs))
-
-        def node_of(name: str) -> tuple[SwapNode, list[tuple[JobRun, float]]]:
-            node = nodes[name]
-            here = [(j, j.progress(now)[0]) for j in (self.jobs[i] for i in node.jobs)]
-            return SwapNode(
-                name, node.usd_per_hour, node.gpus, tuple(j.spec.job_id for j, _ in here),
-                sum(j.gpus for j, _ in here), min(done for _, done in here),
-                max(j.ckpt_cost + j.spec.restart_overhead_s for j, _ in here)
-                + self.sc.provisioning_delay_s), here
-
-        return order, movable, node_of
-
-    def _spot_swap(self, cfg: SwapSettings) -> None:
-        """At most one on-demand node's work moved to spot (``control.spot_swap``): the rule
-        orders and walks the candidates; this asks scale-up for each one's launch."""
-        now = self.now
-        order, movable, node_of = self._swap_inputs(cfg)
-        market: list[tuple[list[Offer], dict[str, list[ZoneMarket]]]] = []  # read once, if asked
-
-        def judge(name: str) -> list[Decision] | None:
-            if not market:
-                market.append((self.offers.offers(now), self.offers.markets(now)))
-            offers, zones = market[0]
-            swap, here = node_of(name)
-
-            def ask() -> tuple[list[Launch], float]:
-                pods = [p for j, done in here
-                        for p in pending_pods(j.spec, j.req, j.on_demand_only, 0.0, done,
-                                              bool(j.interruptions), now, self.ctl.guards)]
-                return spot_plan(self.ctl.scale_up, pods, offers, zones,
-                                 self.ctl.spot_strategy,
-                                 lambda it, zone: self.hazard.rate_per_h(it, zone, now))
-
-            return judge_swap(swap, ask, cfg)
-
-        decisions = first_swap(order, movable, judge, cfg, self._bids_anywhere)
-        if decisions is not None:
-            self.tally.spot_swaps += 1
-            self._apply(decisions)
-
-    def _swap_owed(self, cfg: SwapSettings) -> bool:
-        """Whether the swap look skipped this scan could have swapped
-        (``control.spot_swap.swap_owed``)."""
-        order, movable, node_of = self._swap_inputs(cfg)
-        return swap_owed(order, movable, lambda name: node_of(name)[0], cfg,
-                         self._bids_anywhere)
-
-    def _bids_anywhere(self) -> bool:
-        """Whether the spot strategy would launch spot anywhere now
-        (``market.bidding.bids_anywhere``), worked out once per market step: the markets are
-        the same while ``SpotMarketView.tick_key`` is."""
-        strategy, m = self.ctl.spot_strategy, self.market
-        if strategy is None or m is None:
-            return False
-        tick = m.tick_key(self.now)
-        if self._bids is None or self._bids[0] != tick:
-            self._bids = (tick, bids_anywhere(strategy, self.offers.markets(self.now)))
-        return self._bids[1]
-
-    def _view(self, n: SimNode, room_only: bool = False) -> NodeView:
-        """The disruption policy's view of a node (``room_only``: not a candidate yet, it can
-        only receive pods: ``control.views.node_view``)."""
-        pods = None if room_only else tuple(self._pod_views(n))
-        return node_view(self.state, n.name, self.offers.shape(n.itype, n.mig), n.spot,
-                         n.usd_per_hour, pods, n.empty_since, n.underused_since)
-
-    def _pod_views(self, n: SimNode) -> Iterator[PodView]:
-        """The node's pods as consolidation judges them: movable or not, spot-tolerant or not
-        (``control.views.pod_view``). The spot swap asks the same of each pod without the
-        view (``control.views.may_swap``)."""
-        now = self.now
-        return (
-            pod_view(j.spec, j.req, j.on_demand_only, partial(_work_done, j, now), j.ckpt_cost,
-                     now, self.ctl.guards)
-            for j in (self.jobs[i] for i in n.jobs))
 
     # -- deadline-aware spot fallback ---------------------------------------------------------
     def _on_deadline(self, _: object) -> None:
@@ -693,12 +469,7 @@ class ClusterSim:
         self.series.sample(now, self.cloud.live.values(), self.cloud.accrued_usd(now),
                            len(self.pending), self.tally.interruptions)
         if self.sc.teams is not None:
-            self.life.team_usage()
+            self.life.team_books.team_usage()
             self.series.sample_teams((q.name for q in self.sc.teams.queues),
-                                     self.life.team_milli)
+                                     self.life.team_books.team_milli)
         self._periodic_at(now + self.sc.sample_interval_s, SAMPLE)
-
-
-def _work_done(job: JobRun, now: float) -> float:
-    """The job's work done at ``now`` (``JobRun.progress``), asked only where a rule reads it."""
-    return job.progress(now)[0]

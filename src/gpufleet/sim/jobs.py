@@ -1,6 +1,7 @@
 """A job's lifecycle in the simulated cluster: enqueue, bind, start, stop, finish, interrupt,
 requeue, checkpoint — the books each transition keeps (running and done counts, the lost-work
-and allocation tallies, recoveries) — and the scheduling pass.
+and allocation tallies, recoveries; the teams' usage and spend in ``sim.team_books``) — and the
+scheduling pass.
 
 :class:`JobLifecycle` is a component of the driver (``sim.cluster.ClusterSim`` holds one) with
 its dependencies named in its constructor: the scenario, the engine (the clock), the job
@@ -12,9 +13,10 @@ changed) and ``finish`` (the run is over).
 
 The transitions here are the world's; every *choice* is the control layer's and arrives as a
 ``Decision`` through ``apply``: the scheduling pass is ``control.cycle.plan_cycle`` on this
-driver's translation of its jobs (:func:`job_unit`, :func:`job_victim`), whose ``Bind``s and
-``Preempt``s go through ``apply``; a recovery strategy's ``Requeue`` comes from ``interrupt``; a
-deadline guard's ``Pin`` goes into ``set_on_demand_only``.
+driver's translation of its jobs (``sim.translate``: ``job_unit``, ``job_victim``), with gang
+room's input from ``sim.gang_room``, whose ``Bind``s and ``Preempt``s go through ``apply``; a
+recovery strategy's ``Requeue`` comes from ``interrupt``; a deadline guard's ``Pin`` goes into
+``set_on_demand_only``.
 """
 
 from __future__ import annotations
@@ -29,80 +31,28 @@ from gpufleet.config import Scenario
 from gpufleet.control.admission import request_now
 from gpufleet.control.cycle import DRAIN, CyclePlan, PendingUnit, QuotaInput, plan_cycle
 from gpufleet.control.deadline import DeadlineGuards, DeadlineView, urgent
-from gpufleet.control.gang_room import (
-    GangRoomBook,
-    GangRoomInput,
-    Movable,
-    Room,
-    eviction_loss_s,
-    gpu_hour_usd,
-)
 from gpufleet.control.nominations import Nominations
 from gpufleet.control.policies import Controls
-from gpufleet.control.queue import PendingQueue, effective_shape, is_urgent
+from gpufleet.control.queue import PendingQueue
 from gpufleet.control.right_size import cap_for, pins_node, rows_within
-from gpufleet.control.teams import Gate, scale_up_gates
-from gpufleet.control.views import may_move
-from gpufleet.decisions import Bind, CapacityType, Decision, Requeue
+from gpufleet.decisions import Bind, Decision, Requeue
 from gpufleet.placement.mig import bind_masks
 from gpufleet.provisioning.binpack import fits_shape
 from gpufleet.queueing.preemption import Victim
-from gpufleet.queueing.teams.budget import (
-    BudgetVerdict,
-    budget_verdicts,
-    exhaustion_s,
-    restrictions,
-)
-from gpufleet.queueing.teams.fairshare import UsageHistory
+from gpufleet.queueing.teams.budget import restrictions
 from gpufleet.queueing.teams.quota import QuotaBook
-from gpufleet.queueing.teams.shares import gpu_equivalent_milli
-from gpufleet.queueing.teams.spend import SpendLedger, node_rates
 from gpufleet.recovery import NoticeView, SpotExposure, checkpoint_interval
 from gpufleet.sim.books import Tally, held_milli
 from gpufleet.sim.cloud import SimCloud, SimNode
 from gpufleet.sim.engine import Engine
 from gpufleet.sim.events import CKPT_DONE, FINISH, PASS
+from gpufleet.sim.gang_room import SimGangRoom
 from gpufleet.sim.jobrun import DONE, GAVE_UP, PENDING, RUNNING, JobRun
 from gpufleet.sim.nodes import SimFleet
 from gpufleet.sim.progress import ProgressGuard
+from gpufleet.sim.team_books import TeamBooks
+from gpufleet.sim.translate import gang_victims, job_unit, job_victim
 from gpufleet.state import FleetState, ResourceRequest
-
-INF = float("inf")
-
-
-def job_unit(j: JobRun, milli: int = 0) -> PendingUnit:
-    """The simulator's translation of a pending job for ``control.cycle``: its replicas are the
-    members (``job#0``…, all needed together), its place in the queue the key
-    ``control.queue`` gave it (priority, urgent, requeued, enqueued time, sequence), a pin to
-    on-demand its ``pin``; every node is eligible (the request's constraints say the rest).
-    Its team is its tenant, ``milli`` its size in GPU-equivalents (read only under quotas)."""
-    sid = j.spec.job_id
-    n = j.spec.replicas
-    return PendingUnit(
-        sid, j.req, j.spec.priority, tuple(f"{sid}#{r}" for r in range(n)), n,
-        submit_s=j.enqueued_s, seq=j.key[-1], requeued=j.requeued, urgent=is_urgent(j),
-        pin=CapacityType.ON_DEMAND if j.on_demand_only else None, shape=effective_shape(j),
-        team=j.spec.tenant, milli=milli)
-
-
-def job_victim(j: JobRun, milli: int = 0) -> Victim:
-    """A running single-replica job as a preemption (or, under quotas, reclaim) victim (a gang
-    is not torn apart)."""
-    bind, masks = j.binds[0]
-    return Victim(j.spec.job_id, j.spec.priority, j.bound_s, request_now(j.req, j.on_demand_only),
-                  bind, masks, team=j.spec.tenant, milli=milli)
-
-
-def gang_victims(j: JobRun, milli: int) -> list[Victim]:
-    """A running multi-replica job as reclaim sees it: one victim per replica, all of workload
-    ``job_id`` (``milli``: the whole job's), so that reclaim takes the gang whole and priority
-    preemption leaves it alone. The ``Preempt`` comes back under the job's id."""
-    req = request_now(j.req, j.on_demand_only)
-    n = len(j.binds)
-    sid = j.spec.job_id
-    return [Victim(sid, j.spec.priority, j.bound_s, req, bind, masks, team=j.spec.tenant,
-                   milli=milli // n + (1 if r < milli % n else 0), workload=sid)
-            for r, (bind, masks) in enumerate(j.binds)]
 
 
 class JobLifecycle:
@@ -159,45 +109,15 @@ class JobLifecycle:
         # preemption needs two priorities; a workload with one never builds victims
         self._preemptible = len({j.spec.priority for j in jobs}) > 1
         self._running_idx: set[int] = set()  # running jobs (single-replica ones are victims)
-        # team quotas (scenario ``teams:``): None without them
-        teams = scenario.teams
-        self.quotas = None if teams is None else teams.quotas()
-        self.history = None if teams is None else UsageHistory(teams.half_life_s)
+        # the teams' usage, demand, spend and budgets (scenario ``teams:``; ``sim.team_books``)
+        self.team_books = TeamBooks(scenario=scenario, engine=engine, jobs=jobs, nodes=nodes,
+                                    gpu_catalog=gpu_catalog, at=at)
         self.nominations = Nominations()  # reclaim's claimants (``control.nominations``)
-        self.team_milli: dict[str, int] = {}  # GPU-equivalents of the running jobs, per tenant
-        self.team_gpu_s: dict[str, float] = {}  # their integral: GPU-equivalent·seconds used
-        # demand (queued + running GPU-equivalents) per tenant, and per team with a quota the
-        # integrals of min(used, nominal) and min(demand, nominal): the entitled share it got
-        # and the one it asked for (the summary's ``entitled_delivered``)
-        self.team_demand: dict[str, int] = {}
-        self.team_delivered_s: dict[str, float] = {}
-        self.team_owed_s: dict[str, float] = {}
-        # per GPU model (teams with per-model quotas read it): team → model → milli, and the
-        # model each running job holds
-        self.team_model_milli: dict[str, dict[str, int]] = {}
-        self._job_model: dict[int, str] = {}
-        self._nominal = {t.name: t.nominal_milli for t in (teams.nominal() if teams else ())}
-        self._team_t = 0.0
-        self._milli: dict[int, int] = {}
-        # budgets: per-team spend from the nodes' prices (``queueing.teams.spend``), the last
-        # verdicts, the spend rate when each (team, period end)'s action first applied, and
-        # when a held team's period renews (a pass is due then)
-        self.budgets = {} if teams is None else teams.budgets()
-        self.ledger = None if teams is None else SpendLedger(
-            {t: b.period for t, b in self.budgets.items()})
-        self.verdicts: dict[str, BudgetVerdict] = {}
-        self.budget_triggers: dict[tuple[str, float], float] = {}
-        self._renew_at: float | None = None
-        # when a ``hold-and-drain`` budget is next spent at the current rates (a pass is due
-        # then: the spend crosses the amount between events, and the drain must not wait)
-        self._drain_budgets = {t: b for t, b in self.budgets.items()
-                               if b.action == "hold-and-drain"}
-        self._drain_at: float | None = None
-        # gang room (``control.gang_room``): each pending gang's priced choice, when the next
-        # lapses (a full pass is due then), and each request's $/GPU-h
-        self.gang_book = GangRoomBook() if controls.gang_room is not None else None
-        self._reprice_at: float | None = None
-        self._gpu_rates: dict[ResourceRequest, float | None] = {}
+        self._renew_at: float | None = None  # when a restricted team's budget period renews
+        # gang room (``control.gang_room``; ``sim.gang_room``): None when gangs are not priced
+        self.gang_room = None if controls.gang_room is None else SimGangRoom(
+            scenario=scenario, engine=engine, jobs=jobs, controls=controls, tally=tally,
+            nodes=nodes, at=at, scan_at=scan_at)
 
     @property
     def now(self) -> float:
@@ -219,10 +139,7 @@ class JobLifecycle:
             if self.all_done():
                 self._finish()
             return
-        if self.history is not None:
-            self.team_usage()
-            t = j.spec.tenant
-            self.team_demand[t] = self.team_demand.get(t, 0) + self.job_milli(j)
+        self.team_books.queued(j)
         j.state = PENDING
         self.pending.push(j, self.now)
         self._new.append(j.idx)
@@ -266,7 +183,7 @@ class JobLifecycle:
         j.held_milli += held_milli(bind, masks, node, self.gpu_catalog)
         node.jobs[j.idx] = node.jobs.get(j.idx, 0) + 1
         node.alloc_milli += j.replica_milli
-        self.charge(node)
+        self.team_books.charge(node)
         self._node_changed(node)
         j.on_spot = j.on_spot or node.spot
         if len(j.binds) == j.spec.replicas:
@@ -293,99 +210,9 @@ class JobLifecycle:
                        urgent(j.spec, j.work_s, bool(j.interruptions), self.now,
                               self.ctl.guards), self._sizes[req])
 
-    def job_milli(self, j: JobRun) -> int:
-        """The job's size in milli-GPU-equivalents, all replicas (``queueing.teams.shares``)."""
-        got = self._milli.get(j.idx)
-        if got is None:
-            got = gpu_equivalent_milli(j.req, self.gpu_catalog) * j.spec.replicas
-            self._milli[j.idx] = got
-        return got
-
-    def team_usage(self, j: JobRun | None = None, sign: int = 0) -> None:
-        """Bring the teams' usage history and GPU-equivalent·seconds up to now under the usage
-        held since the last change, then apply ``j`` starting (+1) or stopping (-1)."""
-        if self.history is None:
-            return
-        now = self.now
-        dt = now - self._team_t
-        if dt > 0:
-            for team, milli in self.team_milli.items():
-                self.team_gpu_s[team] = self.team_gpu_s.get(team, 0.0) + milli * dt / 1000
-            for team, nominal in self._nominal.items():
-                used = min(self.team_milli.get(team, 0), nominal)
-                owed = min(self.team_demand.get(team, 0), nominal)
-                self.team_delivered_s[team] = (self.team_delivered_s.get(team, 0.0)
-                                               + used * dt / 1000)
-                self.team_owed_s[team] = self.team_owed_s.get(team, 0.0) + owed * dt / 1000
-            self.history.advance(now, {t: {"gpu": float(m)} for t, m in self.team_milli.items()})
-            self._team_t = now
-        if j is not None:
-            team = j.spec.tenant
-            self.team_milli[team] = self.team_milli.get(team, 0) + sign * self.job_milli(j)
-            model = (self.cloud.nodes[j.binds[0][0].node].itype.gpu_model if sign > 0
-                     else self._job_model.pop(j.idx, ""))
-            if sign > 0:
-                self._job_model[j.idx] = model
-            per = self.team_model_milli.setdefault(team, {})
-            per[model] = per.get(model, 0) + sign * self.job_milli(j)
-            if sign < 0:  # it leaves the nodes: no longer demand until queued again
-                self.team_demand[team] = self.team_demand.get(team, 0) - self.job_milli(j)
-
-    def charge(self, node: SimNode) -> None:
-        """The node's split among the teams on it changed: the ledger integrates the old split up
-        to now and takes the new one (``queueing.teams.spend.node_rates``: its price pro rata of
-        the GPU-equivalents each team holds there)."""
-        if self.ledger is None:
-            return
-        self.ledger.advance(self.now)
-        if self.budgets:  # a budget may cross its threshold with nothing pending: note the
-            self.budget_now()  # rate that crossed it before the split changes
-        milli: dict[str, int] = {}
-        for idx, count in node.jobs.items():
-            j = self.jobs[idx]
-            t = j.spec.tenant
-            milli[t] = milli.get(t, 0) + self.job_milli(j) * count // j.spec.replicas
-        self.ledger.set_node(node.name, node_rates(node.usd_per_hour, milli))
-        if self.budgets:
-            self.budget_now()
-
-    def budget_now(self) -> dict[str, BudgetVerdict]:
-        """The budgeted teams' verdicts now (``budget_verdicts`` on the ledger's spend and
-        rates); remembers the rate at which each period's action first applied (the summary's
-        overspend in hours of spend rate)."""
-        if self.ledger is None or not self.budgets:
-            return {}
-        now = self.now
-        self.ledger.advance(now)
-        self.verdicts = budget_verdicts(self.budgets, self.ledger.spent_micro(),
-                                        self.ledger.rates, now)
-        for t, v in self.verdicts.items():
-            if v.action is not None:
-                self.budget_triggers.setdefault((t, v.period_end_s), v.rate_micro_per_s)
-        if self._drain_budgets:
-            ats = [exhaustion_s(b, self.verdicts[t].spent_micro,
-                                self.verdicts[t].rate_micro_per_s, now)
-                   for t, b in self._drain_budgets.items() if not self.verdicts[t].draining]
-            at = min((a for a in ats if a is not None and a > now), default=None)
-            if at is not None and (self._drain_at is None or self._drain_at <= now
-                                   or at < self._drain_at):
-                self._drain_at = at
-                self._at(at, PASS)
-        return self.verdicts
-
-    def gates(self, jobs: list[JobRun]) -> list[Gate] | None:
-        """What scale-up may launch for each of ``jobs`` (queue order; ``control.teams``);
-        None without teams."""
-        if self.sc.teams is None:
-            return None
-        self.team_usage()
-        book = QuotaBook(self.quotas or (), self.team_milli)
-        return scale_up_gates([(j.spec.tenant, self.job_milli(j)) for j in jobs], book,
-                              restrictions(self.budget_now()))
-
     def _start(self, j: JobRun) -> None:
         self.progress.started(j.idx, self.now)
-        self.team_usage(j, +1)
+        self.team_books.team_usage(j, +1)
         rec = j.start(self.now, self._tau(j, j.on_spot))
         if rec is not None:
             self.tally.recoveries.append(rec)
@@ -419,10 +246,10 @@ class JobLifecycle:
             else:
                 node.jobs.pop(j.idx, None)
             node.alloc_milli -= per_replica
-            self.charge(node)
+            self.team_books.charge(node)
             self._node_changed(node)
         j.binds = []
-        self.team_usage(j, -1)
+        self.team_books.team_usage(j, -1)
         self.running -= 1
         self._running_idx.discard(j.idx)
         self._freed = True
@@ -541,13 +368,14 @@ class JobLifecycle:
         was freed since the last pass, else only the new arrivals (a shape that failed stays
         blocked until capacity grows). None when there is nothing to try."""
         self._pass_at = None
-        draining = any(v.draining for v in self.budget_now().values())
+        books = self.team_books
+        draining = any(v.draining for v in books.budget_now().values())
         if not self.pending and not draining:
             self._new.clear()
             return None
-        if self._reprice_at is not None and self.now >= self._reprice_at:
-            self._reprice_at = None  # a gang's wait or reservation lapsed: price it again
-            self._freed = True
+        gang_room = self.gang_room
+        if gang_room is not None and gang_room.lapsed():
+            self._freed = True  # a gang's wait or reservation lapsed: price it again
         if self._renew_at is not None and self.now >= self._renew_at:
             self._renew_at = None  # a held team's budget period renewed: try everything
             self._freed = True
@@ -565,11 +393,11 @@ class JobLifecycle:
         victims: list[Victim] = []
         leaving = False
         quota = None
-        if self.quotas is not None:
-            self.team_usage()
-            held = restrictions(self.verdicts)
-            quota = QuotaInput(QuotaBook(self.quotas, self.team_milli, self.team_model_milli),
-                               self.history, held)
+        if books.quotas is not None:
+            books.team_usage()
+            held = restrictions(books.verdicts)
+            quota = QuotaInput(QuotaBook(books.quotas, books.team_milli, books.team_model_milli),
+                               books.history, held)
             # a restricted team's work is tried again when its period renews (a spot-only
             # team's may wait for spot that never comes, as a held team's waits)
             ends = [v.period_end_s for v in held.values()]
@@ -580,97 +408,24 @@ class JobLifecycle:
             # a job checkpointing to leave still holds the room it frees
             running = [jobs[i] for i in sorted(self._running_idx)]
             leaving = any(j.leaving for j in running)
-            victims = [job_victim(j, self.job_milli(j) if quota else 0)
+            victims = [job_victim(j, books.job_milli(j) if quota else 0)
                        for j in running if j.spec.replicas == 1 and not j.leaving]
             if quota is not None:  # reclaim takes a borrowed gang whole
                 victims += [v for j in running if j.spec.replicas > 1 and not j.leaving
-                            for v in gang_victims(j, self.job_milli(j))]
-        gang_room = self._gang_room_input(cand)
+                            for v in gang_victims(j, books.job_milli(j))]
+        room = None if gang_room is None else gang_room.cycle_input(cand, self._running_idx)
         plan = plan_cycle(
             self.state, self._units_now(cand), self.ctl.placement, self.rng,
             backfill=self.ctl.backfill, now=self.now, victims=victims, evicting=leaving,
             blocked=self._blocked, shapes_present=len(self.pending.shapes), explain=False,
-            quota=quota, gang_room=gang_room,
+            quota=quota, gang_room=room,
             nominated=self.nominations.current(self.now) if quota is not None else ())
         self._blocked = plan.blocked
         if quota is not None:
             self.nominations.apply(plan.started, plan.nominated, self.now)
-        if self.gang_book is not None:
-            self._gang_room_chosen(plan)
+        if gang_room is not None:
+            gang_room.chosen(plan)
         return plan
-
-    # -- gang room (``control.gang_room``) ---------------------------------------------------
-    def gpu_rate(self, req: ResourceRequest) -> float | None:
-        """$/GPU-h of ``req``'s GPUs: the cheapest fitting on-demand list price."""
-        if req not in self._gpu_rates:
-            self._gpu_rates[req] = gpu_hour_usd(req, self.nodes.offers.on_demand_offers(0.0))
-        return self._gpu_rates[req]
-
-    def _gang_room_input(self, cand: list[JobRun]) -> GangRoomInput | None:
-        """The cycle's gang-room input: the running pods (every replica, with the time its
-        declared work ends) and the movable ones only when some candidate gang is due; None
-        when no gang is due and no rows are reserved (the step would do nothing)."""
-        book = self.gang_book
-        settings = self.ctl.gang_room
-        if book is None or settings is None:
-            return None
-        now = self.now
-        if not any(j.spec.replicas > 1 and book.due(j.spec.job_id, now) for j in cand):
-            # nothing to price: the step only has reservations to keep, if any
-            return GangRoomInput(settings, book, self.gpu_rate) if book.reserved(now) else None
-        running: list[Victim] = []
-        ends: dict[str, float] = {}
-        moves: list[Movable] = []
-        for i in sorted(self._running_idx):
-            j = self.jobs[i]
-            if j.leaving:
-                continue
-            ends[j.spec.job_id] = j.finish_time()
-            if j.spec.replicas > 1:
-                running += gang_victims(j, 0)
-                continue
-            v = job_victim(j)
-            running.append(v)
-            m = self._movable(j, v)
-            if m is not None:
-                moves.append(m)
-        return GangRoomInput(settings, book, self.gpu_rate, running, ends, moves)
-
-    def _movable(self, j: JobRun, v: Victim) -> Movable | None:
-        """``j`` as an eviction for a gang may take it: a checkpointing single pod whose move
-        cannot cost its deadline, with what its recovery strategy would lose on the notice a
-        preemption gives (none: it has until it is done)."""
-        spec = j.spec
-        if not (spec.checkpointable and self.sc.checkpointing):
-            return None  # (the cheap test first)
-        now = self.now
-        done, saved = j.progress(now)
-        if not may_move(spec, done, j.ckpt_cost, now,
-                        self.ctl.guards):  # consolidation's rule (pod_view's): one place
-            return None
-        plan = self.ctl.recovery.on_notice(NoticeView(
-            job_id=spec.job_id, checkpointable=True, work_done_s=done, last_checkpoint_s=saved,
-            checkpoint_cost_s=j.ckpt_cost, notice_s=INF, interruptions=j.interruptions + 1,
-            on_spot=j.on_spot))
-        write = j.ckpt_cost if plan.checkpoint_now else 0.0
-        return Movable(v, eviction_loss_s(max(0.0, done - plan.resume_work_s), write,
-                                          spec.restart_overhead_s), write)
-
-    def _gang_room_chosen(self, plan: CyclePlan) -> None:
-        """Book the cycle's gang-room choices: a scale-up is new demand for the scan, a wait
-        or a reservation lapses into a full pass."""
-        book = self.gang_book
-        assert book is not None
-        now = self.now
-        for _gid, costs, room in book.apply(plan.started, plan.gang_room, now):
-            if room is Room.SCALE_UP:
-                self._scan_at(self.ctl.scan.demand(now))
-            elif room is Room.PREEMPT:
-                self.tally.gang_room_evictions += len(costs.victims)
-        nxt = book.next_due()
-        if nxt is not None and (self._reprice_at is None or nxt < self._reprice_at):
-            self._reprice_at = nxt
-            self._at(nxt, PASS)
 
     def _units_now(self, cand: list[JobRun]) -> list[PendingUnit]:
         """The candidates' units, each capped job's limited to the rows within its cap
@@ -692,6 +447,7 @@ class JobLifecycle:
         """``job_unit(j)``, rebuilt only when the job's queue key changed (re-queued, pinned)."""
         got = self._units.get(j.idx)
         if got is None or got[0] is not j.key:
-            got = (j.key, job_unit(j, self.job_milli(j) if self.quotas is not None else 0))
+            books = self.team_books
+            got = (j.key, job_unit(j, books.job_milli(j) if books.quotas is not None else 0))
             self._units[j.idx] = got
         return got[1]

@@ -49,7 +49,7 @@ from gpufleet.queueing.teams.settings import jain_index
 from gpufleet.sim.cloud import MICRO, flat_bill_micro
 from gpufleet.sim.cluster import ClusterSim
 from gpufleet.sim.jobrun import DONE
-from gpufleet.sim.jobs import JobLifecycle
+from gpufleet.sim.team_books import TeamBooks
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -130,7 +130,7 @@ def summarize(sim: ClusterSim, wall_s: float, pricing: str | None = None) -> dic
         if not fresh_node_fits(j.spec.submit_s, deadline_of(j.spec), j.spec.duration_s, delay)
     )
     t = sim.tally
-    book = sim.life.gang_book
+    book = None if sim.life.gang_room is None else sim.life.gang_room.book
     chosen = book.counts if book is not None else {}  # gang room: how often each choice won
     useful_h = t.useful_gpu_s / 3600.0
     rec = t.recoveries
@@ -189,9 +189,9 @@ def summarize(sim: ClusterSim, wall_s: float, pricing: str | None = None) -> dic
 def team_figures(sim: ClusterSim, end: float, cost_usd: float = 0.0) -> dict[str, Any]:
     """Per-team use against entitlement and budget (module docstring); ``sim`` has ``teams:``."""
     assert sim.sc.teams is not None
-    life = sim.life
-    life.team_usage()  # the usage integral up to the last event
-    ledger = life.ledger
+    books = sim.life.team_books
+    books.team_usage()  # the usage integral up to the last event
+    ledger = books.ledger
     assert ledger is not None
     ledger.advance(max(end, ledger.last_s))
     per: dict[str, Any] = {}
@@ -203,19 +203,19 @@ def team_figures(sim: ClusterSim, end: float, cost_usd: float = 0.0) -> dict[str
         jct = [j.finish_s - j.spec.submit_s for j in done]  # type: ignore[operator]
         wait = [j.first_start_s - j.spec.submit_s for j in done]  # type: ignore[operator]
         slow = [t / max(j.spec.duration_s, 1e-9) for t, j in zip(jct, done, strict=True)]
-        used_h = life.team_gpu_s.get(q.name, 0.0) / 3600.0
+        used_h = books.team_gpu_s.get(q.name, 0.0) / 3600.0
         entitled_h = None if q.gpus is None else q.gpus * end / 3600.0
         if entitled_h:
             ratios.append(used_h / entitled_h)
-        owed = life.team_owed_s.get(q.name, 0.0)
+        owed = books.team_owed_s.get(q.name, 0.0)
         if owed > 0:
-            delivered.append(life.team_delivered_s.get(q.name, 0.0) / owed)
+            delivered.append(books.team_delivered_s.get(q.name, 0.0) / owed)
         slow_all += slow
         row: dict[str, Any] = {
             "gpu_hours_used": used_h,
             "gpu_hours_entitled": entitled_h,
             "used_over_entitled": used_h / entitled_h if entitled_h else None,
-            "entitled_delivered": life.team_delivered_s.get(q.name, 0.0) / owed if owed > 0
+            "entitled_delivered": books.team_delivered_s.get(q.name, 0.0) / owed if owed > 0
             else None,
             "queue_mean_s": float(np.mean(wait)) if wait else 0.0,
             "jct_p50_s": _pct(jct, 50),
@@ -226,7 +226,7 @@ def team_figures(sim: ClusterSim, end: float, cost_usd: float = 0.0) -> dict[str
             "spend_usd": ledger.total.get(q.name, 0.0) / MICRO,
         }
         if q.budget is not None:
-            row.update(budget_figures(life, q.name, q.budget.usd))
+            row.update(budget_figures(books, q.name, q.budget.usd))
         per[q.name] = row
     # the fleet's bill that no team's work was on (booting, empty, CPU-only nodes)
     spent = sum(ledger.total.values()) / MICRO
@@ -237,23 +237,23 @@ def team_figures(sim: ClusterSim, end: float, cost_usd: float = 0.0) -> dict[str
             "unattributed_usd": cost_usd - spent}
 
 
-def budget_figures(life: JobLifecycle, team: str, budget_usd: float) -> dict[str, Any]:
+def budget_figures(books: TeamBooks, team: str, budget_usd: float) -> dict[str, Any]:
     """Spend against one team's budget: the highest period's spend, the overspend and the
     overspend in hours of the rate at which the budget's action first applied (module
     docstring); 0 hours when it never overspent."""
-    assert life.ledger is not None
+    assert books.ledger is not None
     worst_usd: float = 0.0
     worst_h: float | None = 0.0
     peak = 0.0
-    for period_end, spent_micro in life.ledger.periods_spent(team):
+    for period_end, spent_micro in books.ledger.periods_spent(team):
         spent = spent_micro / MICRO
         peak = max(peak, spent)
         over = spent - budget_usd
         if over > worst_usd:
             worst_usd = over
-            rate = life.budget_triggers.get((team, period_end), 0.0) * 3600 / MICRO
+            rate = books.budget_triggers.get((team, period_end), 0.0) * 3600 / MICRO
             worst_h = over / rate if rate > 0 else None  # spent over with no action: none
-    b = life.budgets[team]
+    b = books.budgets[team]
     return {"budget_usd": budget_usd, "budget_period": b.period, "budget_action": b.action,
             "budget_peak_spend_usd": peak, "overspend_usd": worst_usd,
             "overspend_hours": worst_h}
