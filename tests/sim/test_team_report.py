@@ -1,10 +1,11 @@
-"""The per-team table and report section (``sim.team_report``): cells from the summary's
-``teams`` block, nothing for scenarios without teams."""
+"""The per-team table and report section (``sim.team_report``, ``sim.report_html``): cells
+from the summary's ``teams`` block, nothing for scenarios without teams."""
 
 from __future__ import annotations
 
 from gpufleet.sim.books import Series
-from gpufleet.sim.team_report import TEAM_COLUMNS, team_html, team_rows, team_tables
+from gpufleet.sim.report_html import team_charts, teams_html
+from gpufleet.sim.team_report import TEAM_COLUMNS, team_rows, team_tables
 
 TEAMS = {
     "per_team": {
@@ -37,7 +38,12 @@ def test_only_scenarios_with_teams_get_a_table_and_a_plot() -> None:
     assert [t.title for t in tables] == ["teams: per team"]
     assert "worst team delivered 0.900" in str(tables[0].caption)
     s = Series(t=[0.0, 600.0], team_gpus={"a": [1.0, 2.0], "b": [0.0, 1.0]})
-    out = team_html(summaries, {"teams": s}, lambda fig: "PNG")
+    found = team_charts(summaries, {"teams": s})
+    assert list(found) == ["teams"]
+    assert [line["label"] for line in found["teams"]["series"]] == ["a", "b"]
+    assert found["teams"]["series"][0]["values"] == [1.0, 2.0]
+    out = teams_html(summaries, {n: c["id"] for n, c in found.items()})
     assert out.startswith("<h2>Teams</h2><h3>teams</h3>")
-    assert 'src="data:image/png;base64,PNG"' in out
-    assert team_html({"static": {}}, {}, lambda fig: "PNG") == ""
+    assert f'<div class="chart" id="{found["teams"]["id"]}">' in out
+    assert 'data-team="a" data-key="spend_usd" data-value="99.999">100.00</td>' in out
+    assert teams_html({"static": {}}, {}) == ""

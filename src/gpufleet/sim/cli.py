@@ -28,7 +28,8 @@ from gpufleet.errors import InputError
 from gpufleet.metrics.exporter import MAX_SPEED
 from gpufleet.optiontypes import MAX_PORT, MAX_SEED, FormatOption, finite
 from gpufleet.outputpaths import writable_dir
-from gpufleet.sim.report import add_relative, side_table, view_tables, write_outputs
+from gpufleet.sim.report import add_relative, side_table, view_tables
+from gpufleet.sim.report_html import write_outputs
 from gpufleet.sim.team_report import team_tables
 from gpufleet.tables import OutputFormat, print_tables
 
@@ -200,7 +201,8 @@ def simulate(
             "spot_model": ", ".join(sorted(m for m in models if m != "none")) or "none",
             # rows not run because they provably repeat another run (gpufleet.sim.batch)
             "derived_rows": derived}
-    js, rep = write_outputs(out, summaries, series, wall, meta, NOTES)
+    settings = {sc.name: sc.model_dump(mode="json", exclude_defaults=True) for sc in scenarios}
+    js, rep = write_outputs(out, summaries, series, wall, meta, NOTES, settings)
     tables = [side_table(summaries, f"{workload}: scenarios side by side"),
               *view_tables(summaries), *team_tables(summaries)]
     print_tables(tables, fmt, console)

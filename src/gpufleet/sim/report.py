@@ -1,4 +1,4 @@
-"""summary.json, a self-contained report.html (PNG plots inlined as base64) and the rich tables.
+"""summary.json and the tables: what a run prints and writes (report.html: ``sim.report_html``).
 
 Three views of one run: the side-by-side table (baselines, gpufleet and any scenario not in a
 view below), the leave-one-out table (gpufleet minus each lever) and the additive chain
@@ -8,19 +8,12 @@ each baseline (peak-sized ``static``, right-sized ``static-p99``, ``static-reser
 
 from __future__ import annotations
 
-import base64
-import html
-import io
 import json
-from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from gpufleet.config import BASELINES, CHAIN, LEVERS
-from gpufleet.sim.books import Series
 from gpufleet.sim.summary import late_share
 from gpufleet.sim.team_report import fmt_cell as _fmt
-from gpufleet.sim.team_report import team_html
 from gpufleet.tables import DataTable
 
 # (summary key, column title, format) — the side-by-side table in the terminal and the HTML
@@ -158,122 +151,3 @@ def view_tables(summaries: dict[str, dict[str, Any]]) -> list[DataTable]:
                       values=[label, *(s.get(key) for key, _, _ in VIEW_COLUMNS)])
         out.append(t)
     return out
-
-
-def _png(fig: Any) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
-    return base64.b64encode(buf.getvalue()).decode("ascii")
-
-
-def plots(series: dict[str, Series]) -> list[tuple[str, str]]:
-    """(title, base64 PNG) per plot; each plot has one line per scenario."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    out = []
-
-    def days(s: Series) -> list[float]:
-        return [t / 86400.0 for t in s.t]
-
-    def util(s: Series) -> list[float]:
-        return [a / max(1, o + p) for a, o, p in zip(s.alloc_gpus, s.od_gpus, s.spot_gpus,
-                                                       strict=True)]
-
-    specs = [
-        ("GPU utilisation (allocated / provisioned)", util, "fraction"),
-        ("Cumulative cost (USD)", lambda s: s.cost_usd, "USD"),
-        ("Spot interruptions (cumulative)", lambda s: s.interruptions, "job interruptions"),
-        ("Queue length (pending jobs)", lambda s: s.pending, "jobs"),
-    ]
-    for title, fn, ylabel in specs:
-        fig, ax = plt.subplots(figsize=(9, 3.2))
-        for name, s in series.items():
-            ax.plot(days(s), fn(s), label=name, linewidth=1)
-        ax.set_title(title)
-        ax.set_xlabel("day")
-        ax.set_ylabel(ylabel)
-        ax.legend(fontsize=7, ncol=4)
-        out.append((title, _png(fig)))
-        plt.close(fig)
-    fig, ax = plt.subplots(figsize=(9, 3.2))
-    for name, s in series.items():
-        if not any(s.spot_gpus) and name not in ("static", "gpufleet"):
-            continue
-        ax.plot(days(s), s.od_gpus, label=f"{name} on-demand", linewidth=1)
-        if any(s.spot_gpus):
-            ax.plot(days(s), s.spot_gpus, label=f"{name} spot", linewidth=1, linestyle="--")
-    ax.set_title("Fleet size by capacity type (GPUs)")
-    ax.set_xlabel("day")
-    ax.set_ylabel("GPUs")
-    ax.legend(fontsize=7, ncol=3)
-    out.append(("Fleet size by capacity type", _png(fig)))
-    plt.close(fig)
-    return out
-
-
-def report_html(
-    summaries: dict[str, dict[str, Any]],
-    series: dict[str, Series],
-    meta: dict[str, Any],
-    notes: Sequence[str] = (),
-) -> str:
-    main = side_by_side(summaries)
-    head = "".join(f"<th>{html.escape(n)}</th>" for n in main)
-    rows = "".join(
-        f"<tr><td>{html.escape(label)}</td>"
-        + "".join(f"<td>{html.escape(_fmt(fmt, s.get(key)))}</td>" for s in main.values())
-        + "</tr>"
-        for key, label, fmt in COLUMNS
-    )
-    view_html = ""
-    for title, vrows in _view_tables(summaries):
-        vhead = "".join(f"<th>{html.escape(label)}</th>" for _, label, _ in VIEW_COLUMNS)
-        body = "".join(
-            f"<tr><td>{html.escape(label)}</td>"
-            + "".join(f"<td>{html.escape(_fmt(fmt, summaries[name].get(key)))}</td>"
-                      for key, _, fmt in VIEW_COLUMNS)
-            + "</tr>"
-            for label, name in vrows
-        )
-        view_html += (f"<h2>{html.escape(title)}</h2>"
-                      f"<table><tr><th>scenario</th>{vhead}</tr>{body}</table>")
-    imgs = "".join(
-        f'<h3>{html.escape(t)}</h3><img alt="{html.escape(t)}" src="data:image/png;base64,{b}">'
-        for t, b in plots({k: v for k, v in series.items() if k in main})
-    )
-    meta_rows = "".join(
-        f"<li><b>{html.escape(str(k))}</b>: {html.escape(str(v))}</li>" for k, v in meta.items()
-    )
-    note_rows = "".join(f"<li>{html.escape(n)}</li>" for n in notes)
-    return f"""<!doctype html>
-<html><head><meta charset="utf-8"><title>gpufleet simulate</title>
-<style>body{{font-family:sans-serif;margin:2em;max-width:1100px}}
-table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}
-td:first-child{{text-align:left}}img{{max-width:100%}}</style></head><body>
-<h1>gpufleet simulate</h1><ul>{meta_rows}</ul>
-<h2>Scenarios side by side</h2><table><tr><th>metric</th>{head}</tr>{rows}</table>
-<ul>{note_rows}</ul>
-{view_html}
-{team_html(summaries, series, _png)}
-<h2>Over time</h2>{imgs}
-</body></html>
-"""
-
-
-def write_outputs(
-    out_dir: Path,
-    summaries: dict[str, dict[str, Any]],
-    series: dict[str, Series],
-    wall_s: float,
-    meta: dict[str, Any],
-    notes: Sequence[str] = (),
-) -> tuple[Path, Path]:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    js = out_dir / "summary.json"
-    js.write_text(summary_json(summaries, wall_s, meta), encoding="utf-8")
-    rep = out_dir / "report.html"
-    rep.write_text(report_html(summaries, series, meta, notes), encoding="utf-8")
-    return js, rep

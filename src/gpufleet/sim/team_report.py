@@ -1,17 +1,15 @@
 """The per-team part of the simulator's output: a table per scenario with a ``teams:`` section
-(CLI and report.html) and, in the report, each team's share of the fleet over time.
+(the terminal; report.html draws the same columns, ``sim.report_html``).
 
-Reads only the summary's ``teams`` block (``sim.summary.team_figures`` defines every figure)
-and the series' ``team_gpus`` samples; scenarios without teams add nothing.
+Reads only the summary's ``teams`` block (``sim.summary.team_figures`` defines every figure);
+scenarios without teams add nothing.
 """
 
 from __future__ import annotations
 
-import html
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from gpufleet.sim.books import Series
 from gpufleet.tables import DataTable
 
 # (key in the per-team row, column label, format); None values print as "—"
@@ -69,46 +67,3 @@ def team_tables(summaries: Mapping[str, Mapping[str, Any]]) -> list[DataTable]:
             t.add_row(*cells, values=[team, *(row.get(key) for key, _, _ in TEAM_COLUMNS)])
         out.append(t)
     return out
-
-
-def share_plot(name: str, s: Series, png: Callable[[Any], str]) -> str:
-    """Base64 PNG (``png`` encodes the figure, as the report does): the teams'
-    GPU-equivalents in use over time, stacked (each band is a team's share of what the fleet
-    runs)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    days = [t / 86400.0 for t in s.t]
-    teams = sorted(s.team_gpus)
-    fig, ax = plt.subplots(figsize=(9, 3.2))
-    ax.stackplot(days, *(s.team_gpus[t][: len(days)] for t in teams), labels=teams)
-    ax.set_title(f"{name}: GPU-equivalents in use per team (stacked)")
-    ax.set_xlabel("day")
-    ax.set_ylabel("GPUs")
-    ax.legend(fontsize=7, ncol=6)
-    out = png(fig)
-    plt.close(fig)
-    return out
-
-
-def team_html(summaries: Mapping[str, Mapping[str, Any]], series: Mapping[str, Series],
-              png: Callable[[Any], str]) -> str:
-    """The report's per-team section: the table and the share plot per scenario with teams."""
-    parts = []
-    head = "".join(f"<th>{html.escape(label)}</th>" for _, label, _ in TEAM_COLUMNS)
-    for name, s in summaries.items():
-        teams = s.get("teams")
-        if not teams:
-            continue
-        body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
-                       for row in team_rows(teams))
-        parts.append(f"<h3>{html.escape(name)}</h3><table><tr><th>team</th>{head}</tr>{body}"
-                     f"</table><p>{html.escape(_footer(teams))}</p>")
-        ser = series.get(name)
-        if ser is not None and ser.team_gpus:
-            title = f"{name}: share over time per team"
-            parts.append(f'<img alt="{html.escape(title)}" '
-                         f'src="data:image/png;base64,{share_plot(name, ser, png)}">')
-    return "<h2>Teams</h2>" + "".join(parts) if parts else ""
