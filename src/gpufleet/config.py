@@ -66,10 +66,19 @@ class KwokSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    speedup: float = Field(default=1.0, gt=0, le=1e6)
-    market_start_s: float = Field(default=0.0, ge=0, le=365 * DAY_S)
-    notice_s: float = Field(default=120.0, ge=0, le=3600)  # AWS gives two minutes
-    namespace: str = Field(default="kube-system", min_length=1, max_length=63)
+    speedup: float = Field(default=1.0, gt=0, le=1e6, description=(
+        "Market seconds per wall-clock second: > 1 replays hours of spot trace in minutes."))
+    market_start_s: float = Field(default=0.0, ge=0, le=365 * DAY_S, description=(
+        "Where in the spot availability traces the market clock starts, seconds."))
+    notice_s: float = Field(default=120.0, ge=0, le=3600, description=(
+        "Seconds between a reclaim notice and the node's removal (AWS gives two minutes)."))
+    namespace: str = Field(default="kube-system", min_length=1, max_length=63, description=(
+        "Namespace of the lab cloud's own objects (its pending launches)."))
+    # A real cloud's API answers to cloud credentials, not to the controller's RBAC: so may the
+    # lab's (the chart's RBAC grants no Node creation).
+    kubeconfig: str | None = Field(default=None, min_length=1, description=(
+        "The lab cloud's own credentials: a kubeconfig for its calls (creating Nodes and their "
+        "ResourceSlices, its pending launches, the market clock); default the controller's."))
 
 
 class CloudSettings(BaseModel):
@@ -80,15 +89,21 @@ class CloudSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    name: Literal["kwok", "aws", "aliyun"] = "kwok"
-    registration_timeout_s: float = Field(default=900.0, gt=0, le=DAY_S)
-    kwok: KwokSettings = KwokSettings()
+    name: Literal["kwok", "aws", "aliyun"] = Field(default="kwok", description=(
+        "The provider: kwok (the lab's fake nodes), aws (EC2 Fleet) or aliyun (ECS)."))
+    registration_timeout_s: float = Field(default=900.0, gt=0, le=DAY_S, description=(
+        "A launched instance whose Node has not registered after this many seconds is deleted."))
+    kwok: KwokSettings = Field(default=KwokSettings(), description="The lab cloud's settings.")
     # The provider's own settings, required for that cloud: a mapping with the keys of its config
     # file (gpufleet.cloud.aws_config.AwsConfig / gpufleet.cloud.aliyun.AliyunConfig), or the
     # path of that file. Validated when the controller builds the provider (one line naming the
     # field, exit 2), so the simulator never imports a cloud SDK.
-    aws: dict[str, Any] | str | None = None
-    aliyun: dict[str, Any] | str | None = None
+    aws: dict[str, Any] | str | None = Field(default=None, description=(
+        "The AWS provider's settings (needed with name: aws): its config keys, or that file's "
+        "path."))
+    aliyun: dict[str, Any] | str | None = Field(default=None, description=(
+        "The Aliyun provider's settings (needed with name: aliyun): its config keys, or that "
+        "file's path."))
 
     @model_validator(mode="after")
     def _provider_settings(self) -> CloudSettings:
@@ -109,76 +124,117 @@ class Scenario(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    name: str = Field(min_length=1, max_length=64, pattern=NAME)
-    packing: bool = True
-    sharing: bool = True
-    autoscaling: bool = True
-    spot: bool = True
-    checkpointing: bool = True
+    name: str = Field(min_length=1, max_length=64, pattern=NAME, description=(
+        "The scenario's name: its column in the report, what --only selects."))
+    packing: bool = Field(default=True, description=(
+        "Lever: place jobs with the packing policy; false: spread placement."))
+    sharing: bool = Field(default=True, description=(
+        "Lever: fractional and MIG jobs share GPUs; false: each takes whole GPUs."))
+    autoscaling: bool = Field(default=True, description=(
+        "Lever: grow and shrink the fleet from pending demand; false: a fixed fleet "
+        "(fixed_nodes, or sized by fixed_size_quantile)."))
+    spot: bool = Field(default=True, description=(
+        "Lever: run work on spot capacity where its expected cost is lower."))
+    checkpointing: bool = Field(default=True, description=(
+        "Lever: interrupted jobs resume from their last checkpoint (recovery); false: they "
+        "start over."))
 
-    provider: Literal["aws", "aliyun"] = "aws"
-    # restrict the catalog (None = all of provider)
-    instance_types: tuple[str, ...] | None = Field(default=None, max_length=256)
-    placement: str | None = Field(default=None, max_length=64)  # override: default / "spread"
-    fixed_nodes: int | None = Field(default=None, ge=1, le=MAX_NODES)  # non-autoscaled size
-    # a non-autoscaled fleet is sized at this time-weighted quantile of concurrent demand
-    # (1 = the peak; 0.99 = static-p99, jobs queue when it is full)
-    fixed_size_quantile: float = Field(default=1.0, gt=0, le=1)
-    # on-demand nodes billed at the list price or at the provider's 1-year commitment rate
-    # (gpufleet.catalog.commitments: reserved instances / savings plans, source cited there)
-    pricing: Literal["on-demand", "reserved"] = "on-demand"
-    provisioning_delay_s: float = Field(default=180.0, ge=0, le=DAY_S)
-    scan_interval_s: float = Field(default=10.0, ge=1, le=3600)
-    scale_down_unneeded_s: float = Field(default=600.0, ge=0, le=7 * DAY_S)
-    utilization_threshold: float = Field(default=0.5, ge=0, le=1)
-    consolidation: bool = True
-    multi_node_consolidation: bool = True  # after single-node; may launch one cheaper node
-    consolidation_recheck_s: float = Field(default=300.0, ge=1, le=DAY_S)
-    pending_gpu_threshold: float = Field(default=2.0, ge=0, le=100_000)
-    max_pending_wait_s: float = Field(default=60.0, ge=0, le=DAY_S)
-    max_nodes: int = Field(default=5000, ge=1, le=MAX_NODES)
+    provider: Literal["aws", "aliyun"] = Field(default="aws", description=(
+        "The cloud whose instance catalog and prices are used."))
+    instance_types: tuple[str, ...] | None = Field(default=None, max_length=256, description=(
+        "Restrict the catalog to these instance types of the provider; null: all of them."))
+    placement: str | None = Field(default=None, max_length=64, description=(
+        "A placement policy by name (e.g. spread), overriding the one packing chooses."))
+    fixed_nodes: int | None = Field(default=None, ge=1, le=MAX_NODES, description=(
+        "Nodes of a fleet without autoscaling; null: sized from the workload "
+        "(fixed_size_quantile)."))
+    fixed_size_quantile: float = Field(default=1.0, gt=0, le=1, description=(
+        "A fleet without autoscaling is sized at this time-weighted quantile of concurrent "
+        "demand: 1 = the peak; 0.99 = static-p99, where jobs queue when it is full."))
+    pricing: Literal["on-demand", "reserved"] = Field(default="on-demand", description=(
+        "On-demand nodes billed at the list price, or at the provider's 1-year commitment rate "
+        "(reserved instances / savings plans, gpufleet.catalog.commitments)."))
+    provisioning_delay_s: float = Field(default=180.0, ge=0, le=DAY_S, description=(
+        "Seconds from a launch to the node being ready."))
+    scan_interval_s: float = Field(default=10.0, ge=1, le=3600, description=(
+        "Seconds between the capacity loop's scans of pending pods and idle nodes."))
+    scale_down_unneeded_s: float = Field(default=600.0, ge=0, le=7 * DAY_S, description=(
+        "A node empty or under utilization_threshold for this many seconds may be removed or "
+        "consolidated."))
+    utilization_threshold: float = Field(default=0.5, ge=0, le=1, description=(
+        "A node with less than this share of its GPUs allocated is under-used (a "
+        "consolidation candidate)."))
+    consolidation: bool = Field(default=True, description=(
+        "Move the work of under-used nodes elsewhere and remove them (or replace them with "
+        "cheaper ones)."))
+    multi_node_consolidation: bool = Field(default=True, description=(
+        "After single-node consolidation, consolidate several nodes at once; may launch one "
+        "cheaper node."))
+    consolidation_recheck_s: float = Field(default=300.0, ge=1, le=DAY_S, description=(
+        "The least seconds between two consolidation searches (control.scan)."))
+    pending_gpu_threshold: float = Field(default=2.0, ge=0, le=100_000, description=(
+        "Scale up once the pending pods ask at least this many GPUs (or the oldest waited "
+        "max_pending_wait_s)."))
+    max_pending_wait_s: float = Field(default=60.0, ge=0, le=DAY_S, description=(
+        "Scale up for a pending pod that waited this many seconds, below the GPU threshold "
+        "too."))
+    max_nodes: int = Field(default=5000, ge=1, le=MAX_NODES, description=(
+        "The most nodes the fleet may have."))
 
-    spot_strategy: str = Field(default="capacity-aware", max_length=64)
-    spot_market: Literal["trace", "price"] = "trace"
-    # default: <data>/spot-traces/availability
-    availability_dir: str | None = Field(default=None, min_length=1, max_length=4096)
-    price_volatility: float = Field(default=0.08, ge=0, le=1)  # log-OU sigma per tick
-    price_reversion: float = Field(default=0.05, gt=0, le=1)
-    price_tick_s: float = Field(default=300.0, ge=60, le=DAY_S)
-    spot_discount: float = Field(default=0.3, gt=0, le=1)  # spot/od where no price data
+    spot_strategy: str = Field(default="capacity-aware", max_length=64, description=(
+        "How spot offers are chosen and bid (gpufleet.market), e.g. capacity-aware, "
+        "bid-agent."))
+    spot_market: Literal["trace", "price"] = Field(default="trace", description=(
+        "trace: spot availability replayed from traces (availability_dir); price: a "
+        "simulated price process (price_volatility, price_reversion, price_tick_s)."))
+    availability_dir: str | None = Field(default=None, min_length=1, max_length=4096,
+                                         description=(
+        "Folder of spot availability traces (<zone>_<gpu>_<n>.json); null: "
+        "<data>/spot-traces/availability."))
+    price_volatility: float = Field(default=0.08, ge=0, le=1, description=(
+        "The spot price process's volatility: the log-Ornstein-Uhlenbeck sigma per tick."))
+    price_reversion: float = Field(default=0.05, gt=0, le=1, description=(
+        "The spot price process's mean reversion per tick."))
+    price_tick_s: float = Field(default=300.0, ge=60, le=DAY_S, description=(
+        "Seconds between the price process's spot price changes."))
+    spot_discount: float = Field(default=0.3, gt=0, le=1, description=(
+        "Spot over on-demand price where there is no price data."))
 
-    recovery: str = Field(default="checkpoint-requeue", max_length=64)
-    # None: Young/Daly
-    checkpoint_interval_s: float | None = Field(default=None, ge=60, le=7 * DAY_S)
-    # deadline-aware spot fallback; "default" = gpufleet.market.deadline.DEFAULT_DEADLINE_POLICY,
-    # None = deadline jobs are treated like any other
-    deadline_policy: str | None = Field(default="default", max_length=64)
+    recovery: str = Field(default="checkpoint-requeue", max_length=64, description=(
+        "What an interrupted job does (gpufleet.recovery), e.g. checkpoint-requeue, "
+        "restart-from-zero."))
+    checkpoint_interval_s: float | None = Field(default=None, ge=60, le=7 * DAY_S, description=(
+        "Seconds between a job's checkpoints; null: Young/Daly's interval."))
+    deadline_policy: str | None = Field(default="default", max_length=64, description=(
+        "Deadline-aware spot fallback: \"default\" is "
+        "gpufleet.market.deadline.DEFAULT_DEADLINE_POLICY; null: deadline jobs are treated "
+        "like any other."))
 
-    # unexpected node failures: a node of g GPUs fails at rate g / gpu_mtbf_hours (exponential,
-    # seeded); None = no failures (the default for scenario files: exact replays)
-    gpu_mtbf_hours: float | None = Field(default=None, ge=10, le=1e9)
+    gpu_mtbf_hours: float | None = Field(default=None, ge=10, le=1e9, description=(
+        "Unexpected node failures: a node of g GPUs fails at rate g / gpu_mtbf_hours "
+        "(exponential, seeded); null: none, so a replay is exact."))
 
-    sample_interval_s: float = Field(default=600.0, ge=60, le=DAY_S)
-    starvation_s: float | None = Field(default=None, ge=1, le=30 * DAY_S)
-    # a pending gang waits, scales up or evicts movable pods, whichever costs least
-    # (``control.gang_room``); false: scale-up launches for every pending gang
-    gang_room: bool = True
-    # move a running on-demand node's work to spot when the move pays (``control.spot_swap``);
-    # needs autoscaling, spot and checkpointing. On in the embedded ``gpufleet``, off
-    # unless set in a scenario file or the controller's --config: a swap drains running work,
-    # which a deployment switches on knowingly
-    spot_swap: bool = False
-    # keep spare GPUs ready for the arrivals expected while a node boots (``control.headroom``);
-    # needs autoscaling. On in the embedded ``gpufleet``, off unless set in a file: the buffer
-    # is capacity paid for before any pod asks for it
-    headroom: bool = False
+    sample_interval_s: float = Field(default=600.0, ge=60, le=DAY_S, description=(
+        "Seconds between the simulator's samples of the fleet (the report's time series)."))
+    starvation_s: float | None = Field(default=None, ge=1, le=30 * DAY_S, description=(
+        "A queue head that waited longer than this stops backfill, so small jobs cannot "
+        "starve a big gang; null: never."))
+    gang_room: bool = Field(default=True, description=(
+        "A pending gang waits, scales up or evicts movable pods, whichever costs least "
+        "(control.gang_room); false: scale-up launches for every pending gang."))
+    spot_swap: bool = Field(default=False, description=(
+        "Move a running on-demand node's work to spot when the move pays (control.spot_swap); "
+        "needs autoscaling, spot and checkpointing. Off unless set: it drains running work."))
+    headroom: bool = Field(default=False, description=(
+        "Keep spare GPUs for the arrivals expected while a node boots (control.headroom); "
+        "needs autoscaling. Off unless set: it is capacity paid before any pod asks."))
 
-    # the live capacity controller's cloud provider (None: the controller only schedules)
-    cloud: CloudSettings | None = None
+    cloud: CloudSettings | None = Field(default=None, description=(
+        "The live capacity controller's cloud; null: the controller only schedules. The "
+        "simulator ignores it."))
 
-    # team queues: quotas, cohorts, fair-share weights, budgets (``queueing.teams.settings``);
-    # None: no quotas — every job is admitted as before
-    teams: TeamsSettings | None = None
+    teams: TeamsSettings | None = Field(default=None, description=(
+        "Team queues: quotas, cohorts, fair-share weights, budgets; null: no quotas."))
 
     @property
     def levers(self) -> dict[str, bool]:

@@ -111,18 +111,33 @@ class AliyunConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    region: str = Field(pattern=r"^[a-z]{2,3}-[a-z0-9-]+$")
-    zones: dict[str, str] = Field(min_length=1)
-    image_id: str | None = None
-    security_group_id: str | None = Field(default=None, pattern=r"^sg-[A-Za-z0-9]+$")
-    launch_template_id: str | None = Field(default=None, pattern=r"^lt-[A-Za-z0-9]+$")
-    launch_template_version: int | None = Field(default=None, ge=1)
-    instance_types: tuple[str, ...] = ()
-    endpoint: str | None = Field(default=None, pattern=r"^[A-Za-z0-9.-]+(:[0-9]{1,5})?$")
-    protocol: Literal["https", "http"] = "https"
-    max_attempts: int = Field(default=4, ge=1, le=10)
-    timeout_s: float = Field(default=10.0, gt=0, le=120)
-    page_size: int = Field(default=100, ge=1, le=100)
+    region: str = Field(pattern=r"^[a-z]{2,3}-[a-z0-9-]+$", description=(
+        "The region, e.g. cn-hangzhou."))
+    zones: dict[str, str] = Field(min_length=1, description=(
+        "Each zone gpufleet may use → the VPC vSwitch in it (vsw-…)."))
+    image_id: str | None = Field(default=None, description=(
+        "The image instances boot (without a launch template)."))
+    security_group_id: str | None = Field(default=None, pattern=r"^sg-[A-Za-z0-9]+$",
+                                          description=(
+        "The security group of the instances (without a launch template)."))
+    launch_template_id: str | None = Field(default=None, pattern=r"^lt-[A-Za-z0-9]+$",
+                                           description=(
+        "The launch template every instance starts from."))
+    launch_template_version: int | None = Field(default=None, ge=1, description=(
+        "That template's version; null: its default version."))
+    instance_types: tuple[str, ...] = Field(default=(), description=(
+        "The instance types gpufleet may launch; empty: every one in the catalog."))
+    endpoint: str | None = Field(default=None, pattern=r"^[A-Za-z0-9.-]+(:[0-9]{1,5})?$",
+                                 description=(
+        "Overrides ecs.<region>.aliyuncs.com (a VPC endpoint)."))
+    protocol: Literal["https", "http"] = Field(default="https", description=(
+        "https, except against a loopback test server."))
+    max_attempts: int = Field(default=4, ge=1, le=10, description=(
+        "Attempts per call, the first included."))
+    timeout_s: float = Field(default=10.0, gt=0, le=120, description=(
+        "Timeout per call, seconds."))
+    page_size: int = Field(default=100, ge=1, le=100, description=(
+        "DescribeInstances page size (ECS allows 1 to 100)."))
 
     @model_validator(mode="after")
     def _launch_source(self) -> AliyunConfig:

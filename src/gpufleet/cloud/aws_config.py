@@ -30,9 +30,10 @@ class LaunchTemplateRef(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    name: str | None = None
-    id: str | None = None
-    version: str = "$Default"
+    name: str | None = Field(default=None, description="The launch template's name.")
+    id: str | None = Field(default=None, description="The launch template's id (lt-…).")
+    version: str = Field(default="$Default", description=(
+        "A version number, $Default or $Latest."))
 
     @field_validator("name")
     @classmethod
@@ -79,21 +80,31 @@ class AwsConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    region: str
-    zones: dict[str, str] = Field(min_length=1)
-    launch_template: LaunchTemplateRef
-    instance_types: tuple[str, ...] = Field(min_length=1)
-    queue_url: str | None = None
-    endpoint_url: str | None = None
-    # SQS long poll per interruptions() call: bounded so the controller's loop is never held long.
-    wait_time_s: int = Field(default=1, ge=0, le=20)
-    max_messages: int = Field(default=10, ge=1, le=10)
-    # DescribeInstances page size (EC2 allows 5..1000).
-    page_size: int = Field(default=500, ge=5, le=1000)
-    # botocore "standard" retry mode: total attempts per call, first try included.
-    max_attempts: int = Field(default=3, ge=1, le=10)
-    connect_timeout_s: float = Field(default=5.0, gt=0, le=60)
-    read_timeout_s: float = Field(default=30.0, gt=0, le=300)
+    region: str = Field(description="The AWS region, e.g. us-east-1.")
+    zones: dict[str, str] = Field(min_length=1, description=(
+        "Each availability zone gpufleet may launch in → the subnet it launches into."))
+    launch_template: LaunchTemplateRef = Field(description=(
+        "The launch template every instance starts from."))
+    instance_types: tuple[str, ...] = Field(min_length=1, description=(
+        "The instance types gpufleet may launch."))
+    queue_url: str | None = Field(default=None, description=(
+        "The SQS queue EventBridge sends spot interruption and rebalance events to; null: "
+        "notices come from the node agent alone."))
+    endpoint_url: str | None = Field(default=None, description=(
+        "An emulator's URL for both clients (moto, LocalStack); unset for AWS itself."))
+    # bounded so the controller's loop is never held long
+    wait_time_s: int = Field(default=1, ge=0, le=20, description=(
+        "SQS long poll per read of the interruption queue, seconds."))
+    max_messages: int = Field(default=10, ge=1, le=10, description=(
+        "SQS messages per read of the interruption queue."))
+    page_size: int = Field(default=500, ge=5, le=1000, description=(
+        "DescribeInstances page size (EC2 allows 5 to 1000)."))
+    max_attempts: int = Field(default=3, ge=1, le=10, description=(
+        "Attempts per call, the first included (botocore's standard retry mode)."))
+    connect_timeout_s: float = Field(default=5.0, gt=0, le=60, description=(
+        "Connect timeout per call, seconds."))
+    read_timeout_s: float = Field(default=30.0, gt=0, le=300, description=(
+        "Read timeout per call, seconds."))
 
     @field_validator("region")
     @classmethod

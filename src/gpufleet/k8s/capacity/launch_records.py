@@ -23,9 +23,10 @@ from kubernetes.client.exceptions import ApiException
 
 from gpufleet.cloud.provider import TAG_MANAGED, TAG_MIG_CONFIG, TAG_TOKEN, LaunchRequest
 from gpufleet.decisions import CapacityType
+from gpufleet.k8s.translate import names
 
 PREFIX = "gpufleet-launch-"
-LABEL = "gpufleet.io/launch-record"
+LABEL = names.LAUNCH_RECORD_LABEL
 
 
 def new_token() -> str:

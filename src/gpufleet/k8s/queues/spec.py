@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from gpufleet.k8s.translate import names
 from gpufleet.queueing.teams.settings import QueueSettings
 
 GROUP = "gpufleet.io"
@@ -26,7 +27,7 @@ PLURAL = "gpuqueues"
 KIND = "GpuQueue"
 API_VERSION = f"{GROUP}/{VERSION}"
 # a Namespace joins a queue with this label; its value is the GpuQueue's name
-QUEUE_LABEL = "gpufleet.io/queue"
+QUEUE_LABEL = names.QUEUE_LABEL
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,8 @@
 """Every label, annotation and extended-resource name the driver reads or writes, in one place.
 
 What each annotation and label read from a pod means, and which values it takes, is the table
-in :mod:`.pod_fields`.
+in :mod:`.pod_fields`; what gpufleet writes, and what it reads from other objects, the tables in
+:mod:`.api_keys`.
 
 Reads follow the conventions other components already publish: NVIDIA's device plugin
 (``nvidia.com/gpu``, ``nvidia.com/mig-<profile>`` in the "mixed" strategy), GPU Feature Discovery
@@ -78,3 +79,10 @@ ANN_CONSOLIDATION = "gpufleet.io/consolidation"
 # out from spot to on-demand (k8s.translate.deadlines, control.deadline.pending_pin)
 ANN_DEADLINE = "gpufleet.io/deadline"
 ANN_DURATION = "gpufleet.io/duration"
+
+# the capacity loop's record of a launch, written before the cloud is asked: a ConfigMap with
+# this label set to "true" (k8s.capacity.launch_records)
+LAUNCH_RECORD_LABEL = "gpufleet.io/launch-record"
+
+# team queues: a Namespace joins the GpuQueue this label names (k8s.queues)
+QUEUE_LABEL = "gpufleet.io/queue"

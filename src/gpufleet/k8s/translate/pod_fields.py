@@ -20,7 +20,8 @@ absent: the pod runs already, and whatever it holds stays booked.
 Not in the table: the GPU assignment gpufleet writes when it binds (``gpufleet.io/node``,
 ``gpufleet.io/gpus``, ``gpufleet.io/gpu-milli``, ``gpufleet.io/mig``; :mod:`.pods`), read back
 only from bound pods — one that does not parse books the pod as one gpufleet did not annotate;
-and the kubelet's ``kubernetes.io/config.mirror``, whose presence alone marks a mirror pod.
+and the kubelet's ``kubernetes.io/config.mirror``, whose presence alone marks a mirror pod. Both
+are rows of :mod:`.api_keys`' tables, with everything else gpufleet writes and reads.
 """
 
 from __future__ import annotations

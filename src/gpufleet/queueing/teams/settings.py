@@ -22,9 +22,16 @@ dollars in the file, integer micro-dollars inside.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 
 from gpufleet.queueing.teams.budget import MICRO, Budget
 from gpufleet.queueing.teams.fairshare import DEFAULT_HALF_LIFE_S
@@ -32,28 +39,51 @@ from gpufleet.queueing.teams.quota import TeamQuota
 
 
 class BudgetSettings(BaseModel):
+    """A queue's dollar budget per period, and what happens as it runs out (docs/teams.md)."""
+
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    usd: float = Field(gt=0, le=1e12)
-    period: Literal["day", "week", "month"] = "month"
-    action: Literal["spot-only", "hold", "hold-and-drain", "notify"] = "notify"
-    lookahead_s: float = Field(default=3600.0, ge=0, le=31 * 86400)
+    usd: float = Field(gt=0, le=1e12, description="Dollars per period.")
+    period: Literal["day", "week", "month"] = Field(default="month", description=(
+        "The budget's period."))
+    action: Literal["spot-only", "hold", "hold-and-drain", "notify"] = Field(
+        default="notify", description=(
+            "What the budget does as it runs out: spot-only (the team's work goes to spot), "
+            "hold (new work waits), hold-and-drain (as hold; once spent, running work is "
+            "evicted too), notify (reported only)."))
+    lookahead_s: float = Field(default=3600.0, ge=0, le=31 * 86400, description=(
+        "The budget is low when the spend rate would exhaust it within this many seconds."))
 
     def build(self) -> Budget:
         return Budget(round(self.usd * MICRO), self.period, self.action, self.lookahead_s)
 
 
 class QueueSettings(BaseModel):
+    """One team's queue: its quota in GPU-equivalents (fractions and MIG by their share), the
+    cohort it borrows from and lends to, and its budget."""
+
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    name: str = Field(min_length=1, max_length=63)
-    gpus: float | None = Field(default=None, ge=0, le=1e6)
-    cohort: str | None = Field(default=None, min_length=1, max_length=63)
-    borrowing_limit: float | None = Field(default=None, ge=0, le=1e6)
-    weight: float = Field(default=1.0, gt=0, le=1e6)
-    # written as a mapping {model: GPUs}; kept as sorted pairs so the settings stay hashable
-    models: tuple[tuple[str, float], ...] = Field(default=(), max_length=64)
-    budget: BudgetSettings | None = None
+    name: str = Field(min_length=1, max_length=63, description=(
+        "The queue: the trace's tenant, or the value of a Namespace's gpufleet.io/queue label."))
+    gpus: float | None = Field(default=None, ge=0, le=1e6, description=(
+        "Nominal quota in GPU-equivalents; null: a budget-only queue (admitted as without "
+        "quotas)."))
+    cohort: str | None = Field(default=None, min_length=1, max_length=63, description=(
+        "Borrow idle quota from, and lend to, the cohort's other queues."))
+    borrowing_limit: float | None = Field(default=None, ge=0, le=1e6, description=(
+        "At most this many GPU-equivalents above nominal; null: any."))
+    weight: float = Field(default=1.0, gt=0, le=1e6, description=(
+        "Fair-share weight above quota."))
+    # written as a mapping {model: GPUs}; kept as sorted pairs so the settings stay hashable,
+    # and described to editors as the mapping it is written as
+    models: Annotated[tuple[tuple[str, float], ...], WithJsonSchema({
+        "type": "object", "maxProperties": 64,
+        "additionalProperties": {"type": "number", "minimum": 0, "maximum": 1e6}})] = Field(
+        default=(), max_length=64, json_schema_extra={"default": {}}, description=(
+            "Per-GPU-model nominal quota within gpus, as {model: GPUs} (unlisted models: the "
+            "total only)."))
+    budget: BudgetSettings | None = Field(default=None, description="The queue's budget.")
 
     @field_validator("models", mode="before")
     @classmethod
@@ -80,13 +110,17 @@ class QueueSettings(BaseModel):
 
 
 class TeamsSettings(BaseModel):
+    """Team queues: quotas with cohort borrowing and reclaim, time-aware fair share, budgets
+    (docs/teams.md)."""
+
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    half_life_s: float = Field(default=DEFAULT_HALF_LIFE_S, gt=0, le=10 * 365 * 86400)
-    # False: a dry run — usage against the quotas is measured and reported (per-team figures)
-    # but nothing is refused, ordered or reclaimed for them; budgets still act
-    enforce_quotas: bool = True
-    queues: tuple[QueueSettings, ...] = ()
+    half_life_s: float = Field(default=DEFAULT_HALF_LIFE_S, gt=0, le=10 * 365 * 86400,
+                               description="Fair-share usage half-life, seconds.")
+    enforce_quotas: bool = Field(default=True, description=(
+        "false: a dry run - usage against the quotas is measured and reported but nothing is "
+        "refused, ordered or reclaimed for them; budgets still act."))
+    queues: tuple[QueueSettings, ...] = Field(default=(), description="The queues.")
 
     @model_validator(mode="after")
     def _unique(self) -> TeamsSettings:
