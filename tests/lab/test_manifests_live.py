@@ -57,7 +57,7 @@ def test_deploy_manifests_apply_to_the_real_api_server(lab: LabSession) -> None:
     assert can_i(lab, "list", "nodes")
     assert can_i(lab, "watch", "pods")
     assert can_i(lab, "patch", "pods")
-    assert can_i(lab, "create", "pods", "--subresource=binding")
+    assert not can_i(lab, "create", "pods", "--subresource=binding")  # never called
     assert can_i(lab, "create", "bindings")  # what create_namespaced_binding posts to
     assert can_i(lab, "create", "pods", "--subresource=eviction")
     assert can_i(lab, "patch", "pods", "--subresource=status")
@@ -86,7 +86,8 @@ def test_deploy_manifests_apply_to_the_real_api_server(lab: LabSession) -> None:
                       "jsonpath={.status.conditions[?(@.type=='Established')].status}")
     assert crd.stdout == "True"
     assert not can_i(lab, "create", "pods")
-    # the capacity loop (15-rbac-capacity.yaml): cordon/mark and delete Nodes, launch records
+    # the capacity loop: cordon/mark and delete Nodes (10-rbac.yaml), launch records
+    # (15-rbac-capacity.yaml)
     assert can_i(lab, "patch", "nodes") and can_i(lab, "delete", "nodes")
     assert not can_i(lab, "create", "nodes")
     assert can_i(lab, "create", "configmaps", "-n", "gpufleet-system")

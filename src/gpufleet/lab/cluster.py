@@ -8,7 +8,8 @@ Order matters and each step waits for the previous one to be ready: kine (storag
 :mod:`gpufleet.lab.real_node`), the image imported into it, and the chart installed with the
 controller and agent as pods there (:mod:`gpufleet.lab.release`). A failure stops what was
 started and names the component and its log. All state is under one directory: ``pki/``, the
-kubeconfigs, ``kine/state.db``, ``logs/<component>.log``, ``run/<component>.pid``, ``lab.json``.
+kubeconfigs, ``kine/state.db``, ``logs/<component>.log``, ``run/<component>.pid``, ``lab.json``,
+and the API server's audit log of ServiceAccounts' requests, ``audit/audit.log`` (AUDIT_LOG).
 
 Ports (see :mod:`gpufleet.lab.processes`): kine serves the API server on a Unix socket in its
 directory, no port at all; KWOK and the gpufleet controller bind port 0 and the lab reads back
@@ -153,6 +154,33 @@ def _stages_file(directory: Path) -> Path:
     return path
 
 
+# The API server's audit log: Metadata-level events of requests made by ServiceAccounts outside
+# kube-system (the chart's controller and agent run as such; the controller-manager's own
+# per-controller accounts, all in kube-system, would dominate the log and are left out), in
+# ``audit/audit.log`` under the lab's directory, rotated at AUDIT_MAX_MB. Tests read it to show
+# which API calls a ServiceAccount made and which were denied.
+AUDIT_LOG = Path("audit") / "audit.log"
+AUDIT_MAX_MB = 20
+
+
+def audit_policy_file(directory: Path) -> Path:
+    """Write the audit policy (see AUDIT_LOG) into ``directory/audit/`` and return its path."""
+    policy = {
+        "apiVersion": "audit.k8s.io/v1",
+        "kind": "Policy",
+        "omitStages": ["RequestReceived"],
+        "rules": [
+            {"level": "None", "userGroups": ["system:serviceaccounts:kube-system"]},
+            {"level": "Metadata", "userGroups": ["system:serviceaccounts"]},
+            {"level": "None"},
+        ],
+    }
+    path = directory / "audit" / "policy.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(policy, sort_keys=False))
+    return path
+
+
 def controller_command_available() -> str | None:
     """None when ``gpufleet controller`` exists in this install, else why it does not.
 
@@ -280,6 +308,8 @@ def up(opts: LabOptions, log: Callable[[str], None] = lambda _m: None) -> LabInf
             timeout_s=opts.ready_timeout_s,
         )
 
+        audit_policy = audit_policy_file(d)
+
         def apiserver_argv(ports: Sequence[int]) -> list[str]:
             return [
                 str(binary("kube-apiserver")),
@@ -305,6 +335,12 @@ def up(opts: LabOptions, log: Callable[[str], None] = lambda _m: None) -> LabInf
                 "--kubelet-preferred-address-types=InternalIP,Hostname",
                 f"--kubelet-client-certificate={pki.admin.cert}",
                 f"--kubelet-client-key={pki.admin.key}",
+                # audit: ServiceAccounts' requests only, metadata only (audit_policy_file)
+                f"--audit-policy-file={audit_policy}",
+                f"--audit-log-path={d / AUDIT_LOG}",
+                f"--audit-log-maxsize={AUDIT_MAX_MB}",
+                "--audit-log-maxbackup=1",
+                "--audit-log-format=json",
             ]
 
         admin_ctx = _admin_context(pki)

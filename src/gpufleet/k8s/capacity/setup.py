@@ -62,6 +62,19 @@ def _settings(value: dict[str, Any] | str | None, model: type[Any], name: str) -
     return load_model(model, value, f"cloud.{name}")
 
 
+def _kubeconfig_client(path: Path) -> client.ApiClient:
+    from kubernetes import config
+    from kubernetes.config.config_exception import ConfigException
+
+    if not path.is_file():
+        raise InputError("kubeconfig file not found", field="cloud.kwok.kubeconfig", path=path)
+    try:
+        return config.new_client_from_config(config_file=str(path))
+    except ConfigException as exc:
+        raise InputError(f"cannot use this kubeconfig: {exc}", field="cloud.kwok.kubeconfig",
+                         path=path) from None
+
+
 def cloud_provider(core: client.CoreV1Api, sc: Scenario,
                    clock: Callable[[], float]) -> tuple[CloudProvider, list[InstanceType]]:
     """The scenario's cloud provider and the instance types it may launch."""
@@ -86,6 +99,8 @@ def cloud_provider(core: client.CoreV1Api, sc: Scenario,
     k = cloud.kwok
     market = kwok_market(types, Path(sc.availability_dir) if sc.availability_dir else None,
                          sc.spot_discount) if sc.spot else None
+    if k.kubeconfig is not None:  # the cloud's own credentials (KwokSettings.kubeconfig)
+        core = client.CoreV1Api(_kubeconfig_client(Path(k.kubeconfig)))
     provider = KwokProvider(core, {t.name: t for t in types}, market, namespace=k.namespace,
                             provisioning_delay_s=sc.provisioning_delay_s, notice_s=k.notice_s,
                             speedup=k.speedup, market_start_s=k.market_start_s, clock=clock)
