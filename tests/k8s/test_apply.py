@@ -1,17 +1,21 @@
-"""The Applier's Refuse path without an API server: a refusal becomes the pod's
-``PodScheduled=False`` condition and one ``FailedScheduling`` Event with the same message."""
+"""The Applier without an API server: a refusal becomes the pod's ``PodScheduled=False``
+condition and one ``FailedScheduling`` Event with the same message; a replica whose Lease
+renewal is past its renew deadline writes nothing."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
+from kubernetes.client.exceptions import ApiException
 
-from gpufleet.decisions import Refuse
+from gpufleet.decisions import Bind, Preempt, Refuse
 from gpufleet.k8s.schedule.apply import Applier
 from gpufleet.k8s.schedule.cycle import plan_cycle
 from gpufleet.k8s.schedule.telemetry import ControllerMetrics
 from gpufleet.k8s.translate.snapshot import build_snapshot
+from gpufleet.k8s.watch.leader import LeaderElector
 from gpufleet.placement import get_policy
 
 
@@ -65,5 +69,90 @@ def test_a_malformed_annotation_reaches_the_condition_and_the_event() -> None:
         # the next cycle's same refusal writes nothing again: one Event per message
         applier.apply(plan.decisions, {"ns/w0": body})
         assert len(core.conditions) == len(core.events) == 1
+    finally:
+        applier.close()
+
+
+class FakeLeases:
+    """One Lease in memory, as ``coordination.k8s.io/v1`` serves it: create, read, replace."""
+
+    class Resp:
+        def __init__(self, obj: dict) -> None:
+            self.data = json.dumps(obj).encode()
+
+        def release_conn(self) -> None:
+            pass
+
+    def __init__(self) -> None:
+        self.lease: dict | None = None
+
+    def read_namespaced_lease(self, name: str, ns: str, **_: Any) -> FakeLeases.Resp:
+        if self.lease is None:
+            raise ApiException(status=404)
+        return self.Resp(self.lease)
+
+    def create_namespaced_lease(self, ns: str, body: dict, **_: Any) -> FakeLeases.Resp:
+        self.lease = {**body, "metadata": {**body["metadata"], "resourceVersion": "1"}}
+        return self.Resp(self.lease)
+
+    def replace_namespaced_lease(self, name: str, ns: str, body: dict,
+                                 **_: Any) -> FakeLeases.Resp:
+        assert self.lease is not None
+        rv = int(self.lease["metadata"]["resourceVersion"]) + 1
+        self.lease = {**body, "metadata": {**body["metadata"], "resourceVersion": str(rv)}}
+        return self.Resp(self.lease)
+
+
+class WritingCore(RecordingCore):
+    """Every write the Applier makes, by kind."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bindings: list[dict] = []
+        self.evictions: list[str] = []
+
+    def create_namespaced_binding(self, ns: str, body: dict, **_: Any) -> FakeLeases.Resp:
+        self.bindings.append(body)
+        return FakeLeases.Resp(body)
+
+    def create_namespaced_pod_eviction(self, name: str, ns: str, body: dict,
+                                       **_: Any) -> FakeLeases.Resp:
+        self.evictions.append(name)
+        return FakeLeases.Resp(body)
+
+
+def test_a_leader_past_its_renew_deadline_writes_nothing_it_had_planned() -> None:
+    """Lease 15 s, renew deadline 10 s. Renewed at t=100; at t=105 the cycle's bind is written.
+    The process is then paused (SIGSTOP, a long GC) until t=111: its last renewal is 11 s old,
+    past the deadline, while another replica may hold the lease since t=115 at the earliest —
+    the Applier asks before each write, so the bind, eviction and refusal still queued are
+    dropped as conflicts, unwritten, and the elector reports that it no longer leads."""
+    now = [100.0]
+    elector = LeaderElector(FakeLeases(), "kube-system", "gpufleet", "a", lease_s=15.0,
+                            renew_deadline_s=10.0, retry_s=2.0, clock=lambda: now[0])
+    assert elector.try_acquire_or_renew() and elector.is_leader
+    core = WritingCore()
+    applier = Applier(core, ControllerMetrics(), workers=1)
+    applier.leading = lambda: elector.is_leader
+    pod = gang_pod("w0", "1")
+    pods = {f"ns/{n}": {**pod, "metadata": {**pod["metadata"], "name": n}}
+            for n in ("w0", "w1", "w2", "w3")}
+    try:
+        now[0] = 105.0
+        out = applier.apply([Bind("ns/w0", "t4")], pods)
+        assert [b.job_id for b in out.bound] == ["ns/w0"] and len(core.bindings) == 1
+        now[0] = 109.9  # 9.9 s since the renewal: still leading
+        assert elector.is_leader
+        now[0] = 111.0
+        assert not elector.is_leader
+        out = applier.apply([Bind("ns/w1", "t4"), Preempt("ns/w2", "victim"),
+                             Refuse("ns/w3", "no room")], pods)
+        assert out.conflicts == ["ns/w1", "ns/w2", "ns/w3"]
+        assert not out.bound and not out.evicted and not out.refused
+        assert len(core.bindings) == 1 and core.evictions == [] and core.conditions == []
+        # a renewal that succeeds again restores writing (the lease was still its own)
+        assert elector.try_acquire_or_renew() and elector.is_leader
+        out = applier.apply([Bind("ns/w1", "t4")], pods)
+        assert [b.job_id for b in out.bound] == ["ns/w1"] and len(core.bindings) == 2
     finally:
         applier.close()

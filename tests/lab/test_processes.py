@@ -21,6 +21,7 @@ from gpufleet.lab.processes import (
     port_in_use_line,
     port_open,
     read_pidfile,
+    restart,
     start,
     start_on_free_ports,
     stop,
@@ -43,6 +44,33 @@ def test_start_records_a_pidfile_and_stop_ends_the_process(tmp_path: Path) -> No
     assert not r.alive()
     assert not r.pidfile.exists()
     stop(again)  # idempotent
+
+
+def test_restart_runs_the_recorded_command_again_in_its_directory_and_environment(
+        tmp_path: Path) -> None:
+    """A component killed with SIGKILL comes back with the same argv, cwd and extra env."""
+    work = tmp_path / "work"
+    work.mkdir()
+    code = ("import os, sys, time; print('up', sys.argv[1], os.getcwd(), os.environ['MARK'], "
+            "flush=True); time.sleep(60)")
+    first = start("comp", [sys.executable, "-c", code, "flag-x"], run_dir=tmp_path / "run",
+                  log_dir=tmp_path / "logs", env={"MARK": "m1"}, cwd=work)
+    wait_until(first, lambda: "up" in first.output(), what="printing", timeout_s=60)
+    os.kill(first.pid, 9)
+    again = restart(first.pidfile, tmp_path / "logs")
+    try:
+        assert again.pid != first.pid and again.alive()
+        wait_until(again, lambda: "up" in again.output(), what="printing", timeout_s=60)
+        assert again.output().split() == ["up", "flag-x", str(work), "m1"]
+        assert read_pidfile(again.pidfile, tmp_path / "logs") == again
+    finally:
+        stop(again)
+
+
+def test_restart_without_a_recorded_command_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "x.pid").write_text(json.dumps({"pid": 1}))
+    with pytest.raises(LabError, match="no recorded command"):
+        restart(tmp_path / "x.pid", tmp_path)
 
 
 def test_stop_escalates_to_sigkill_when_sigterm_is_ignored(tmp_path: Path) -> None:

@@ -3,7 +3,9 @@
 Each component runs detached (its own session, so it outlives ``gpufleet lab up``), logs to
 ``DIR/logs/<name>.log`` and is recorded in ``DIR/run/<name>.pid`` with its start time from
 ``/proc``: ``lab down`` then stops exactly the processes it started, never a process that later
-reused the pid. Stopping is SIGTERM, a bounded wait, then SIGKILL.
+reused the pid. Stopping is SIGTERM, a bounded wait, then SIGKILL. The pidfile also keeps the
+command line, working directory and the environment variables the lab added (never the whole
+environment), so :func:`restart` can start a component that died again exactly as it was.
 
 Ports. A port found free and handed to a process started later can be taken in between (by any
 process: every outgoing connection takes a port from the same range), so the lab never trusts a
@@ -203,9 +205,28 @@ def start(
                       offset)
     running.pidfile.write_text(
         json.dumps({"pid": running.pid, "start_time": running.start_time, "argv": list(argv),
-                    "log_offset": offset})
+                    "log_offset": offset, "env": env or {},
+                    "cwd": None if cwd is None else str(cwd)})
     )
     return running
+
+
+def restart(pidfile: Path, log_dir: Path) -> Running:
+    """Start a component again as its pidfile recorded it — the same command line (so the same
+    ports and flags), working directory and extra environment — after stopping it if it still
+    runs (:func:`stop`). For bringing back a component that died or was killed; waiting until
+    it serves again is the caller's (:func:`wait_until`)."""
+    try:
+        data = json.loads(pidfile.read_text())
+        argv = [str(a) for a in data["argv"]]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise LabError(f"cannot restart from {pidfile}: no recorded command ({exc})") from None
+    old = read_pidfile(pidfile, log_dir)
+    if old is not None:
+        stop(old)
+    cwd = data.get("cwd")
+    return start(pidfile.stem, argv, run_dir=pidfile.parent, log_dir=log_dir,
+                 env=dict(data.get("env") or {}), cwd=None if cwd is None else Path(cwd))
 
 
 def read_pidfile(pidfile: Path, log_dir: Path) -> Running | None:

@@ -28,6 +28,13 @@ consolidated nodes' pods come here, as ``Preempt``.
   a ``FailedScheduling`` Warning Event — only when the message differs from the one already on
   the pod, so a pod that stays pending for an hour gets one event, not one per cycle.
 
+Every write is made only while ``leading()`` holds (the controller passes its Lease check: the
+last successful renewal younger than the renew deadline, on the monotonic clock), asked right
+before the call — not once per cycle: a replica paused or starved mid-cycle (SIGSTOP, a long GC,
+a VM freeze) past its lease wakes with writes still queued in its threads, planned on a view in
+which another replica may since have given the same GPUs away. Such a decision is dropped and
+counted as a conflict, so its assumption is forgotten.
+
 Kubernetes' client deserialises the ``Binding`` create's response into a model that rejects it
 (a known quirk), so every write here asks for the raw response (``_preload_content=False``).
 """
@@ -71,6 +78,7 @@ class Outcome:
     evicted: list[str] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)  # pods of those errors (a 409 is not one)
 
 
 class Applier:
@@ -93,6 +101,8 @@ class Applier:
             None = None
         # whether a bind's devices are recorded in claims: its Binding carries no annotations
         self.in_claims: Callable[[Bind], bool] = lambda _d: False
+        # whether this replica may write now (module docstring); always, without an election
+        self.leading: Callable[[], bool] = lambda: True
 
     def apply(self, decisions: list, pods: Mapping[str, Mapping[str, Any]],
               spot_nodes: Collection[str] = ()) -> Outcome:
@@ -128,10 +138,21 @@ class Applier:
     def close(self) -> None:
         self._pool.shutdown(wait=True)
 
+    def _stale(self, d: Bind | Preempt | Refuse, out: Outcome) -> bool:
+        """True (and the decision dropped as a conflict) when this replica no longer leads."""
+        if self.leading():
+            return False
+        out.conflicts.append(d.job_id)
+        if isinstance(d, Bind):
+            self.metrics.conflicts.inc()
+        log.warning("%s %s: not leading any more; dropped unwritten", type(d).__name__,
+                    d.job_id)
+        return True
+
     # -- Bind ---------------------------------------------------------------------------------
     def _bind(self, d: Bind, pod: Mapping[str, Any] | None, out: Outcome,
               spot: bool = False) -> None:
-        if pod is None:
+        if pod is None or self._stale(d, out):
             return
         meta = pod["metadata"]
         ns, name = meta["namespace"], meta["name"]
@@ -145,7 +166,7 @@ class Applier:
                 self.metrics.attempts.labels(result="conflict").inc()
                 return
             else:
-                self._error(out, why)
+                self._error(out, d.job_id, why)
                 return
         version = meta.get("resourceVersion")
         tols = list((pod.get("spec") or {}).get("tolerations") or ())
@@ -159,6 +180,8 @@ class Applier:
                              "annotations": {} if self.in_claims(d) else
                              binding_annotations(d, meta.get("annotations") or {})},
                 "target": {"apiVersion": "v1", "kind": "Node", "name": d.node}}
+        if self._stale(d, out):  # the claim writes or the toleration patch took a while
+            return
         try:
             self.limiter.take()
             release(self.core.create_namespaced_binding(ns, body, _preload_content=False))
@@ -172,10 +195,11 @@ class Applier:
                 return
             if exc.status == 404:
                 return
-            self._error(out, f"bind {d.job_id} → {d.node}: {exc.status} {exc.reason}")
+            self._error(out, d.job_id,
+                        f"bind {d.job_id} → {d.node}: {exc.status} {exc.reason}")
             return
         except (urllib3.exceptions.HTTPError, OSError) as exc:
-            self._error(out, f"bind {d.job_id} → {d.node}: {exc}")
+            self._error(out, d.job_id, f"bind {d.job_id} → {d.node}: {exc}")
             return
         out.bound.append(d)
         self._written.pop(d.job_id, None)
@@ -203,16 +227,17 @@ class Applier:
                 self.metrics.conflicts.inc()
                 log.info("spot toleration for %s: 409 (changed); re-reading", d.job_id)
             elif exc.status != 404:
-                self._error(out, f"spot toleration for {d.job_id}: {exc.status} {exc.reason}")
+                self._error(out, d.job_id,
+                            f"spot toleration for {d.job_id}: {exc.status} {exc.reason}")
             return None
         except (urllib3.exceptions.HTTPError, OSError) as exc:
-            self._error(out, f"spot toleration for {d.job_id}: {exc}")
+            self._error(out, d.job_id, f"spot toleration for {d.job_id}: {exc}")
             return None
         return str(json.loads(resp.data)["metadata"]["resourceVersion"])
 
     # -- Preempt ------------------------------------------------------------------------------
     def _evict(self, d: Preempt, pod: Mapping[str, Any] | None, out: Outcome) -> None:
-        if pod is None:
+        if pod is None or self._stale(d, out):
             return
         meta = pod["metadata"]
         grace = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
@@ -228,10 +253,10 @@ class Applier:
             if exc.status in (404, 429):  # gone already / a disruption budget says not now
                 log.info("evict %s: %s %s", d.job_id, exc.status, exc.reason)
                 return
-            self._error(out, f"evict {d.job_id}: {exc.status} {exc.reason}")
+            self._error(out, d.job_id, f"evict {d.job_id}: {exc.status} {exc.reason}")
             return
         except (urllib3.exceptions.HTTPError, OSError) as exc:
-            self._error(out, f"evict {d.job_id}: {exc}")
+            self._error(out, d.job_id, f"evict {d.job_id}: {exc}")
             return
         out.evicted.append(d.job_id)
         self.metrics.evictions.inc()
@@ -246,11 +271,15 @@ class Applier:
                         if c.get("type") == "PodScheduled"), None)
         same = current is not None and current.get("status") == "False" and current.get(
             "reason") == "Unschedulable" and current.get("message") == d.message
-        if same or self._written.get(d.job_id) == d.message:
+        if same or self._written.get(d.job_id) == d.message or self._stale(d, out):
             return
         meta = pod["metadata"]
         cond = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
                 "message": d.message, "lastTransitionTime": _now()}
+        # the Event first, as kube-scheduler does: a controller that dies between the two writes
+        # leaves the condition unwritten, so its successor writes both again (an Event at least
+        # once); the other order would leave the condition and never the Event
+        self.event(pod, "FailedScheduling", d.message, "Warning")
         try:
             self.limiter.take()
             release(self.core.patch_namespaced_pod_status(
@@ -258,14 +287,13 @@ class Applier:
                 _preload_content=False))
         except ApiException as exc:
             if exc.status != 404:
-                self._error(out, f"status of {d.job_id}: {exc.status} {exc.reason}")
+                self._error(out, d.job_id, f"status of {d.job_id}: {exc.status} {exc.reason}")
             return
         except (urllib3.exceptions.HTTPError, OSError) as exc:
-            self._error(out, f"status of {d.job_id}: {exc}")
+            self._error(out, d.job_id, f"status of {d.job_id}: {exc}")
             return
         self._written[d.job_id] = d.message
         out.refused.append(d.job_id)
-        self.event(pod, "FailedScheduling", d.message, "Warning")
 
     def event(self, obj: Mapping[str, Any], reason: str, message: str, kind: str) -> None:
         """An Event about ``obj`` (a Pod unless it says its ``kind``; a cluster-scoped object's
@@ -293,8 +321,9 @@ class Applier:
         except ApiErrors as exc:  # an event is best effort: the condition already says it
             log.warning("event for %s/%s: %s", ns, meta["name"], exc)
 
-    def _error(self, out: Outcome, msg: str) -> None:
+    def _error(self, out: Outcome, job_id: str, msg: str) -> None:
         out.errors.append(msg)
+        out.failed.append(job_id)
         self.metrics.attempts.labels(result="error").inc()
         log.warning("%s", msg)
 

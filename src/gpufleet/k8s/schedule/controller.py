@@ -39,6 +39,7 @@ from gpufleet.control.gang_room import GangRoomBook, gpu_hour_usd
 from gpufleet.control.nominations import Nominations
 from gpufleet.control.policies import backfill_pass, gang_room_settings, placement_policy
 from gpufleet.control.teams import Gate
+from gpufleet.control.write_backoff import WriteBackoff
 from gpufleet.decisions import Bind, CapacityType, Refuse
 from gpufleet.k8s.capacity.cost import LiveFleet, LiveFleetCollector, PriceBook
 from gpufleet.k8s.capacity.inputs import node_caps
@@ -176,6 +177,7 @@ class Controller:
                                         self.applier.limiter)
         self.applier.prebind = self._prebind
         self.applier.in_claims = self._in_claims
+        self.applier.leading = lambda: self.is_leader  # asked before every write
         # binds run in their own threads while the next cycle plans (kube-scheduler's binding
         # cycle): the assume cache holds each until its write is answered
         self.async_binds = async_binds
@@ -229,6 +231,9 @@ class Controller:
         # reclaim's claimants, first in the queue until they start (control.nominations), in
         # memory: a restarted controller judges their claims afresh
         self.nominations = Nominations()
+        # pods whose bind, claim or refusal write failed sit out a backoff before the next
+        # try (control.write_backoff), so an erroring API server is not sent a storm of retries
+        self.write_backoff = WriteBackoff()
         types = self.capacity.types.values() if self.capacity is not None \
             else capacity_types(scenario)  # what scale-up may launch, or would
         self._gang_offers = [Offer(it.name, CapacityType.ON_DEMAND, NodeShape.of(it),
@@ -280,8 +285,11 @@ class Controller:
     def stop(self, release: bool = True) -> None:
         self.stop_event.set()
         self.changed.set()
+        # one 5 s bound for all threads together: an informer of a quiet resource sits in its
+        # watch until the next event, and daemon threads die with the process anyway
+        deadline = time.monotonic() + 5
         for t in self._threads:
-            t.join(timeout=5)
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
         if self._binding is not None:
             self._binding.shutdown(wait=True)  # binds in flight are answered first
         self.applier.close()
@@ -293,7 +301,11 @@ class Controller:
 
     def _loop(self) -> None:
         while not self.stop_event.is_set():
-            self.changed.wait(self.resync_s)
+            wait = self.resync_s
+            due = self.write_backoff.next_due(time.monotonic())
+            if due is not None:  # a held pod's backoff ends before the resync: wake for it
+                wait = min(wait, due - time.monotonic() + 0.01)
+            self.changed.wait(max(0.0, wait))
             self.changed.clear()
             if self.stop_event.is_set():
                 return
@@ -331,6 +343,10 @@ class Controller:
         refused: list[str] = []
         binds: list[Bind] = []
         caps: dict[str, int] = {}
+        self.write_backoff.keep(by_key)
+        held = self.write_backoff.held(time.monotonic())
+        if held:  # their last write failed: not planned (nor refused) until their backoff ends
+            snap.pending = [p for p in snap.pending if p.key not in held]
         if snap.pending or queues.draining:
             apply_levers(snap, self.scenario)
             # which pods may move: read by right-sizing (with a cloud) and by the gang room's
@@ -352,7 +368,8 @@ class Controller:
                 return None
             spot = {n.name for n in snap.state.nodes if SPOT_TAINT in n.taints}
             pinned = [Bind(job_id=k, node=c.pinned) for k, c in snap.claims.items()
-                      if c.pinned is not None and c.pinned in snap.state.index]
+                      if c.pinned is not None and c.pinned in snap.state.index
+                      and k not in held]
             for k, c in snap.claims.items():  # allocated on a node that is gone: release
                 if c.pinned is not None and c.pinned not in snap.state.index and k in by_key:
                     self.claim_writer.release(by_key[k], c)
@@ -360,6 +377,7 @@ class Controller:
             self._gang_room_chosen(plan, snap, now)
             self.nominations.apply(plan.started, plan.nominated, now)
             out = self._apply([*pinned, *plan.decisions], binds, by_key, spot)
+            self._backoff(out)
             if out.conflicts or out.errors:
                 self.changed.set()  # re-read and retry soon
             reasons: dict[str, int] = {}
@@ -454,15 +472,25 @@ class Controller:
         snap = self._cycle_dra
         return snap is not None and snap.claims.get(b.job_id) is not None
 
+    def _backoff(self, out: Outcome) -> None:
+        """Pods whose write failed start (or lengthen) their backoff; bound ones end it."""
+        now = time.monotonic()
+        for k in out.failed:
+            self.write_backoff.failed(k, now)
+        for b in out.bound:
+            self.write_backoff.succeeded(b.job_id)
+
     def _bind_done(self, b: Bind, fut: Future[Outcome]) -> None:
         """A binding thread's answer: keep the assumption until the informer shows the pod
-        (accepted), or drop it and wake the loop to re-read (409, error, pod gone)."""
+        (accepted), or drop it and wake the loop to re-read (409, error, pod gone); a failed
+        write backs the pod off first."""
         try:
-            ok = any(x.job_id == b.job_id for x in fut.result().bound)
+            out = fut.result()
         except Exception:  # a bug in a bind thread must not hold its GPUs
             log.exception("bind %s → %s", b.job_id, b.node)
-            ok = False
-        if ok:
+            out = Outcome(failed=[b.job_id])
+        self._backoff(out)
+        if any(x.job_id == b.job_id for x in out.bound):
             self.assumed.finish(b.job_id)
         else:
             self.assumed.forget(b.job_id)
