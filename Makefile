@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-loaded bench lint fmt clean system-deps k8s-binaries lab lab-down image image-deps manifests
+.PHONY: run test test-loaded bench lint fmt clean system-deps k8s-binaries lab lab-down image image-deps manifests reference docs
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -13,14 +13,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-# Debian's prometheus (for the monitoring tests against a real server); the same Debian package
-# ships promtool. Best effort: the tests that need it skip with a clear reason where it cannot be
-# installed.
+# Debian's prometheus (for the monitoring tests against a real server; the same package ships
+# promtool) and chromium (report.html opened in a real headless browser). Best effort: the tests
+# that need them skip with a clear reason where they cannot be installed (under CI they fail).
 system-deps:
-	@{ command -v prometheus && command -v promtool; } >/dev/null 2>&1 || { \
+	@{ command -v prometheus && command -v promtool && command -v chromium; } >/dev/null 2>&1 || { \
 	  command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null) \
-	  || echo "note: could not install prometheus; the tests that need it will skip"; }
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus chromium >/dev/null) \
+	  || echo "note: could not install prometheus and chromium; the tests that need them will skip"; }
 
 # The tools `make image`, the image's live test and the lab's real node (`gpufleet lab up
 # --real-node`: containerd, runc, the CNI plugins, gcc + libc6-dev for the static pause) use
@@ -73,8 +73,18 @@ test-loaded: $(STAMP) system-deps image-deps k8s-binaries
 	  trap 'kill $$pids 2>/dev/null' EXIT; \
 	  $(BIN)/pytest -m live
 
+# The documentation site (mkdocs, material theme) into site/; --strict fails on a broken link,
+# anchor or a page missing from the nav (tests/test_docs_site.py runs the same build).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run_all.py
+
+# docs/reference/ (CLI, configuration and its JSON Schemas, annotations, metrics) from the code;
+# tests/test_reference_docs.py fails while a committed page differs from what this writes.
+reference: $(STAMP)
+	$(BIN)/python -m gpufleet.reference
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
