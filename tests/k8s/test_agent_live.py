@@ -8,7 +8,6 @@ and several sources racing to mark one Node must produce one mark.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess
@@ -20,10 +19,10 @@ import urllib.request
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from imds import Imds
 from live_wait import wait_for
 
 from gpufleet.cloud.provider import Interruption, InterruptionKind
@@ -38,49 +37,6 @@ from gpufleet.k8s.translate import names
 
 pytestmark = pytest.mark.live
 
-
-
-class Imds:
-    """IMDSv2 as AWS documents it, with a switch for the spot notice."""
-
-    def __init__(self) -> None:
-        self.action: dict[str, str] | None = None
-        self.gets = 0
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def _send(self, code: int, body: str) -> None:
-                data = body.encode()
-                self.send_response(code)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_PUT(self) -> None:
-                ok = self.path == "/latest/api/token" and self.headers.get(
-                    "X-aws-ec2-metadata-token-ttl-seconds")
-                self._send(200 if ok else 400, "tok-1" if ok else "")
-
-            def do_GET(self) -> None:
-                if self.headers.get("X-aws-ec2-metadata-token") != "tok-1":
-                    self._send(401, "")
-                    return
-                owner.gets += 1
-                if self.path == "/latest/meta-data/spot/instance-action" and owner.action:
-                    self._send(200, json.dumps(owner.action))
-                else:
-                    self._send(404, "")
-
-            def log_message(self, *args: object) -> None:
-                return
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture()

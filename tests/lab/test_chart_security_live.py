@@ -25,20 +25,18 @@ import os
 import re
 import subprocess
 import sys
-import threading
 import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from functools import partial
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from chart_cases import CASES, CHART, render
+from imds import Imds
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from live_wait import wait_for
@@ -453,46 +451,6 @@ def test_the_controller_uses_every_grant_and_is_denied_nothing(
         sched.delete_priority_class(high)
         custom.delete_cluster_custom_object(GROUP, VERSION, PLURAL, queue)
     check_least_privilege(lab, release, release.controller_sa, "controller")
-
-
-class Imds:
-    """A loopback IMDSv2 (token PUT, then the spot instance-action, 404 until ``notice``)."""
-
-    def __init__(self) -> None:
-        self.action: dict[str, str] | None = None
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def _send(self, code: int, body: str) -> None:
-                data = body.encode()
-                self.send_response(code)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_PUT(self) -> None:
-                self._send(200, "tok")
-
-            def do_GET(self) -> None:
-                if self.path == "/latest/meta-data/spot/instance-action" and owner.action:
-                    self._send(200, json.dumps(owner.action))
-                else:
-                    self._send(404, "")
-
-            def log_message(self, *args: object) -> None:
-                return
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def notice(self) -> None:
-        at = datetime.now(UTC) + timedelta(minutes=2)
-        self.action = {"action": "terminate", "time": at.strftime("%Y-%m-%dT%H:%M:%SZ")}
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def test_the_agent_uses_every_grant_and_is_denied_nothing(
