@@ -42,6 +42,8 @@ CAT = default_gpu_catalog()
 IT = default_instance_catalog()
 CLASSES = {c["metadata"]["name"]: c for c in device_classes()}
 PROFILE = "device.attributes['gpu.nvidia.com'].profile == '{}'"
+SHAREABLE = "device.allowMultipleAllocations == true"
+MEM = "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('{}')) == 0"
 
 
 def claim(name: str = "c", cls: str = "gpu.nvidia.com", count: int | None = 1,
@@ -77,8 +79,11 @@ ASKS = [
     (claim(count=2, capacity={"memory": "1Gi"}), 0, None, 0, "a share is of one GPU"),
     (claim(capacity={"cores": "1"}), 0, None, 0, "only memory is consumable"),
     (claim(cls="nic.example.com"), 0, None, 0, "DeviceClass 'nic.example.com' does not exist"),
-    (claim(cel="device.attributes['gpu.nvidia.com'].minor == 3"), 0, None, 0,
-     "is not one gpufleet reads"),
+    # a selector placement does not read is kept and evaluated per device (test_claims_cel.py)
+    (claim(cel="device.attributes['gpu.nvidia.com'].minor == 3"), 1, None, 0, None),
+    # outside a firstAvailable share the memory and shareable terms are such selectors too
+    (claim(cel=MEM.format("16Gi"), capacity={"memory": "4Gi"}), 1, None, 4096, None),
+    (claim(cel=SHAREABLE), 1, None, 0, None),
     (claim(allocationMode="All"), 0, None, 0, "only ExactCount"),
     (claim(cel=PROFILE.format("1g.5gb")), 0, None, 0, "a whole GPU has no profile"),
 ]
@@ -96,9 +101,6 @@ def test_claim_asks(body: dict[str, Any], count: int, profile: str | None, share
     assert (a.count, a.profile, a.share_memory_mib, a.request, a.claim) == (
         count, profile, share, "gpu", "ns/c")
 
-
-SHAREABLE = "device.allowMultipleAllocations == true"
-MEM = "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('{}')) == 0"
 
 
 def sub(name: str, size: str | None, memory: str | None, cls: str = "gpu.nvidia.com",
@@ -145,12 +147,10 @@ FIRST = [
     (listed(sub("a", "16Gi", "4Gi", extra="device.attributes['gpu.nvidia.com'].productName "
                 "== 'Tesla T4'"), sub("b", "40Gi", "10Gi")), (),
      "different DeviceClasses or products"),
+    # an operand placement does not read keeps the subrequest's selector for CEL
     (listed(sub("a", "16Gi", "4Gi", extra="device.attributes['gpu.nvidia.com'].minor == 0")),
-     (), "is not one gpufleet reads"),
+     (("a", 16384, 4096),), None),
     (listed(sub("a", "16Gi", "4Gi", cls="nic.example.com")), (), "does not exist"),
-    # the memory and shareable terms are read only inside a firstAvailable share
-    (claim(cel=MEM.format("16Gi"), capacity={"memory": "4Gi"}), (), "only in a firstAvailable"),
-    (claim(cel=SHAREABLE), (), "only in a firstAvailable"),
 ]
 
 

@@ -91,6 +91,15 @@ def _rows_named(state: FleetState, names: frozenset[str]) -> np.ndarray:
 
 
 def device_mask(snap: Snapshot, pod: PodInfo) -> np.ndarray | None:
+    """Where a pod's GPUs can come from: :func:`_device_source_mask`, and for a pod whose claim
+    has CEL selectors placement does not read, only the nodes whose devices they admit
+    (:func:`~gpufleet.k8s.translate.claims.selector_nodes`)."""
+    pc = snap.claims.get(pod.key)
+    cel = _rows_named(snap.state, pc.nodes) if pc is not None and pc.nodes is not None else None
+    return _and(_device_source_mask(snap, pod), cel)
+
+
+def _device_source_mask(snap: Snapshot, pod: PodInfo) -> np.ndarray | None:
     """Where a pod's GPUs can come from: a pod with ResourceClaims only from nodes whose
     devices are published as slices (its GPUs are written into its claims); a pod asking
     ``nvidia.com/gpu`` not from nodes that publish their GPUs only as devices (no device plugin
@@ -112,10 +121,13 @@ def device_mask(snap: Snapshot, pod: PodInfo) -> np.ndarray | None:
     return None
 
 
-def _source(snap: Snapshot, pod: PodInfo) -> int:
+def _source(snap: Snapshot, pod: PodInfo) -> tuple[int, frozenset[str] | None]:
     """Where the pod's GPUs come from (part of its blocked-shape key: the node masks differ):
-    0 the device plugin, 1 its claims, 2 a claim for its mapped extended resources."""
-    return 1 if pod.uses_claims else 2 if pod.key in snap.claims else 0
+    0 the device plugin, 1 its claims, 2 a claim for its mapped extended resources; and the
+    nodes its claim's CEL selectors admit (None: no such selector)."""
+    pc = snap.claims.get(pod.key)
+    return (1 if pod.uses_claims else 2 if pc is not None else 0,
+            pc.nodes if pc is not None else None)
 
 
 def _and(a: np.ndarray | None, b: np.ndarray | None) -> np.ndarray | None:
@@ -126,7 +138,9 @@ def pending_units(snap: Snapshot, caps: Mapping[str, int] | None = None) -> list
     """The snapshot's pending pods as the cycle's units (see the module docstring); a pod
     pinned to its allocated claims' node is bound there by the driver, not planned. ``caps``:
     job id → the largest node (GPUs) it may use (right-sized nodes,
-    ``k8s.capacity.inputs.node_caps``): its rows within that size only."""
+    ``k8s.capacity.inputs.node_caps``): its rows within that size only. A unit's value of time
+    is its pod's (resolved by ``k8s.settings.apply_levers``; a pod group: its members'
+    highest), read by the gang room's prices."""
     state = snap.state
     masks: dict[Selector, np.ndarray] = {}
     caps = caps or {}
@@ -160,7 +174,7 @@ def pending_units(snap: Snapshot, caps: Mapping[str, int] | None = None) -> list
                                         device_mask(snap, p))),
             refusal=p.refusal, preempt_never=p.preempt_never,
             shape=(req, 1, 1, False, p.selector, _source(snap, p), caps.get(p.key))
-            if p.refusal is None else None))
+            if p.refusal is None else None, value_of_time=p.value_of_time or 0.0))
     bound: dict[str, int] = {}
     for a in snap.allocations.values():
         if a.pod.group is not None:
@@ -185,7 +199,8 @@ def pending_units(snap: Snapshot, caps: Mapping[str, int] | None = None) -> list
             eligible=capped(g, _and(eligible_rows(state, members[0].selector, masks),
                                     device_mask(snap, members[0]))), refusal=refusal,
             shape=(req, len(keys), need, True, members[0].selector, _source(snap, members[0]),
-                   caps.get(g)) if refusal is None else None))
+                   caps.get(g)) if refusal is None else None,
+            value_of_time=max(p.value_of_time or 0.0 for p in members)))
     return units
 
 
@@ -264,11 +279,13 @@ def gang_room_input(
     snap: Snapshot, settings: GangRoomSettings, book: GangRoomBook,
     usd_per_gpu_h: Callable[[ResourceRequest], float | None], now: float,
     movable: Collection[str] = frozenset(), memo: VictimMemo | None = None,
+    value_of_time: Callable[[PodInfo], float] | None = None,
 ) -> GangRoomInput | None:
     """The cycle's gang-room input (module docstring); the running pods are listed only when a
     pending pod group is due to be priced (``book.due``); None when none is and no rows are
     reserved (the step would do nothing). The running pods are preemption's victims
-    (``victims_of``, with the driver's ``memo``): the same pods, made once."""
+    (``victims_of``, with the driver's ``memo``): the same pods, made once. ``value_of_time``:
+    a movable pod's owner's $ per GPU-hour of delay (``control.value_of_time``; None: 0)."""
     groups = {p.group for p in snap.pending if p.group is not None}
     if not any(book.due(g, now) for g in groups):
         return GangRoomInput(settings, book, usd_per_gpu_h) if book.reserved(now) else None
@@ -282,7 +299,8 @@ def gang_room_input(
         if pod.key in movable and pod.group is None:
             grace = float(pod.grace_s) if pod.grace_s is not None else _GRACE_S
             moves.append(Movable(v, eviction_loss_s(0.0, _WRITE_S, _RESTART_S),
-                                 min(grace, _WRITE_S) if grace else 0.0))
+                                 min(grace, _WRITE_S) if grace else 0.0,
+                                 value_of_time(pod) if value_of_time is not None else 0.0))
     return GangRoomInput(settings, book, usd_per_gpu_h, running, ends, moves)
 
 

@@ -5,7 +5,8 @@ writes laid over them, :mod:`.claim_assume`). :func:`resolve` turns one parsed p
 cycle needs:
 
 * a **pending** pod whose claims are all unallocated: its request with the GPU part its claims
-  ask (:func:`.claims.pod_ask`), and the claim the plan's ``Bind`` will be written into;
+  ask (:func:`.claims.pod_ask`), the claim the plan's ``Bind`` will be written into, and the
+  nodes its CEL selectors admit (:func:`.claims.selector_nodes`; none: refused with why);
 * a **pending** pod whose claims are all allocated (a shared claim, or this scheduler — or its
   predecessor, killed between allocation and binding — allocated them): *pinned* to the node
   the allocation names; it is bound there, not planned (kube-scheduler does the same: an
@@ -30,6 +31,7 @@ from gpufleet.k8s.translate.claims import (
     claim_asks,
     claim_key,
     pod_ask,
+    selector_nodes,
 )
 from gpufleet.k8s.translate.devices import NodeDevices, devices_by_node
 from gpufleet.k8s.translate.extended_claims import (
@@ -51,6 +53,8 @@ class DraWorld:
     problems: list[SliceProblem] = field(default_factory=list)
     extended: dict[str, str] = field(default_factory=dict)  # extended resource → class
     extended_claims: dict[str, dict[str, Any]] = field(default_factory=dict)  # pod uid → claim
+    # CEL selectors judged over ``devices`` (:func:`.claims.selector_nodes`), kept with them
+    selector_memo: dict[Any, Any] = field(default_factory=dict)
 
     @classmethod
     def of(cls, slices: Iterable[Mapping[str, Any]], claims: Iterable[dict[str, Any]],
@@ -68,7 +72,8 @@ class DraWorld:
                 for o in meta.get("ownerReferences") or ():
                     if o.get("kind") == "Pod" and o.get("controller"):
                         owned[str(o.get("uid"))] = c
-        return cls(devices, by_key, by_name, problems, extended_classes(by_name), owned)
+        memo = cache.selector_memo if cache is not None else {}
+        return cls(devices, by_key, by_name, problems, extended_classes(by_name), owned, memo)
 
 
 class DeviceCache:
@@ -78,6 +83,7 @@ class DeviceCache:
     def __init__(self) -> None:
         self._key: frozenset[tuple[str, str]] | None = None
         self._got: tuple[dict[str, NodeDevices], list[SliceProblem]] = ({}, [])
+        self.selector_memo: dict[Any, Any] = {}  # emptied with the devices
 
     def devices(self, slices: list[Mapping[str, Any]], catalog: GpuCatalog
                 ) -> tuple[dict[str, NodeDevices], list[SliceProblem]]:
@@ -86,6 +92,7 @@ class DeviceCache:
         if key != self._key:
             self._got = devices_by_node(slices, catalog)
             self._key = key
+            self.selector_memo = {}
         return self._got
 
 
@@ -104,6 +111,8 @@ class PodClaims:
     # plugin serves its extended resource as before.
     extended: tuple[ExtendedRequest, ...] = ()
     create: dict[str, Any] | None = None
+    # the nodes whose devices the ask's CEL selectors admit (None: no such selector)
+    nodes: frozenset[str] | None = None
 
     def through_claims(self, node: str, device_only: frozenset[str]) -> bool:
         """Whether binding the pod to ``node`` goes through its claims."""
@@ -158,8 +167,11 @@ def resolve(info: PodInfo, world: DraWorld, catalog: GpuCatalog
     if why or req is None or ask is None:
         return replace(info, request=None,
                        refusal=why or "its claims ask for no gpu.nvidia.com device"), None
+    admits, why = selector_nodes(ask, world.devices, world.selector_memo)
+    if why:
+        return replace(info, request=None, refusal=why), None
     claim = next(c for c in claims if claim_key(c) == ask.claim)
-    return replace(info, request=req), PodClaims(tuple(claims), claim, ask)
+    return replace(info, request=req), PodClaims(tuple(claims), claim, ask, nodes=admits)
 
 
 def _extended(info: PodInfo, world: DraWorld) -> PodClaims | None:
@@ -176,11 +188,15 @@ def _extended(info: PodInfo, world: DraWorld) -> PodClaims | None:
             node = allocation_node(existing)
             return PodClaims((existing,), pinned=node, extended=reqs) if node else None
         asks, why = claim_asks(existing, world.classes)
-        if why or len(asks) != 1:
+        nodes, why = selector_nodes(asks[0], world.devices, world.selector_memo) \
+            if not why and len(asks) == 1 else (None, why or "not one request")
+        if why:
             return None
-        return PodClaims((existing,), existing, asks[0], extended=reqs)
+        return PodClaims((existing,), existing, asks[0], extended=reqs, nodes=nodes)
     body = extended_claim(info.namespace, info.name, info.uid, reqs, world.extended)
     asks, why = claim_asks(body, world.classes)
-    if why or len(asks) != 1:
+    nodes, why = selector_nodes(asks[0], world.devices, world.selector_memo) \
+        if not why and len(asks) == 1 else (None, why or "not one request")
+    if why:
         return None
-    return PodClaims((), None, asks[0], extended=reqs, create=body)
+    return PodClaims((), None, asks[0], extended=reqs, create=body, nodes=nodes)

@@ -21,10 +21,15 @@ Three directions, all pure (the API's JSON in, data out):
     (``request: gpu/gpu-80gi``, that subrequest's capacity consumed). Any other
     ``firstAvailable`` is refused with the reason.
 
-  The selectors gpufleet reads are ``device.driver == 'gpu.nvidia.com'`` and equality on the
-  driver's ``type``, ``profile`` and ``productName`` attributes (and, in a ``firstAvailable``
-  share, the two terms above); any other CEL is refused with a reason (gpufleet does not
-  evaluate CEL, and allocating a device a selector excludes would be wrong).
+  Selectors (the class's and the request's): the ``&&`` operands placement reads —
+  ``device.driver == 'gpu.nvidia.com'``, equality on the driver's ``type``, ``profile`` and
+  ``productName`` attributes (and, in a ``firstAvailable`` share, the two terms above) — give
+  the request's kind, MIG profile and GPU model. Every other selector is kept whole and
+  evaluated per device as Kubernetes does (:mod:`gpufleet.k8s.dra.cel`, :func:`selector_nodes`):
+  a node is eligible only where it matches every device placement may choose for the request
+  there (placement picks GPU indices without knowing the selectors, so a node where it
+  matches only some is left out, and the refusal says so when no node is left); a selector
+  that cannot be evaluated refuses the claim with the CEL error.
 * **What is taken** (:func:`holdings`): every claim with ``status.allocation`` — written by
   gpufleet or any other scheduler — books its devices on the state's rows: a whole device its
   GPU (all of a MIG GPU's slices), a MIG device its slot, a share (a result with ``shareID``)
@@ -39,15 +44,17 @@ from __future__ import annotations
 import math
 import re
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from gpufleet.catalog.gpus import GpuCatalog
 from gpufleet.decisions import Bind, MigSlot
+from gpufleet.k8s.dra import cel
+from gpufleet.k8s.dra.cel import SelectorError
 from gpufleet.k8s.translate.devices import Device, NodeDevices
 from gpufleet.k8s.translate.quantity import memory_mib
-from gpufleet.k8s.translate.resource_slices import DRIVER
+from gpufleet.k8s.translate.resource_slices import DRIVER, device_attribute
 from gpufleet.state import GPU_MILLI, ResourceRequest
 
 FINALIZER = "resource.kubernetes.io/delete-protection"
@@ -70,35 +77,93 @@ def claim_key(claim: Mapping[str, Any]) -> str:
     return f"{m.get('namespace')}/{m.get('name')}"
 
 
-def _selector_terms(selectors: Any, where: str) -> tuple[dict[str, str], str | None]:
-    """Attribute equalities of CEL selectors (``&&`` of the terms gpufleet reads), or why not.
-    A memory equality comes back as :data:`MEMORY` (MiB), ``allowMultipleAllocations == true``
-    as :data:`SHAREABLE`."""
+def _scan(expr: str) -> Iterator[tuple[int, int]]:
+    """(index, nesting depth after it) of each character outside string literals."""
+    depth, quote, i = 0, "", 0
+    while i < len(expr):
+        c = expr[i]
+        if quote:
+            if c == "\\":
+                i += 1
+            elif c == quote:
+                quote = ""
+        elif c in "'\"":
+            quote = c
+        else:
+            depth += (c in "([{") - (c in ")]}")
+            yield i, depth
+        i += 1
+
+
+def _split_and(expr: str) -> list[str]:
+    """The expression's top-level ``&&`` operands (outside parentheses, brackets and string
+    literals), a parenthesised operand's own operands included: ``a && (b && c)`` → a, b, c."""
+    parts: list[str] = []
+    start = 0
+    for i, depth in _scan(expr):
+        if depth == 0 and expr.startswith("&&", i) and i >= start:
+            parts.append(expr[start:i])
+            start = i + 2
+    parts.append(expr[start:])
+    out: list[str] = []
+    for part in parts:
+        term = part.strip()
+        while term.startswith("(") and next(
+                (i for i, depth in _scan(term) if depth == 0), -1) == len(term) - 1:
+            term = term[1:-1].strip()
+        out += _split_and(term) if term != part.strip() else [term]
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Selector:
+    """A CEL selector evaluated per device (:mod:`gpufleet.k8s.dra.cel`): ``label`` names it
+    as kube-scheduler does (``class gpu.nvidia.com: selector #0``, ``claim ns/c: selector
+    #1``)."""
+
+    label: str
+    expression: str
+
+
+def _selector_terms(selectors: Any, where: str, label: str, share_terms: bool
+                    ) -> tuple[dict[str, str], tuple[Selector, ...], str | None]:
+    """What placement reads of CEL selectors, the selectors left to evaluate per device, or
+    why the request cannot be allocated.
+
+    Each selector's top-level ``&&`` operands that gpufleet reads — ``device.driver ==
+    'gpu.nvidia.com'`` and equality on the driver's ``type``, ``profile`` and ``productName``
+    (with ``share_terms``, a firstAvailable share's, also ``allowMultipleAllocations == true``
+    as :data:`SHAREABLE` and a memory equality as :data:`MEMORY`, in MiB) — become placement's
+    terms. A selector with any other operand is kept whole as a :class:`Selector`; the terms
+    read from it still narrow placement (each is necessary for the whole to hold)."""
     out: dict[str, str] = {}
-    for sel in selectors or ():
+    kept: list[Selector] = []
+    for i, sel in enumerate(selectors or ()):
         expr = ((sel or {}).get("cel") or {}).get("expression")
         if not isinstance(expr, str):
-            return out, f"{where}: a selector without a CEL expression"
-        for raw in expr.split("&&"):
-            term = raw.strip().strip("()").strip()
+            return out, (), f"{where}: a selector without a CEL expression"
+        whole = True
+        for term in _split_and(expr):
             if (m := _DRIVER_TERM.match(term)) is not None:
                 if m.group(1) != DRIVER:
-                    return out, f"{where}: selects driver {m.group(1)!r}, not {DRIVER}"
+                    return out, (), f"{where}: selects driver {m.group(1)!r}, not {DRIVER}"
                 continue
-            if _SHAREABLE_TERM.match(term):
+            if share_terms and _SHAREABLE_TERM.match(term):
                 key, value = SHAREABLE, "true"
-            elif (m := _MEMORY_TERM.match(term)) is not None and memory_mib(m.group(1)) > 0:
+            elif share_terms and (m := _MEMORY_TERM.match(term)) is not None \
+                    and memory_mib(m.group(1)) > 0:
                 key, value = MEMORY, str(memory_mib(m.group(1)))
             elif (m := _TERM.match(term)) is not None and m.group(1) in _READ:
                 key, value = m.group(1), m.group(2)
             else:
-                return out, (f"{where}: CEL {term!r} is not one gpufleet reads (driver, "
-                             f"equality on {', '.join(_READ)}; in a firstAvailable share also "
-                             "allowMultipleAllocations and memory equality)")
+                whole = False
+                continue
             if out.get(key, value) != value:
-                return out, f"{where}: {key} selected twice, differently"
+                return out, (), f"{where}: {key} selected twice, differently"
             out[key] = value
-    return out, None
+        if not whole:
+            kept.append(Selector(f"{label}: selector #{i}", expr))
+    return out, tuple(kept), None
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +174,7 @@ class ShareOption:
     name: str
     device_memory_mib: int
     share_memory_mib: int
+    cel: tuple[Selector, ...] = ()  # its class's and its own selectors placement does not read
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +191,9 @@ class ClaimAsk:
     # a firstAvailable share (gpu_shares' templates): one subrequest per device memory size;
     # share_memory_mib is then 0 and the chosen device's size picks the option
     options: tuple[ShareOption, ...] = ()
+    # the class's and the request's selectors placement does not read, evaluated per device
+    # (:func:`selector_nodes`); a firstAvailable share's are its options'
+    cel: tuple[Selector, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,20 +204,22 @@ class _Read:
     count: int
     terms: dict[str, str]
     share: int  # capacity.requests.memory in MiB (0: none)
+    cel: tuple[Selector, ...] = ()
 
 
-def _device_request(ex: Mapping[str, Any], classes: Mapping[str, Mapping[str, Any]], where: str
-                    ) -> tuple[_Read | None, str | None]:
+def _device_request(ex: Mapping[str, Any], classes: Mapping[str, Mapping[str, Any]], where: str,
+                    claim: str, share_terms: bool = False) -> tuple[_Read | None, str | None]:
     """A device request (``exactly`` or a subrequest, same fields) checked against the shapes
     gpufleet places, or why not."""
     cname = str(ex.get("deviceClassName") or "")
     dc = classes.get(cname)
     if dc is None:
         return None, f"{where}: DeviceClass {cname!r} does not exist"
-    terms, why = _selector_terms((dc.get("spec") or {}).get("selectors"), f"DeviceClass {cname}")
+    terms, cel, why = _selector_terms((dc.get("spec") or {}).get("selectors"),
+                                      f"DeviceClass {cname}", f"class {cname}", share_terms)
     if why:
         return None, why
-    more, why = _selector_terms(ex.get("selectors"), where)
+    more, mine, why = _selector_terms(ex.get("selectors"), where, f"claim {claim}", share_terms)
     if why:
         return None, why
     if any(terms.get(k, v) != v for k, v in more.items()):
@@ -174,7 +245,7 @@ def _device_request(ex: Mapping[str, Any], classes: Mapping[str, Mapping[str, An
             return None, f"{where}: a share is of one GPU (count 1)"
     else:
         return None, f"{where}: DeviceClass {cname} does not select one device type"
-    return _Read(cname, n, terms, share), None
+    return _Read(cname, n, terms, share, cel + mine), None
 
 
 def _first_available(key: str, name: str, subs: Any, classes: Mapping[str, Mapping[str, Any]],
@@ -190,7 +261,8 @@ def _first_available(key: str, name: str, subs: Any, classes: Mapping[str, Mappi
     firsts: set[tuple[str, str | None]] = set()
     for j, sub in enumerate(subs):
         sname = str((sub or {}).get("name", j))
-        got, why = _device_request(sub or {}, classes, f"{where} subrequest {sname!r}")
+        got, why = _device_request(sub or {}, classes, f"{where} subrequest {sname!r}", key,
+                                   share_terms=True)
         if why or got is None:
             return None, why
         t = got.terms
@@ -200,7 +272,7 @@ def _first_available(key: str, name: str, subs: Any, classes: Mapping[str, Mappi
         size = int(t[MEMORY])
         if any(o.device_memory_mib == size for o in options):
             return None, f"{where}: two subrequests select {size} MiB devices"
-        options.append(ShareOption(sname, size, got.share))
+        options.append(ShareOption(sname, size, got.share, got.cel))
         firsts.add((got.class_name, t.get("productName")))
     if len(firsts) != 1:
         return None, f"{where}: subrequests of different DeviceClasses or products"
@@ -227,15 +299,127 @@ def claim_asks(claim: Mapping[str, Any], classes: Mapping[str, Mapping[str, Any]
         ex = r.get("exactly")
         if not isinstance(ex, Mapping):
             return [], f"{where}: neither 'exactly' nor 'firstAvailable'"
-        got, why = _device_request(ex, classes, where)
+        got, why = _device_request(ex, classes, where, key)
         if why or got is None:
             return [], why
-        if MEMORY in got.terms or SHAREABLE in got.terms:
-            return [], (f"{where}: memory and allowMultipleAllocations selectors are read only "
-                        "in a firstAvailable share")
         asks.append(ClaimAsk(key, name, got.class_name, got.count, got.terms.get("profile"),
-                             got.share, got.terms.get("productName")))
+                             got.share, got.terms.get("productName"), cel=got.cel))
     return asks, None
+
+
+# -- CEL selectors → nodes ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Judged:
+    """One ask's selectors over every node's candidate devices (see :func:`selector_nodes`)."""
+
+    nodes: frozenset[str]  # every candidate device matches
+    partly: dict[str, Selector]  # node → the selector that matches only some of them
+    error: tuple[Selector, SelectorError] | None  # the first selector that failed, and how
+
+
+def candidate_devices(ask: ClaimAsk, node: NodeDevices
+                      ) -> list[tuple[Device, tuple[Selector, ...]]]:
+    """The node's devices placement may give ``ask`` — the selectors it reads (kind, MIG
+    profile, productName and, for a firstAvailable share, a shareable device of an option's
+    memory) admit them — each with the CEL selectors it must also match."""
+    devs = [d for (_, prof, _), d in sorted(node.mig.items()) if prof == ask.profile] \
+        if ask.profile is not None else [node.whole[g] for g in sorted(node.whole)]
+    out: list[tuple[Device, tuple[Selector, ...]]] = []
+    for d in devs:
+        if ask.product is not None and device_attribute(d.raw or {}, "productName") != ask.product:
+            continue
+        if ask.options:
+            opt = next((o for o in ask.options if o.device_memory_mib == d.memory_mib), None)
+            if opt is None or not d.shareable:
+                continue
+            out.append((d, opt.cel))
+        else:
+            out.append((d, ask.cel))
+    return out
+
+
+def _judge(ask: ClaimAsk, nodes: Mapping[str, NodeDevices]) -> _Judged:
+    ok: set[str] = set()
+    partly: dict[str, Selector] = {}
+    for name in sorted(nodes):
+        node = nodes[name]
+        missed: Selector | None = None  # the first selector a device here failed
+        fits: list[bool] = []
+        for dev, sels in candidate_devices(ask, node):
+            device = node.cel_input(dev)
+            hit = True
+            for sel in sels:  # in order; the first false one decides
+                try:
+                    got = cel.matches(sel.expression, device)
+                except SelectorError as e:
+                    return _Judged(frozenset(), {}, (sel, e))
+                if not got:
+                    hit = False
+                    missed = missed or sel
+                    break
+            fits.append(hit)
+        if fits and all(fits):
+            ok.add(name)
+        elif any(fits) and missed is not None:
+            partly[name] = missed
+    return _Judged(frozenset(ok), partly, None)
+
+
+def _selectors_of(ask: ClaimAsk) -> tuple[Selector, ...]:
+    return ask.cel if not ask.options else tuple(s for o in ask.options for s in o.cel)
+
+
+def selector_nodes(ask: ClaimAsk, nodes: Mapping[str, NodeDevices],
+                   memo: dict[Any, Any] | None = None) -> tuple[frozenset[str] | None, str | None]:
+    """The nodes where ``ask``'s CEL selectors (those placement does not read) match every
+    device placement may choose for it, or why the claim cannot be allocated; None: it has no
+    such selector (no restriction).
+
+    Placement picks a node's GPU indices (or MIG start slices) without knowing which devices a
+    selector admits, so a node is eligible only where the selectors match all of its candidate
+    devices; a node where they match some is left out, and when no node is eligible the
+    refusal names the selector and those nodes. A selector that cannot be evaluated (a compile
+    error, a missing attribute) refuses the claim with the CEL error, as kube-scheduler's
+    allocator stops at it. ``memo``: results by the ask's shape and selectors, valid while the
+    devices are the same objects."""
+    sels = _selectors_of(ask)
+    if not sels:
+        return None, None
+    for sel in sels:  # a compile error fails every device: said even where none is published
+        if (text := cel.compile_selector(sel.expression).error) is not None:
+            return frozenset(), f"{sel.label}: {SelectorError(sel.expression, text, compile=True)}"
+    key = (ask.profile, ask.product, tuple((o.device_memory_mib, tuple(
+        s.expression for s in o.cel)) for o in ask.options),
+        tuple(s.expression for s in ask.cel))
+    judged = memo.get(key) if memo is not None else None
+    if judged is None:
+        judged = _judge(ask, nodes)
+        if memo is not None:
+            memo[key] = judged
+    if judged.error is not None:
+        sel, err = judged.error
+        return frozenset(), f"{sel.label}: {err}"
+    if judged.nodes:
+        return judged.nodes, None
+    if judged.partly:
+        where = sorted(judged.partly)
+        sel = judged.partly[where[0]]
+        more = f" and {len(where) - 1} more" if len(where) > 1 else ""
+        return frozenset(), (
+            f"{sel.label}: {sel.expression!r} matches only some of the {_kind(ask)} devices "
+            f"on node {where[0]}{more}; gpufleet allocates a claim with such a selector only "
+            "on a node where it matches every such device")
+    if len(sels) == 1:
+        return frozenset(), (f"{sels[0].label}: no published {_kind(ask)} device matches "
+                             f"{sels[0].expression!r}")
+    return frozenset(), (f"claim {ask.claim}: no published {_kind(ask)} device matches its "
+                         f"selectors ({'; '.join(repr(s.expression) for s in sels)})")
+
+
+def _kind(ask: ClaimAsk) -> str:
+    return f"MIG {ask.profile}" if ask.profile is not None else "GPU"
 
 
 # -- pods → claims ------------------------------------------------------------------------------

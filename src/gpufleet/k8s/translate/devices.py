@@ -6,6 +6,9 @@ The row of a node with slices is built from :func:`~.resource_slices.inventory_f
 ``gpu-<minor>`` in pool ``<node>`` — and reading another scheduler's allocation needs the way
 there (device name → index, MIG profile and start). :class:`NodeDevices` holds both for one node.
 
+Each device keeps its slice entry as published, the input of the claims' CEL selectors
+(:mod:`gpufleet.k8s.dra.cel`; converted once per device, :meth:`NodeDevices.cel_input`).
+
 A MIG device's start slice is the last part of its name (``gpu-0-mig-3g20gb-9-4`` → 4), as
 NVIDIA's driver names them; its GPU is its ``minor`` attribute (the parent's).
 """
@@ -19,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpufleet.catalog.gpus import GpuCatalog, default_gpu_catalog
+from gpufleet.k8s.dra.cel import DeviceInput
 from gpufleet.k8s.translate.quantity import memory_mib
 from gpufleet.k8s.translate.resource_slices import (
     DRIVER,
@@ -42,6 +46,8 @@ class Device:
     start: int  # MIG start slice (0 for a whole GPU)
     memory_mib: int
     shareable: bool  # allowMultipleAllocations: shares (consumable capacity) may be allocated
+    # the slice's entry as published, what CEL selectors are evaluated against
+    raw: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(slots=True)
@@ -51,6 +57,15 @@ class NodeDevices:
     by_name: dict[tuple[str, str], Device] = field(default_factory=dict)  # (pool, device)
     whole: dict[int, Device] = field(default_factory=dict)  # GPU index → its whole device
     mig: dict[tuple[int, str, int], Device] = field(default_factory=dict)  # (gpu, profile, start)
+    # (pool, device) → the device as CEL's ``device`` variable, built when first evaluated
+    cel_inputs: dict[tuple[str, str], DeviceInput] = field(default_factory=dict)
+
+    def cel_input(self, dev: Device) -> DeviceInput:
+        got = self.cel_inputs.get((dev.pool, dev.name))
+        if got is None:
+            got = DeviceInput(dev.raw or {"name": dev.name}, DRIVER)
+            self.cel_inputs[(dev.pool, dev.name)] = got
+        return got
 
     @property
     def static_mig(self) -> bool:
@@ -84,11 +99,11 @@ def _node_devices(node: str, slices: list[Mapping[str, Any]], cat: GpuCatalog,
         gpu = order[int(device_attribute(d, "minor"))]
         shareable = bool(d.get("allowMultipleAllocations"))
         if kind == "gpu":
-            dev = Device(pool, name, gpu, None, 0, mem, shareable)
+            dev = Device(pool, name, gpu, None, 0, mem, shareable, d)
             out.whole[gpu] = dev
         elif kind == "mig" and (m := _START.search(name)) is not None:
             prof = str(device_attribute(d, "profile"))
-            dev = Device(pool, name, gpu, prof, int(m.group(1)), mem, False)
+            dev = Device(pool, name, gpu, prof, int(m.group(1)), mem, False, d)
             out.mig[(gpu, str(dev.profile), dev.start)] = dev
         else:
             continue
