@@ -15,6 +15,7 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from gpufleet.errors import InputError, NoProgress
 
@@ -35,17 +36,21 @@ err_console = Console(stderr=True)
 
 def friendly_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Wrap a command so InputError prints one line naming file/line/field and exits 2, and a
-    simulation that stopped making progress prints its report and exits 3."""
+    simulation that stopped making progress prints its report and exits 3. The message is
+    printed as text, not markup: a ``[name]`` in it (a path, ``pip install 'gpufleet[ray]'``)
+    stays as written."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         except InputError as exc:
-            err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+            err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False,
+                              soft_wrap=True)
             raise typer.Exit(code=2) from None
         except NoProgress as exc:
-            err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+            err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False,
+                              soft_wrap=True)
             raise typer.Exit(code=3) from None
 
     return wrapper

@@ -5,7 +5,8 @@ A plain ``float`` option takes ``nan`` and ``inf``, and a range check written as
 server, an infinite grace period never escalates, an infinite task never ends. Every float option
 of every command therefore parses through :func:`finite`, and every integer option takes
 ``typer.Option(min=..., max=...)`` with the bounds below, so a bad value is refused by the parser:
-one line naming the option, exit status 2, before any work.
+one line naming the option, exit status 2, before any work. A list of seeds (``42-51`` or
+``42,43,50``) parses through :func:`parse_seeds`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Annotated
 
 import typer
 
+from gpufleet.errors import InputError
 from gpufleet.tables import OutputFormat
 
 MAX_SEED = 2**32 - 1  # numpy's legacy seeding and most RNGs take 32-bit seeds
@@ -61,3 +63,40 @@ def finite(
 
     parse.__name__ = "finite_float"
     return parse
+
+
+def parse_seeds(text: str, most: int, option: str = "--seeds") -> list[int]:
+    """``42-51`` or ``42,43,50``: at most ``most`` seeds, each in 0..MAX_SEED; anything else is
+    an :class:`InputError` naming ``option``.
+
+    The count is checked before any range is expanded: ``0-99999999999`` would otherwise build a
+    list of 10^11 integers (MemoryError) before anything said it was too many.
+    """
+    out: list[int] = []
+    try:
+        for part in text.split(","):
+            part = part.strip()
+            if "-" in part:
+                lo_text, hi_text = part.split("-", 1)
+                lo, hi = int(lo_text), int(hi_text)
+                if hi < lo:
+                    raise ValueError
+                bounds = (lo, hi)
+            elif part:
+                bounds = (int(part), int(part))
+            else:
+                continue
+            if bounds[0] < 0 or bounds[1] > MAX_SEED:
+                raise InputError(f"seeds must be in 0..{MAX_SEED}, got {part!r}", field=option)
+            if len(out) + bounds[1] - bounds[0] + 1 > most:
+                raise InputError(f"at most {most} seeds per run, got more in {text!r}",
+                                 field=option)
+            out.extend(range(bounds[0], bounds[1] + 1))
+    except InputError:
+        raise
+    except ValueError:
+        raise InputError(f"expected seeds like 42-51 or 42,43, got {text!r}",
+                         field=option) from None
+    if not out:
+        raise InputError("no seeds given", field=option)
+    return out

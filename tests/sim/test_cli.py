@@ -1,4 +1,5 @@
-"""The real ``gpufleet simulate`` command in a subprocess, on a small YAML workload."""
+"""The real ``gpufleet simulate`` and ``gpufleet sweep`` commands in a subprocess, on small
+workloads."""
 
 from __future__ import annotations
 
@@ -203,3 +204,64 @@ def test_tables_fit_80_columns_and_machine_formats_match_the_summary(tmp_path: P
     assert rows[0] == ["table", "row", "column", "value"]
     assert next(r for r in rows if r[1:3] == ["cost $", "gpufleet"])[3] == str(
         summary["scenarios"]["gpufleet"]["cost_usd"])
+
+
+def test_sweep_tabulates_a_trace_and_a_synthetic_shape_over_the_seeds(tmp_path: Path) -> None:
+    """Two workloads × seeds 0-1 × the default scenarios in two local processes: sweep.json
+    has every cell, the json table is its grid, and Ray is never imported without --ray."""
+    trace = tmp_path / "jobs.yaml"
+    write_jobs(trace)
+    out = tmp_path / "out"
+    no_ray = ("import atexit, sys; atexit.register(lambda: print('ray imported:', 'ray' in "
+              "sys.modules, file=sys.stderr)); from gpufleet.cli import main; main()")
+    res = subprocess.run(
+        [sys.executable, "-c", no_ray, "sweep", "--trace", str(trace), "--synthetic",
+         "jobs=40,days=0.1", "--seeds", "0-1", "--workers", "2", "--out", str(out),
+         "--format", "json"], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.strip().splitlines()[-1] == "ray imported: False"
+    doc = json.loads((out / "sweep.json").read_text())
+    assert doc["scenarios"] == ["static", "gpufleet", "gpufleet-no-spot"]  # the default set
+    assert doc["seeds"] == [0, 1] and doc["executor"] == "2 local processes"
+    assert [(c["workload"], c["seed"], c["scenario"]) for c in doc["cells"]] == [
+        (w, seed, name) for w in (str(trace), "synthetic jobs=40,days=0.1") for seed in (0, 1)
+        for name in doc["scenarios"]]
+    assert doc["workloads"][0]["jobs_by_seed"] == {"0": 40, "1": 40}
+    tables = json.loads(res.stdout)  # nothing else on stdout
+    assert [t["title"] for t in tables] == [f"{trace}: seeds 0,1",
+                                            "synthetic jobs=40,days=0.1: seeds 0,1"]
+    for table, w in zip(tables, (str(trace), "synthetic jobs=40,days=0.1"), strict=True):
+        grid = [g for g in doc["grid"] if g["workload"] == w]
+        assert [r["scenario"] for r in table["rows"]] == [g["scenario"] for g in grid]
+        for row, g in zip(table["rows"], grid, strict=True):
+            assert (row["cost"], row["worst"], row["lost"]) == (
+                g["cost_vs_static_mean"], g["worst_seed"], g["jobs_lost"])
+            by_seed = [c["summary"]["cost_vs_static"] for c in doc["cells"]
+                       if c["workload"] == w and c["scenario"] == g["scenario"]]
+            assert row["cost"] == sum(by_seed) / 2 and row["max"] == max(by_seed)
+    # the trace's jobs are the same under both seeds; only the random choices differ
+    assert {c["summary"]["jobs_total"] for c in doc["cells"] if c["workload"] == str(trace)} == {
+        40}
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--only", "static,nope"], "field 'only': unknown scenario 'nope'; known: static,"),
+    (["--seeds", "5-2"], "field '--seeds': expected seeds like 42-51 or 42,43, got '5-2'"),
+    (["--trace", "absent.yaml"], "absent.yaml: field '--trace': no such file"),
+    (["--synthetic", "jobs=0"], "field '--synthetic': jobs: Input should be greater than or "
+     "equal to 1 (in 'jobs=0')"),
+    (["--ray", "no-port"], "field '--ray': expected HOST:PORT, ray://HOST:PORT or auto, got "
+     "'no-port'"),
+    (["--ray", "auto", "--workers", "2"], "field '--workers': --workers sets local processes; "
+     "with --ray the cluster schedules the runs: give one of them"),
+])
+def test_sweep_bad_input_is_one_line_naming_the_option(
+        tmp_path: Path, args: list[str], says: str) -> None:
+    res = subprocess.run(
+        [sys.executable, "-c", "from gpufleet.cli import main; main()", "sweep", *args,
+         "--out", str(tmp_path / "out")],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert res.returncode == 2, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and says in lines[0], lines
+    assert not (tmp_path / "out").exists()  # refused before any work

@@ -12,7 +12,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from gpufleet.cli_app import bench_app, friendly_errors
 from gpufleet.datapaths import data_dir
 from gpufleet.errors import InputError, MissingDataError
-from gpufleet.optiontypes import MAX_SEED, FormatOption
+from gpufleet.optiontypes import FormatOption
+from gpufleet.optiontypes import parse_seeds as seed_list
 from gpufleet.outputpaths import with_parent, writable_file
 from gpufleet.placement.registry import DEFAULT_POLICY, describe_policies, list_policies
 from gpufleet.tables import DataTable, OutputFormat, print_tables
@@ -31,43 +32,9 @@ MAX_SEEDS = 1000  # one seed is a full 1,213-node packing run: 1,000 is days of 
 
 
 def parse_seeds(text: str) -> list[int]:
-    """``42-51`` or ``42,43,50``: at most MAX_SEEDS seeds, each in 0..MAX_SEED.
-
-    The count is checked before any range is expanded: ``0-99999999999`` used to build a list of
-    10^11 integers (MemoryError) before anything said it was too many.
-    """
-    out: list[int] = []
-    try:
-        for part in text.split(","):
-            part = part.strip()
-            if "-" in part:
-                lo_text, hi_text = part.split("-", 1)
-                lo, hi = int(lo_text), int(hi_text)
-                if hi < lo:
-                    raise ValueError
-                bounds = (lo, hi)
-            elif part:
-                bounds = (int(part), int(part))
-            else:
-                continue
-            if bounds[0] < 0 or bounds[1] > MAX_SEED:
-                raise InputError(
-                    f"seeds must be in 0..{MAX_SEED}, got {part!r}", field="--seeds"
-                )
-            if len(out) + bounds[1] - bounds[0] + 1 > MAX_SEEDS:
-                raise InputError(
-                    f"at most {MAX_SEEDS} seeds per run, got more in {text!r}", field="--seeds"
-                )
-            out.extend(range(bounds[0], bounds[1] + 1))
-    except InputError:
-        raise
-    except ValueError:
-        raise InputError(
-            f"expected seeds like 42-51 or 42,43, got {text!r}", field="--seeds"
-        ) from None
-    if not out:
-        raise InputError("no seeds given", field="--seeds")
-    return out
+    """``42-51`` or ``42,43,50``: at most MAX_SEEDS seeds, each in 0..MAX_SEED
+    (``optiontypes.parse_seeds``)."""
+    return seed_list(text, MAX_SEEDS)
 
 
 def parse_loads(text: str) -> list[int]:

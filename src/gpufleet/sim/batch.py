@@ -63,6 +63,7 @@ from gpufleet.config import Scenario
 from gpufleet.control.admission import effective_request, tolerates_spot
 from gpufleet.control.policies import deadline_guards_on, headroom_on, spot_swap_settings
 from gpufleet.control.sizing import demand_steps
+from gpufleet.control.value_of_time import DelayDefaults, with_delay
 from gpufleet.sim.books import Series
 from gpufleet.sim.runner import Simulation, build_market, horizon, scenario_types
 from gpufleet.sim.summary import job_finishes
@@ -91,7 +92,9 @@ def spot_inert(sc: Scenario, jobs: list[JobSpec]) -> bool:
     if deadline_guards_on(sc) and any(j.deadline_s is not None and j.interruptible
                                       for j in jobs):
         return False
-    return not any(tolerates_spot(effective_request(j, sc.sharing, sc.spot, sc.checkpointing))
+    delay = DelayDefaults.of(sc)  # a job's price of delay decides its toleration too
+    return not any(tolerates_spot(effective_request(with_delay(j, delay), sc.sharing, sc.spot,
+                                                    sc.checkpointing))
                    for j in jobs)
 
 
@@ -264,11 +267,18 @@ def run_all(
                     for o in f.result():
                         got[o.name] = o
             _drain(q, on_progress)
+    add_twins(got, twins, jobs, seed)
+    return {sc.name: got[sc.name] for sc in scenarios}
+
+
+def add_twins(got: dict[str, Outcome], twins: Sequence[tuple[Scenario, Scenario]],
+              jobs: list[JobSpec], seed: int) -> None:
+    """Add to ``got`` (outcomes by name) the row of each scenario not run because it repeats
+    another (``RunPlan.twins``), from that run's outcome."""
     for sc, twin in twins:
         # an inert market is still the row's own to describe
         model = market_model(sc, jobs, seed) if sc.spot != twin.spot else None
         got[sc.name] = derived(got[twin.name], sc.name, model)
-    return {sc.name: got[sc.name] for sc in scenarios}
 
 
 def market_model(sc: Scenario, jobs: list[JobSpec], seed: int) -> str:
