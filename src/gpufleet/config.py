@@ -228,6 +228,11 @@ class Scenario(BaseModel):
     headroom: bool = Field(default=False, description=(
         "Keep spare GPUs for the arrivals expected while a node boots (control.headroom); "
         "needs autoscaling. Off unless set: it is capacity paid before any pod asks."))
+    value_of_time_usd_per_gpu_hour: float = Field(default=0.0, ge=0, le=1e6, description=(
+        "What a GPU-hour of a job's delay costs its owner, $: added to the on-demand rate "
+        "wherever the spot, swap and gang-room rules price delay (control.value_of_time). The "
+        "default for jobs whose trace entry, pod annotation or team sets none; 0: delay is "
+        "priced at the on-demand rate only."))
 
     cloud: CloudSettings | None = Field(default=None, description=(
         "The live capacity controller's cloud; null: the controller only schedules. The "

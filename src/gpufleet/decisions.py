@@ -7,7 +7,7 @@ what lets one policy code path serve both drivers and makes decisions easy to lo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from enum import StrEnum
 
@@ -39,10 +39,28 @@ class Bind:
     mig: tuple[MigSlot, ...] = ()
 
 
+class Cause(StrEnum):
+    """Why a running pod is evicted: the live controller counts disruptions by it
+    (``gpufleet_pod_disruptions_total``); ``reason`` says the particulars."""
+
+    PREEMPTION = "preemption"  # a higher-priority pod takes its room (queueing.preemption)
+    GANG_ROOM = "gang-room"  # a pod group's room, evicting priced below waiting (control.gang_room)
+    QUOTA_RECLAIM = "quota-reclaim"  # its team borrowed over quota; the lender wants it back
+    BUDGET_DRAIN = "budget-drain"  # its team's hold-and-drain budget is spent
+    DEADLINE_MOVE = "deadline-move"  # off spot to meet its deadline (control.deadline)
+    SWAP = "swap"  # its on-demand node is swapped for spot (control.spot_swap)
+    INTERRUPTION = "interruption"  # its node has an interruption notice (spot reclaim, ...)
+    CONSOLIDATION = "consolidation"  # its node is consolidated away
+
+
 @dataclass(frozen=True, slots=True)
 class Preempt:
+    """Evict ``job_id``'s running pods (``reason``: for events and logs); ``cause`` is the
+    kind of move, not part of the decision's identity (two evictions of one job are one)."""
+
     job_id: str
     reason: str
+    cause: Cause = field(default=Cause.PREEMPTION, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -67,6 +67,20 @@ def test_a_job_that_cannot_checkpoint_stays_off_spot() -> None:
     assert tolerates_spot(effective_request(_spec(req), True, True, checkpointing=True))
 
 
+@pytest.mark.parametrize(("sensitive", "v", "tolerates"), [
+    (None, None, True),    # not stated: as before
+    (False, 0.0, True),
+    (True, None, False),   # latency-sensitive, no price on its delay: never on spot
+    (True, 0.0, False),
+    (True, 10.0, True),    # with one, the spot rule decides with it (market.spot_cost)
+])
+def test_a_latency_sensitive_job_tolerates_spot_only_with_a_value_of_time(
+        sensitive: bool | None, v: float | None, tolerates: bool) -> None:
+    job = JobSpec("j", 0.0, 60.0, ResourceRequest(num_gpu=1), latency_sensitive=sensitive,
+                  value_of_time_usd_per_gpu_hour=v)
+    assert tolerates_spot(effective_request(job, sharing=True, spot=True)) is tolerates
+
+
 def test_rules_run_once_per_request_shape_and_keep_an_unchanged_request() -> None:
     """Two jobs with equal requests get equal effective requests (the second from the memo);
     a request the rules leave alone comes back as the very object given; every lever pair

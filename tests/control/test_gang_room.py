@@ -19,6 +19,7 @@ from gpufleet.control.gang_room import (
     choose,
     eviction_loss_s,
     eviction_plan,
+    eviction_usd,
     gpu_hour_usd,
     room_frees_in,
     scale_up_usd,
@@ -65,6 +66,50 @@ def test_wait_and_scale_up_prices(gpus: float, wait_s: float, settings: GangRoom
     assert wait_usd(gpus, P3, wait_s) == pytest.approx(want_wait)
     got = scale_up_usd(gpus, P3, settings, wait_s)
     assert got == pytest.approx(want_up) if want_up is not None else got is None
+
+
+@pytest.mark.parametrize(("w", "wait_s", "want_wait", "want_up", "choice"), [
+    # the 16-GPU gang at 3.06 $/GPU-h (P 180 s, U 600 s), its owner valuing delay at w $/GPU-h:
+    # wait adds 16·w·T, scale up 16·w·P (the boot's wait; its bill and the surplus are not
+    # delay). w 0, room in 10 min: wait $8.16 < scale up $13.056 → wait
+    (0.0, 600, 8.16, 13.056, Room.WAIT),
+    # w 10: wait 8.16 + 16·10·600/3600 = 34.827; scale up 13.056 + 16·10·180/3600 = 21.056
+    (10.0, 600, 34.827, 21.056, Room.SCALE_UP),
+    # w 10, room in 30 min: 24.48 + 80 = 104.48 against 21.056 → scale up (as at w 0)
+    (10.0, 1800, 104.48, 21.056, Room.SCALE_UP),
+    # w 1: wait 8.16 + 2.667 = 10.827 < 13.056 + 0.8 = 13.856 → still wait
+    (1.0, 600, 10.827, 13.856, Room.WAIT),
+    # room never expected: waiting is never chosen, the boot's wait priced with w
+    (10.0, INF, INF, 4.896 + 8.0, Room.SCALE_UP),
+])
+def test_the_value_of_time_prices_the_wait_and_the_boot(w: float, wait_s: float,
+                                                        want_wait: float, want_up: float,
+                                                        choice: Room) -> None:
+    got_wait = wait_usd(16, P3, wait_s, w)
+    got_up = scale_up_usd(16, P3, S, wait_s, w)
+    assert got_wait == pytest.approx(want_wait, abs=1e-3)
+    assert got_up == pytest.approx(want_up, abs=1e-3)
+    assert choose(got_wait, got_up, None) is choice
+
+
+def test_a_victims_value_of_time_prices_its_eviction() -> None:
+    # two 4-GPU victims, each losing 150 s (a checkpoint write on notice + restart) at 3.06
+    # $/GPU-h: 4·3.06·150/3600 = $0.51 each, the docstring's $1.02 for both. Valuing their
+    # delay at 20 $/GPU-h adds 4·20·150/3600 = $3.333 each → $3.843 each, $7.687 both; with the
+    # gang's (w 10) wait for the 30 s writes, 16·(3.06 + 10)·30/3600 = $1.741: $9.43 in all,
+    # still below waiting 10 min at w 10 ($34.83) → preempt.
+    r = ResourceRequest(cpu_milli=4000, memory_mib=1024, num_gpu=4)
+    v = Victim("x", 0, 0.0, r, Bind("x", "n", (0, 1, 2, 3)))
+    assert eviction_usd(Movable(v, 150.0, 30.0), lambda _: P3) == pytest.approx(0.51)
+    each = eviction_usd(Movable(v, 150.0, 30.0, value_of_time=20.0), lambda _: P3)
+    assert each == pytest.approx(3.8433, abs=1e-4)
+    pre = 2 * each + 16 * P3 * 30 / 3600 + 16 * 10.0 * 30 / 3600
+    assert pre == pytest.approx(9.428, abs=1e-3)
+    assert choose(wait_usd(16, P3, 600, 10.0), scale_up_usd(16, P3, S, 600, 10.0),
+                  pre) is Room.PREEMPT
+    # v 0: the same float as without the term
+    assert eviction_usd(Movable(v, 150.0, 30.0, value_of_time=0.0), lambda _: P3) == (
+        4 * P3 * 150.0 / 3600)
 
 
 def test_eviction_loss_is_lost_work_plus_write_plus_restart() -> None:

@@ -22,7 +22,7 @@ from gpufleet.control.spot_swap import (
     swap_order,
     swap_owed,
 )
-from gpufleet.decisions import CapacityType, Decision, Launch, Preempt, Terminate
+from gpufleet.decisions import CapacityType, Cause, Decision, Launch, Preempt, Terminate
 from gpufleet.market.bidding import ZoneMarket
 
 CFG = SwapSettings()  # min age 1800 s, price ratio 0.6, payback 8, 5 tries
@@ -59,11 +59,43 @@ def test_swap_decisions(swap: SwapNode, plan: list[Launch], spot_usd: float, wan
                        Terminate("n1", REASON)]
 
 
+@pytest.mark.parametrize(("v", "attained_h", "want", "could", "why"), [
+    # the docstring's node (8 GPUs at 3.06 $/GPU-h, 2 h of work, spot 7.34 $/h: a saving of
+    # 17.14 $/h × 2 h = 34.28 $) with its job's owner valuing delay at v $/GPU-h: the move's
+    # 330 s priced at 8 × (3.06 + v), paid back 8 times. ``could``: may_pay (spot at 0 $/h: a
+    # saving of 24.48 $/h)
+    (0.0, 2.0, True, True, "8 × 8 × 3.06 × 330/3600 = 17.952 ≤ 34.28"),
+    (1.0, 2.0, True, True, "8 × 8 × 4.06 × 330/3600 = 23.819 ≤ 34.28"),
+    (2.0, 2.0, True, True, "8 × 8 × 5.06 × 330/3600 = 29.685 ≤ 34.28"),
+    (3.0, 2.0, False, True, "8 × 8 × 6.06 × 330/3600 = 35.552 > 34.28: the delay tips it"),
+    (10.0, 2.0, False, False, "76.619 > 34.28, and > 24.48 × 2 = 48.96 at any spot price"),
+    (10.0, 4.47, False, True, "17.14 × 4.47 = 76.616 < 76.619: not yet"),
+    (10.0, 4.48, True, True, "17.14 × 4.48 = 76.787 ≥ 76.619: the work done pays it back"),
+])
+def test_the_value_of_time_prices_the_move(v: float, attained_h: float, want: bool,
+                                           could: bool, why: str) -> None:
+    swap = replace(node(attained_h), delay_usd_h=8 * v)  # Σ GPUs × v
+    assert (swap_decisions(swap, [SPOT], 7.34, CFG) is not None) == want, why
+    assert may_pay(swap, CFG) == could, why
+
+
+def test_a_zero_value_of_time_leaves_the_move_cost_as_it_was() -> None:
+    """The delay term is added, never folded in: with v = 0 the payback test compares the
+    same floats as without it."""
+    for h in (0.5, 1.0, 1.0472, 2.0, 7.3):
+        for spot in (0.0, 3.3, 7.34, 14.68):
+            base = node(h)
+            before = (24.48 - spot) * base.attained_s / 3600 >= CFG.payback * (
+                base.pod_gpus * (24.48 / 8) * base.move_s / 3600)
+            assert (swap_decisions(base, [SPOT], spot, CFG) is not None) == before
+
+
 def test_two_pods_each_preempted_once() -> None:
     got = swap_decisions(node(3.0, gpus=2.0, jobs=("a", "b")), [SPOT], 7.34, CFG)
     assert got is not None
     assert [d for d in got if isinstance(d, Preempt)] == [Preempt("a", REASON),
                                                          Preempt("b", REASON)]
+    assert {d.cause for d in got if isinstance(d, Preempt)} == {Cause.SWAP}  # what is counted
 
 
 @pytest.mark.parametrize(("found", "live", "max_nodes", "want"), [

@@ -6,7 +6,7 @@ import pytest
 
 from gpufleet.control.admission import SPOT_TAINT, request_now, spot_ok_now, tolerates_spot
 from gpufleet.control.deadline import GuardConfig
-from gpufleet.control.views import may_swap, node_view, pending_pods, pod_view
+from gpufleet.control.views import may_move, may_swap, node_view, pending_pods, pod_view
 from gpufleet.provisioning import NodeShape
 from gpufleet.state import FleetState, ResourceRequest
 from gpufleet.traces.jobs import JobSpec
@@ -79,6 +79,12 @@ TIGHT = 3700.0  # 3,600 s of work, none done: 100 s of slack, less than a move c
         ({"checkpointable": False}, REQ, False, False),
         ({"deadline_s": TIGHT}, REQ, False, False),  # the move would cost the deadline
         ({"deadline_s": 3 * 3600.0}, REQ, False, True),
+        # latency-sensitive: never swapped nor consolidated, whatever its value of time
+        ({"latency_sensitive": True}, REQ, False, False),
+        ({"latency_sensitive": True, "value_of_time_usd_per_gpu_hour": 50.0}, REQ, False,
+         False),
+        ({"latency_sensitive": False, "value_of_time_usd_per_gpu_hour": 50.0}, REQ, False,
+         True),  # a value of time alone does not pin it: the swap's payback prices it
     ],
 )
 def test_may_swap_is_the_views_movable_and_spot_ok(
@@ -120,3 +126,20 @@ def test_node_view_reads_the_room_from_the_snapshot() -> None:
     assert v.underused_since == 5.0 and v.usd_per_hour == 6.12 and v.allocation == 0.0
     room = node_view(state, "n", shape, True, 6.12, None, 1.0, 5.0)
     assert room.pods == () and room.empty_since is None and room.underused_since is None
+
+
+def test_the_spot_risk_carries_the_jobs_price_of_delay() -> None:
+    (plain,) = pending_pods(spec(), REQ, False, 0.0, 0.0, False, 0.0, CFG)
+    assert plain.risk is not None
+    assert (plain.risk.value_of_time, plain.risk.latency_sensitive) == (0.0, False)
+    job = spec(value_of_time_usd_per_gpu_hour=12.5, latency_sensitive=True)
+    (dear,) = pending_pods(job, REQ, False, 0.0, 0.0, False, 0.0, CFG)
+    assert dear.risk is not None
+    assert (dear.risk.value_of_time, dear.risk.latency_sensitive) == (12.5, True)
+
+
+def test_a_latency_sensitive_pod_is_never_moved() -> None:
+    """``may_move`` is what consolidation, the swap and a gang's eviction ask."""
+    assert may_move(spec(), 0.0, 30.0, 0.0, CFG)
+    assert not may_move(spec(latency_sensitive=True), 0.0, 30.0, 0.0, CFG)
+    assert not pod_view(spec(latency_sensitive=True), REQ, False, 0.0, 30.0, 0.0, CFG).movable

@@ -1,17 +1,20 @@
 """The Applier without an API server: a refusal becomes the pod's ``PodScheduled=False``
 condition and one ``FailedScheduling`` Event with the same message; a replica whose Lease
-renewal is past its renew deadline writes nothing."""
+renewal is past its renew deadline writes nothing; an accepted eviction, and only that, is
+counted by queue and cause with the running GPU-seconds it interrupts."""
 
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import numpy as np
+import pytest
 from kubernetes.client.exceptions import ApiException
 
-from gpufleet.decisions import Bind, Preempt, Refuse
-from gpufleet.k8s.schedule.apply import Applier
+from gpufleet.decisions import Bind, Cause, Preempt, Refuse
+from gpufleet.k8s.schedule.apply import Applier, running_gpu_seconds
 from gpufleet.k8s.schedule.cycle import plan_cycle
 from gpufleet.k8s.schedule.telemetry import ControllerMetrics
 from gpufleet.k8s.translate.snapshot import build_snapshot
@@ -156,3 +159,79 @@ def test_a_leader_past_its_renew_deadline_writes_nothing_it_had_planned() -> Non
         assert [b.job_id for b in out.bound] == ["ns/w1"] and len(core.bindings) == 2
     finally:
         applier.close()
+
+
+def running_pod(name: str, limits: dict[str, str], started: str | None,
+                annotations: dict[str, str] | None = None) -> dict:
+    status: dict[str, Any] = {"phase": "Running"}
+    if started is not None:
+        status["startTime"] = started
+    return {"metadata": {"name": name, "namespace": "ns", "uid": "u-" + name,
+                         "annotations": annotations or {}},
+            "spec": {"schedulerName": "gpufleet", "nodeName": "n1", "containers": [
+                {"name": "c", "resources": {"limits": limits}}]},
+            "status": status}
+
+
+T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
+
+
+@pytest.mark.parametrize(("pod", "gpu_s"), [
+    # 4 GPUs × 600 s since it started
+    (running_pod("a", {"nvidia.com/gpu": "4"}, "2026-01-01T00:00:00Z"), 2400.0),
+    # a quarter of a GPU (gpu-fraction) × 400 s
+    (running_pod("b", {}, "2026-01-01T00:03:20Z", {"gpu-fraction": "0.25"}), 100.0),
+    # a 1g.10gb MIG instance counts its compute share of an H100 (1 of 7 slices: 142 milli)
+    (running_pod("c", {"nvidia.com/mig-1g.10gb": "1"}, "2026-01-01T00:00:00Z"), 0.142 * 600),
+    # not started yet (bound, no startTime): nothing ran, nothing lost
+    (running_pod("d", {"nvidia.com/gpu": "2"}, None), 0.0),
+    # no GPUs: a CPU pod's eviction interrupts no GPU work
+    (running_pod("e", {"cpu": "2"}, "2026-01-01T00:00:00Z"), 0.0),
+])
+def test_running_gpu_seconds(pod: dict, gpu_s: float) -> None:
+    assert running_gpu_seconds(pod, T0 + 600.0) == pytest.approx(gpu_s)
+
+
+class RefusingCore(WritingCore):
+    """A PodDisruptionBudget refuses every eviction (429)."""
+
+    def create_namespaced_pod_eviction(self, name: str, ns: str, body: dict,
+                                       **_: Any) -> FakeLeases.Resp:
+        raise ApiException(status=429, reason="Too Many Requests")
+
+
+def _sample(m: ControllerMetrics, name: str, **labels: str) -> float | None:
+    return m.registry.get_sample_value(name, labels)
+
+
+def test_an_accepted_eviction_counts_its_cause_queue_and_running_work() -> None:
+    pods = {"ns/a": running_pod("a", {"nvidia.com/gpu": "2"}, "2026-01-01T00:00:00Z"),
+            "ns/b": running_pod("b", {"nvidia.com/gpu": "1"}, "2026-01-01T00:00:00Z")}
+    m = ControllerMetrics()
+    applier = Applier(WritingCore(), m, workers=1)
+    applier.queue_of = {"ns": "research"}.get  # type: ignore[assignment]
+    try:
+        out = applier.apply([Preempt("ns/a", "spot swap", Cause.SWAP),
+                             Preempt("ns/b", "preempted by ns/vip")], pods)
+        assert out.evicted == ["ns/a", "ns/b"]
+    finally:
+        applier.close()
+    swap = {"queue": "research", "cause": "swap"}
+    assert _sample(m, "gpufleet_pod_disruptions_total", **swap) == 1.0
+    assert _sample(m, "gpufleet_pod_disruptions_total", queue="research",
+                   cause="preemption") == 1.0
+    # 2 GPUs since midnight 2026-01-01: every second since then, twice (a lower bound: the
+    # sample was taken after the eviction)
+    got = _sample(m, "gpufleet_caused_delay_gpu_seconds_total", **swap)
+    assert got is not None and got >= 2 * (time.time() - T0) - 60
+    # the same eviction refused by a disruption budget is not counted: nothing was disrupted
+    m2 = ControllerMetrics()
+    refusing = Applier(RefusingCore(), m2, workers=1)
+    try:
+        out = refusing.apply([Preempt("ns/a", "spot swap", Cause.SWAP)], pods)
+        assert out.evicted == [] and not out.errors
+    finally:
+        refusing.close()
+    assert _sample(m2, "gpufleet_pod_disruptions_total", queue="", cause="swap") is None
+    assert _sample(m2, "gpufleet_caused_delay_gpu_seconds_total", queue="",
+                   cause="swap") is None

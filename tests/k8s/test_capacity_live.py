@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from live_wait import wait_for
 from prometheus_client import CollectorRegistry
 
 from gpufleet.catalog.instances import default_instance_catalog
@@ -462,6 +463,65 @@ def test_spot_swap_launches_spot_first_then_marks_the_on_demand_node(lab: Any,
         assert mark is not None and mark.method == "spot-swap"
         assert cap.metrics.consolidations.labels(method="spot-swap",
                                                  outcome="started")._value.get() == 1
+    finally:
+        for i in kw.list():
+            kw.delete(i.instance_id)
+        core.delete_namespace(ns)
+
+
+def test_a_latency_sensitive_pod_is_never_swapped(lab: Any, tmp_path: Path) -> None:
+    """The swap test's node and pod (a movable Job pod that has run 2 h: the move pays), the pod
+    marked ``gpufleet.io/latency-sensitive: "true"``: cycle after cycle nothing is launched and
+    the on-demand node is not marked (``control.value_of_time``: never moved for the fleet's
+    sake). Without the mark the same node is swapped on the next cycle (the test can fail)."""
+    core = lab.core
+    ns = lab.namespace("swap-ls")
+    clock = Clock()
+    kw = provider(core, ns, clock, tmp_path, delay_s=0.0)
+    sc = Scenario(name="swap-test", spot=True, spot_swap=True, instance_types=(P3.name,),
+                  scale_down_unneeded_s=30.0)
+    cap = CapacityController(core, kw, sc, [P3], namespace=ns, registry=CollectorRegistry(),
+                             clock=clock, consolidation_validation_s=10.0)
+    tok = new_token()
+    od = kw.create(LaunchRequest(tok, (P3.name,), (ZONE,), CapacityType.ON_DEMAND, None,
+                                 {TAG_MANAGED: "true", TAG_TOKEN: tok}))
+    assert isinstance(od, Instance)
+
+    def nodes() -> list[dict]:
+        return [lab.api.sanitize_for_serialization(n) for n in core.list_node().items
+                if n.metadata.name == od.instance_id]
+
+    def ready() -> bool:
+        return len(nodes()) == 1 and any(c["type"] == "Ready" and c["status"] == "True"
+                                         for c in nodes()[0]["status"].get("conditions") or ())
+
+    def iso(t: float) -> str:
+        return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    pod = gpu_pod("p", 1)
+    pod["metadata"].update(namespace=ns, creationTimestamp=iso(clock.t - 7300),
+                           annotations={"gpufleet.io/latency-sensitive": "true"},
+                           ownerReferences=[{"kind": "Job", "name": "j", "uid": "uid-j",
+                                             "controller": True}])
+    pod["spec"].update(nodeName=od.instance_id, tolerations=[
+        {"key": SPOT_TAINT_KEY, "operator": "Equal", "value": SPOT_TAINT_VALUE,
+         "effect": SPOT_TAINT_EFFECT}])
+    pod["status"] = {"phase": "Running", "startTime": iso(clock.t - 7200)}
+    try:
+        wait_for("the on-demand node Ready", ready, timeout=60.0)
+        for _ in range(3):  # the move would pay (test_spot_swap_…: 2.244 ≤ 4.284 $), every time
+            got = cap.reconcile(build_snapshot(nodes(), [pod]), [], nodes(), [pod])
+            assert got.launched == [] and got.consolidating == []
+            clock.t += 11.0
+        assert [i.instance_id for i in kw.list()] == [od.instance_id]
+        assert mark_of(lab.api.sanitize_for_serialization(core.read_node(od.instance_id))) \
+            is None
+        # the same pod without the mark: the swap launches its spot node
+        pod["metadata"]["annotations"] = {}
+        got = cap.reconcile(build_snapshot(nodes(), [pod]), [], nodes(), [pod])
+        assert len(got.launched) == 1
+        (spot,) = [i for i in kw.list() if i.client_token == got.launched[0]]
+        assert spot.capacity_type == CapacityType.SPOT
     finally:
         for i in kw.list():
             kw.delete(i.instance_id)

@@ -9,7 +9,10 @@ import pytest
 
 from gpufleet.catalog.instances import default_instance_catalog
 from gpufleet.cloud.provider import TAG_MANAGED, TAG_TOKEN, Offering
+from gpufleet.config import Scenario
+from gpufleet.control.admission import SPOT_TAINT
 from gpufleet.control.node_clocks import SinceClock
+from gpufleet.control.value_of_time import Delay
 from gpufleet.decisions import CapacityType
 from gpufleet.errors import InputError
 from gpufleet.k8s.capacity.inputs import (
@@ -24,11 +27,12 @@ from gpufleet.k8s.capacity.inputs import (
     swap_node,
 )
 from gpufleet.k8s.capacity.launch_records import LaunchRecord, new_token
-from gpufleet.k8s.settings import load_config
+from gpufleet.k8s.settings import LiveDelays, apply_levers, load_config
 from gpufleet.k8s.translate.node_objects import node_object, spec_from_instance
-from gpufleet.k8s.translate.pods import pod_info, spot_ok
+from gpufleet.k8s.translate.pods import pod_info, spot_ok, tolerated_now
 from gpufleet.k8s.translate.snapshot import build_snapshot
 from gpufleet.provisioning import NodeShape, NodeView, PodView, ScaleUpPolicy
+from gpufleet.queueing.teams.settings import QueueSettings
 
 SPOT_TOL = {"key": "karpenter.sh/capacity-type", "operator": "Equal", "value": "spot",
             "effect": "NoSchedule"}
@@ -290,3 +294,68 @@ def test_running_pods_and_swap_node_read_the_pods_as_the_simulator_reads_jobs() 
         ("n", 12.24, 4, ("ns/a", "ns/b"), 3.0)
     assert sw.attained_s == 1800.0  # the least work done: b started 30 min after a
     assert sw.move_s == 30.0 + 120.0 + 180.0
+
+
+def test_the_swap_prices_the_live_pods_delay_as_the_simulator_does() -> None:
+    """``inputs.swap_node`` / ``running_pods`` with the pods' price of delay
+    (``k8s.settings.LiveDelays``: annotation, else the namespace's queue, else the scenario):
+    ``delay_usd_h`` = Σ GPUs × v, the risk carries v and the mark; a latency-sensitive pod is
+    no move for consolidation or the swap (``LiveDelays.movable``)."""
+    t0 = 1767225600.0  # 2026-01-01T00:00:00Z
+    a = pod("a", 2, node="n", tolerations=[SPOT_TOL],
+            ann={"gpufleet.io/value-of-time": "10", "gpufleet.io/duration": "7200"})
+    b = pod("b", 1, node="n", tolerations=[SPOT_TOL],
+            ann={"gpufleet.io/latency-sensitive": "true", "gpufleet.io/duration": "7200"})
+    for p in (a, b):
+        p["status"]["startTime"] = "2026-01-01T00:00:00Z"
+    snap = build_snapshot([], [a, b])
+    infos = [snap.pods["ns/a"], snap.pods["ns/b"]]
+    sc = Scenario(name="s", value_of_time_usd_per_gpu_hour=3.0)
+    delays = LiveDelays.of(sc)
+    # a states 10; b states nothing: the scenario's 3 → 2 × 10 + 1 × 3 = 23 $ per hour of delay
+    ra, rb = infos[0].request, infos[1].request
+    assert ra is not None and rb is not None
+    view = NodeView("n", NodeShape.of(TYPES["p3.8xlarge"], False), False, (0, 0, 0, 1000),
+                    0, 0, (PodView("ns/a", ra, True, True), PodView("ns/b", rb, True, True)),
+                    None, None, usd_per_hour=12.24)
+    sw = swap_node(view, infos, TYPES["p3.8xlarge"], t0 + 3600, 180.0, delays.of_pod)
+    assert sw.delay_usd_h == 23.0
+    # without the live settings only the annotations count: 2 × 10
+    assert swap_node(view, infos, TYPES["p3.8xlarge"], t0 + 3600, 180.0).delay_usd_h == 20.0
+    got = running_pods(infos, t0 + 3600, True, delays.of_pod)
+    assert [(p.risk.value_of_time, p.risk.latency_sensitive) for p in got if p.risk] == [
+        (10.0, False), (3.0, True)]
+    assert delays.movable({"ns/a", "ns/b", "ns/gone"}, snap.pods) == {"ns/a", "ns/gone"}
+    # the namespace's queue sets the team's: v 40 and latency-sensitive for ns
+    delays.observe(sc, {"ns": "vision"}, {"vision": QueueSettings(
+        name="vision", value_of_time_usd_per_gpu_hour=40.0, latency_sensitive=True)})
+    assert delays.of_pod(infos[0]) == Delay(10.0, True)  # its own v, the team's mark
+    assert delays.of_pod(infos[1]) == Delay(40.0, True)
+    assert delays.movable({"ns/a", "ns/b"}, snap.pods) == set()
+
+
+@pytest.mark.parametrize(("ann", "off_spot"), [
+    ({}, False),
+    ({"gpufleet.io/latency-sensitive": "true"}, True),  # no value of time: off spot
+    ({"gpufleet.io/latency-sensitive": "true", "gpufleet.io/value-of-time": "10"},
+     True),  # a value of time but no stated work: the spot rule cannot weigh it
+    ({"gpufleet.io/latency-sensitive": "true", "gpufleet.io/value-of-time": "10",
+      "gpufleet.io/duration": "3600"}, False),  # the spot rule decides, with its v
+])
+def test_a_latency_sensitive_pending_pod_stays_off_spot_unless_the_rule_can_weigh_it(
+        ann: dict, off_spot: bool) -> None:
+    """Off spot as the simulator's admission keeps such a job off it: no spot toleration for
+    placement (``tolerated_now``), no spot launch (``pending_pods``) — and not a deadline
+    guard's pin (``on_demand_only`` stays False: the queue does not read it as urgent)."""
+    snap = build_snapshot([], [pod("p", 1, tolerations=[SPOT_TOL], ann=ann)])
+    sc = Scenario(name="s")
+    apply_levers(snap, sc, now=0.0, delays=LiveDelays.of(sc))
+    (p,) = snap.pending
+    assert not p.on_demand_only
+    assert (SPOT_TAINT not in tolerated_now(p, [SPOT_TAINT])) is off_spot
+    (pp,) = pending_pods(snap, ["ns/p"], 0.0)
+    assert pp.spot_ok is not off_spot
+    # resolved into the pending pod: its own values, else the defaults (0, not sensitive;
+    # None reads as those)
+    assert (p.value_of_time or 0.0) == float(ann.get("gpufleet.io/value-of-time", 0.0))
+    assert bool(p.latency_sensitive) is ("gpufleet.io/latency-sensitive" in ann)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -29,6 +30,7 @@ from gpufleet.k8s.schedule.apply import Applier
 from gpufleet.k8s.schedule.controller import Controller
 from gpufleet.k8s.schedule.cycle import plan_cycle
 from gpufleet.k8s.schedule.telemetry import ControllerMetrics
+from gpufleet.k8s.translate.pods import parse_time
 from gpufleet.k8s.translate.snapshot import build_snapshot
 from gpufleet.k8s.watch.informer import Informer
 
@@ -271,6 +273,10 @@ def test_preemption_evicts_a_job_pod_which_the_job_controller_recreates_and_we_r
                                  {"action": "Ignore", "onPodConditions": [
                                      {"type": "DisruptionTarget"}]}]}}}
 
+        # the namespace names a queue: the disruption metrics count under it
+        core.patch_namespace(ns, {"metadata": {"labels": {"gpufleet.io/queue": "research"}}})
+        wait_for("the controller to see the namespace's queue",
+                 lambda: controller.queues.queue_of(ns) == "research")
         batch.create_namespaced_job(ns, job("low", None, "10m"))
 
         def job_pods(name: str) -> list[dict]:
@@ -280,9 +286,21 @@ def test_preemption_evicts_a_job_pod_which_the_job_controller_recreates_and_we_r
 
         first = wait_for("the low job's pod to bind", lambda: [
             p for p in job_pods("low") if p["spec"].get("nodeName")])[0]
+        started = wait_for("the low pod to start", lambda: next(
+            (p["status"].get("startTime") for p in job_pods("low")
+             if p["metadata"]["uid"] == first["metadata"]["uid"]), None), 60)
         batch.create_namespaced_job(ns, job("high", pc, "2s"))
         wait_for("the first low pod to be evicted", lambda: all(
             p["metadata"]["uid"] != first["metadata"]["uid"] for p in job_pods("low")), 60)
+        # counted once, as a preemption, with the running work it held: 4 GPUs since it started
+        labels = {"queue": "research", "cause": "preemption"}
+        reg = controller.metrics.registry
+        wait_for("the eviction to be counted", lambda: reg.get_sample_value(
+            "gpufleet_pod_disruptions_total", labels) is not None, 30)
+        assert reg.get_sample_value("gpufleet_pod_disruptions_total", labels) == 1.0
+        gpu_s = reg.get_sample_value("gpufleet_caused_delay_gpu_seconds_total", labels)
+        assert gpu_s is not None
+        assert 0 < gpu_s <= 4 * (time.time() - parse_time(started) + 1)
         wait_for("the high job to finish", lambda: (batch.read_namespaced_job_status(
             "high", ns).status.succeeded or 0) == 1, 60)
         second = wait_for("the recreated low pod to bind", lambda: [

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from gpufleet.cloud.provider import InterruptionKind
-from gpufleet.decisions import Cordon, Preempt
+from gpufleet.decisions import Cause, Cordon, Preempt
+from gpufleet.k8s.disruption.consolidation_mark import ConsolidationMark
 from gpufleet.k8s.disruption.drain import plan_drain
 from gpufleet.k8s.disruption.interruption import InterruptionMark
 from gpufleet.k8s.disruption.recovery_clock import RecoveryClock
@@ -107,3 +108,18 @@ def test_recovery_clock_times_the_owners_replacement_on_another_node() -> None:
     # noting the same owner again (the old pod still terminating) does not restart its clock
     clock.note({"a": SPOT}, [other])
     assert clock.waiting == 1
+
+
+def test_each_drain_says_its_cause() -> None:
+    """What the disruption metrics count an eviction as: an interrupted node's pods are
+    ``interruption``; a consolidated node's are ``consolidation``, or ``swap`` when the mark
+    says the on-demand → spot swap chose it (a swap is carried out as a consolidation)."""
+    def marked(name: str, method: str) -> dict:
+        return {"metadata": {"name": name, "annotations": {
+            names.ANN_CONSOLIDATION: ConsolidationMark(method, 1000.0).to_json()}},
+            "spec": {"unschedulable": True}}
+    nodes = [node("a", SPOT), marked("b", "single-node-consolidation"),
+             marked("c", "spot-swap")]
+    plan = plan_drain(nodes, [pod("pa", "a"), pod("pb", "b"), pod("pc", "c")], now=1010.0)
+    assert {d.job_id: d.cause for d in plan.evict} == {
+        "ns/pa": Cause.INTERRUPTION, "ns/pb": Cause.CONSOLIDATION, "ns/pc": Cause.SWAP}

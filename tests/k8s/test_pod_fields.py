@@ -76,6 +76,13 @@ BAD: list[tuple[str, str, str, dict, dict, dict | None]] = [
     ("annotation", "gpufleet.io/duration", "10m", {}, {}, None),
     ("annotation", "gpufleet.io/duration", "-5", {}, {}, None),
     ("annotation", "gpufleet.io/duration", "inf", {}, {}, None),
+    ("annotation", "gpufleet.io/value-of-time", "-1", {}, {}, None),
+    ("annotation", "gpufleet.io/value-of-time", "ten", {}, {}, None),
+    ("annotation", "gpufleet.io/value-of-time", "10$/h", {}, {}, None),
+    ("annotation", "gpufleet.io/value-of-time", "nan", {}, {}, None),
+    ("annotation", "gpufleet.io/value-of-time", "2e6", {}, {}, None),  # above the bound, 1e6
+    ("annotation", "gpufleet.io/latency-sensitive", "yes", {}, {}, None),
+    ("annotation", "gpufleet.io/latency-sensitive", "True", {}, {}, None),
     ("annotation", "karpenter.sh/do-not-disrupt", "yes", {}, {}, None),
     ("annotation", "karpenter.sh/do-not-disrupt", "True", {}, {}, None),
     ("annotation", "batch.kubernetes.io/job-completion-index", "first", {}, {}, None),
@@ -203,3 +210,29 @@ def test_every_field_documents_itself() -> None:
         assert f.keys and f.means and f.absent and f.expected
         if f.example is not None:
             assert f.parse(f.example) is not None, f.keys
+
+
+@pytest.mark.parametrize(("ann", "v", "sensitive"), [
+    ({}, None, None),  # absent: the team's or the scenario's (k8s.settings.LiveDelays)
+    ({"gpufleet.io/value-of-time": "10"}, 10.0, None),
+    ({"gpufleet.io/value-of-time": "2.5", "gpufleet.io/latency-sensitive": "true"}, 2.5, True),
+    ({"gpufleet.io/value-of-time": "0", "gpufleet.io/latency-sensitive": "false"}, 0.0, False),
+    ({"gpufleet.io/latency-sensitive": "true"}, None, True),
+])
+def test_the_price_of_delay_annotations_read_into_the_pod(ann: dict, v: float | None,
+                                                          sensitive: bool | None) -> None:
+    info = pod_info(pod(ann=ann))
+    assert info.refusal is None and info.request is not None
+    assert (info.value_of_time, info.latency_sensitive) == (v, sensitive)
+
+
+def test_a_bad_price_of_delay_refuses_the_pending_pod_and_reads_as_absent_when_bound() -> None:
+    ann = {"gpufleet.io/value-of-time": "-3"}
+    pending = pod_info(pod(ann=ann))
+    assert pending.request is None and pending.refusal == (
+        'annotation gpufleet.io/value-of-time: "-3" is not a number of dollars per GPU-hour '
+        'in [0, 1e6], e.g. "10"')
+    bound = pod_info(pod(ann={**ann, "gpufleet.io/latency-sensitive": "maybe"},
+                         node_name="t4"))
+    assert bound.refusal is None and bound.request is not None
+    assert (bound.value_of_time, bound.latency_sensitive) == (None, None)

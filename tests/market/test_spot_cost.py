@@ -49,6 +49,52 @@ def test_spot_cost_per_work_hour(hazard: float, risk: SpotRisk, expected: float)
         assert got == pytest.approx(expected, abs=5e-5)
 
 
+def _v(v: float, sensitive: bool = False) -> SpotRisk:
+    return SpotRisk(36_000.0, 30.0, 120.0, True, value_of_time=v, latency_sensitive=sensitive)
+
+
+@pytest.mark.parametrize(
+    ("hazard", "risk", "expected", "choice"),
+    [
+        # the same inputs as above, the reclaim's loss priced at od + v (3.06 + v $/GPU-h).
+        # λ 0.5, v 0: 0.95990 + 0.5 · 628.63/3600 · 3.06 = 1.22707 < 3.06: spot
+        (0.5, _v(0.0), 1.22707, "spot"),
+        # λ 0.5, v 10: 0.95990 + 0.5 · 628.63/3600 · 13.06 = 0.95990 + 1.14027 = 2.10017 < 3.06:
+        # still spot (a zone reclaiming every 2 h costs little delay)
+        (0.5, _v(10.0), 2.10017, "spot"),
+        # λ 2 (τ = sqrt(2·30·1800) = 328.63 s, loss 164.32 + 300 = 464.32 s), v 0:
+        # 0.918 · (1 + 30/328.63) = 1.00180; 2 · 464.32/3600 · 3.06 = 0.78934 → 1.79114: spot
+        (2.0, _v(0.0), 1.79114, "spot"),
+        # ... v 10: 1.00180 + 2 · 464.32/3600 · 13.06 = 1.00180 + 3.36888 = 4.37068 > 3.06:
+        # on-demand — the delay flips the choice
+        (2.0, _v(10.0), 4.37068, "on-demand"),
+        # latency-sensitive without a value of time: never spot, whatever the hazard
+        (0.0, _v(0.0, sensitive=True), INF, "on-demand"),
+        # latency-sensitive with v 10: the rule with its v decides (the second row)
+        (0.5, _v(10.0, sensitive=True), 2.10017, "spot"),
+        (2.0, _v(10.0, sensitive=True), 4.37068, "on-demand"),
+    ],
+)
+def test_value_of_time_prices_the_reclaim_loss_at_od_plus_v(
+        hazard: float, risk: SpotRisk, expected: float, choice: str) -> None:
+    got = spot_cost_per_work_hour(0.918, 3.06, hazard, risk, 180.0)
+    if math.isinf(expected):
+        assert math.isinf(got)
+    else:
+        assert got == pytest.approx(expected, abs=5e-5)
+    assert ("spot" if got < 3.06 else "on-demand") == choice
+
+
+@pytest.mark.parametrize("hazard", [0.0, 0.5, 2.0, 20.0])
+def test_value_of_time_zero_is_the_rule_without_it_bit_for_bit(hazard: float) -> None:
+    """The delay term is added, never folded in: with v = 0 the figure is the same float."""
+    spot, od, lam, p = 0.918, 3.06, hazard, 180.0
+    loss = reclaim_loss_s(TEN_H, lam, p)
+    tau = interval_s(TEN_H, lam)
+    before = spot * (1.0 + 30.0 / tau) + lam * loss / 3600.0 * od
+    assert spot_cost_per_work_hour(spot, od, lam, _v(0.0), p) == before
+
+
 def test_reclaim_loss_is_half_an_interval_plus_restart_and_provisioning() -> None:
     assert interval_s(TEN_H, 0.5) == pytest.approx(657.267, abs=1e-3)
     assert reclaim_loss_s(TEN_H, 0.5, 180.0) == pytest.approx(328.634 + 300, abs=1e-3)

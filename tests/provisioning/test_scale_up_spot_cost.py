@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+import pytest
 from p3_offers import OFFERS
 
 from gpufleet.decisions import CapacityType, Launch
 from gpufleet.market.bidding import ZoneMarket, get_spot_strategy
 from gpufleet.market.spot_cost import SpotRisk
 from gpufleet.provisioning import PendingPod, ScaleUpPolicy
+from gpufleet.provisioning.scale_up import spot_score
 from gpufleet.state import ResourceRequest
 
 SPOT = {"p3.2xlarge": ("0.918", "3.06"), "p3.16xlarge": ("8.0", "24.48")}
@@ -81,3 +83,54 @@ def test_a_spot_group_sent_to_on_demand_packs_with_the_on_demand_group() -> None
         (CapacityType.ON_DEMAND, 1), (CapacityType.SPOT, 1)] or [
         (x.capacity_type, x.count) for x in out] == [
         (CapacityType.SPOT, 1), (CapacityType.ON_DEMAND, 1)]
+
+
+def test_the_value_of_time_flips_a_risky_zone_to_on_demand() -> None:
+    # one 1-GPU pod, 10 h left, spot 0.918 against on-demand 3.06 (per useful GPU-hour: both
+    # scores are the p3.2xlarge's prices over one GPU). Zone 1a reclaims 0.5/h, zone 1c 2/h.
+    # v = 0: 1a 1.22707, 1c 1.79114 — both beat 3.06, 1a first.
+    # v = 10 $/GPU-h (the loss priced at 3.06 + 10): 1a 2.10017 still beats 3.06, 1c 4.37068
+    # does not and is dropped (hand-worked in tests/market/test_spot_cost.py).
+    HAZARD["us-east-1c"] = 2.0
+    try:
+        spot_offer = OFFERS[2]
+        zones = markets(["us-east-1a", "us-east-1c"])["p3.2xlarge"]
+        for v, kept, best in ((0.0, ["us-east-1a", "us-east-1c"], 1.22707),
+                              (10.0, ["us-east-1a"], 2.10017)):
+            p = risky(pod(), SpotRisk(36_000.0, 30.0, 120.0, True, value_of_time=v))
+            score, left = spot_score(0.918, spot_offer, zones, [p], 1, 3.06, hazard, 180.0)
+            assert [z.zone for z in left] == kept
+            assert score == pytest.approx(best, abs=5e-5)
+        # only zone 1c on offer: v = 0 launches spot there, v = 10 launches on-demand
+        mk = markets(["us-east-1c"])
+        pol = ScaleUpPolicy(provisioning_delay_s=180.0)
+        for v, ct in ((0.0, CapacityType.SPOT), (10.0, CapacityType.ON_DEMAND)):
+            r = SpotRisk(36_000.0, 30.0, 120.0, True, value_of_time=v)
+            out = pol.decide([risky(pod(), r), risky(pod(), r)], OFFERS, (), mk,
+                             get_spot_strategy("diversified"), hazard)
+            assert [x.capacity_type for x in out] == [ct]
+    finally:
+        del HAZARD["us-east-1c"]
+
+
+def test_a_latency_sensitive_pod_needs_an_on_demand_launch_to_beat() -> None:
+    # with only spot offers (od_score inf) a group is launched on spot on price alone — unless
+    # a pod of it is latency-sensitive: it goes to spot only where spot beats on-demand, and
+    # there is no on-demand launch to beat
+    spot_offer = OFFERS[2]
+    zones = markets(["us-east-1a"])["p3.2xlarge"]
+    plain = risky(pod(), SpotRisk(36_000.0, 30.0, 120.0, True, value_of_time=10.0))
+    sens = risky(pod(), SpotRisk(36_000.0, 30.0, 120.0, True, value_of_time=10.0,
+                                 latency_sensitive=True))
+    inf = float("inf")
+    assert spot_score(0.918, spot_offer, zones, [plain], 1, inf, hazard, 180.0) == (
+        0.918, zones)
+    assert spot_score(0.918, spot_offer, zones, [plain, sens], 1, inf, hazard, 180.0) == (
+        inf, [])
+    # a team budget that says spot only is the harder limit: the zones stay
+    budget = PendingPod(sens.job_id, sens.request, True, 0.0, spot_only=True, risk=sens.risk)
+    assert spot_score(0.918, spot_offer, zones, [budget], 1, inf, hazard, 180.0) == (
+        0.918, zones)
+    # with the on-demand offer there, the rule with its v decides: 1a at 2.10017 < 3.06 → spot
+    score, left = spot_score(0.918, spot_offer, zones, [sens], 1, 3.06, hazard, 180.0)
+    assert (score, [z.zone for z in left]) == (pytest.approx(2.10017, abs=5e-5), ["us-east-1a"])

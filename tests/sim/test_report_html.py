@@ -1,6 +1,7 @@
 """report.html (``sim.report_html``): the thinning and alignment of chart lines as case tables,
 and the page a real `gpufleet simulate` writes, opened in headless chromium: it loads without an
-error, every chart has data points, and every figure it shows is summary.json's."""
+error, every chart has data points, and every figure it shows is summary.json's; with
+``--frontier``, its chart has a point per value of time."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 from headless_browser import file_url, open_page
 
+from gpufleet.sim.frontier import FRONTIER_COLUMNS
 from gpufleet.sim.report import COLUMNS
 from gpufleet.sim.report_html import chart, thinned
 from gpufleet.sim.team_report import TEAM_COLUMNS
@@ -120,3 +122,35 @@ def test_the_report_opens_in_a_browser_with_charts_and_the_summarys_numbers(
         assert shown is not None, c
         got, half_unit = shown
         assert math.isclose(got, float(value), abs_tol=half_unit + 1e-9), c  # and shows it
+
+
+def test_the_frontier_is_a_chart_with_a_point_per_value_of_time(tmp_path: Path) -> None:
+    trace, out = tmp_path / "jobs.yaml", tmp_path / "out"
+    write_workload(trace)
+    res = subprocess.run([sys.executable, "-m", "gpufleet", "simulate", "--trace", str(trace),
+                          "--frontier", "0,30", "--out", str(out), "--workers", "1"],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert "gpufleet: cost against lateness by value of time" in res.stdout
+    summary = json.loads((out / "summary.json").read_text())
+    assert list(summary["scenarios"]) == ["static", "gpufleet-v0", "gpufleet-v30"]
+    front = summary["frontier"]
+    assert [p["v_usd_per_gpu_hour"] for p in front["points"]] == [0.0, 30.0]
+    with open_page(file_url(out / "report.html")) as page:
+        charts = page.evaluate("""(window.gpufleetCharts || []).map((u) => ({
+            title: u.root.querySelector('.u-title').textContent,
+            xs: u.data[0].length,
+            points: u.data.slice(1).map((ys) => ys.filter((y) => y !== null).length)}))""")
+        cells = page.evaluate("""[...document.querySelectorAll('td[data-frontier]')].map(
+            (td) => ({scenario: td.dataset.frontier, key: td.dataset.key,
+                      value: td.dataset.value}))""")
+        errors = list(page.errors)
+    assert not errors, errors
+    (chart,) = [c for c in charts if "cost against lateness" in c["title"]]
+    # a point per value of time on the curve; the configured one (built-in gpufleet: v = 0)
+    # once more, alone in its series
+    assert chart["xs"] == 2 and chart["points"] == [2, 1]
+    by = {p["scenario"]: p for p in front["points"]}
+    assert len(cells) == 2 * len(FRONTIER_COLUMNS)
+    for c in cells:
+        assert json.loads(c["value"]) == by[c["scenario"]][c["key"]], c

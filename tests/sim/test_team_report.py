@@ -11,6 +11,7 @@ TEAMS = {
     "per_team": {
         "a": {"gpu_hours_used": 1234.56, "gpu_hours_entitled": 2000.0,
               "entitled_delivered": 0.98765, "slowdown_mean": 1.5, "queue_mean_s": 61.4,
+              "late_over_5min_share": 0.125, "delay_vs_static_p95_s": 412.3,
               "jobs_finished": 1200, "spend_usd": 99.999, "budget_usd": 80.0,
               "budget_action": "hold", "budget_peak_spend_usd": 90.0,
               "overspend_hours": 0.4567},
@@ -25,10 +26,11 @@ TEAMS = {
 
 def test_team_rows_format_and_dash_for_missing() -> None:
     rows = team_rows(TEAMS)
-    assert rows[0] == ["a", "1,234.6", "2,000.0", "0.988", "1.50", "61", "1,200", "100.00",
-                       "80.00", "hold", "90.00", "0.46"]
-    # a budget-only queue without a budget: dashes for what it has not
-    assert rows[1] == ["b", "1.0", "—", "—", "1.00", "0", "3", "0.50", "—", "—", "—", "—"]
+    assert rows[0] == ["a", "1,234.6", "2,000.0", "0.988", "1.50", "61", "12.5%", "412",
+                       "1,200", "100.00", "80.00", "hold", "90.00", "0.46"]
+    # a budget-only queue without a budget, and no static run to compare with: dashes
+    assert rows[1] == ["b", "1.0", "—", "—", "1.00", "0", "—", "—", "3", "0.50", "—", "—",
+                       "—", "—"]
     assert len(rows[0]) == len(TEAM_COLUMNS) + 1
 
 

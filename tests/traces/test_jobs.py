@@ -140,3 +140,33 @@ def test_real_philly_trace(shared_data: Path) -> None:
     total_gpus = sum(j.replicas * j.request.num_gpu for j in jobs)
     assert total_gpus >= 82247 + 1818 + 3 * 1870  # every GPU asked for is there
     assert max(j.replicas for j in jobs) == 16  # the 128-GPU jobs
+
+
+def test_value_of_time_and_latency_sensitive_columns(tmp_path: Path) -> None:
+    """Optional: an empty cell is "not stated" (the team's or the scenario's applies)."""
+    p = write(tmp_path, "jobs.csv",
+              "job_id,submit_s,duration_s,num_gpu,value_of_time_usd_per_gpu_hour,"
+              "latency_sensitive\n"
+              "a,0,60,1,12.5,true\nb,1,60,1,,\nc,2,60,1,0,false\n")
+    a, b, c = load_jobs(p)
+    assert (a.value_of_time_usd_per_gpu_hour, a.latency_sensitive) == (12.5, True)
+    assert (b.value_of_time_usd_per_gpu_hour, b.latency_sensitive) == (None, None)
+    assert (c.value_of_time_usd_per_gpu_hour, c.latency_sensitive) == (0.0, False)
+    y = write(tmp_path, "w.yaml", "jobs:\n  - {job_id: x, submit_s: 0, duration_s: 60, "
+              "num_gpu: 1, value_of_time_usd_per_gpu_hour: 3, latency_sensitive: true}\n")
+    (x,) = load_jobs(y)
+    assert (x.value_of_time_usd_per_gpu_hour, x.latency_sensitive) == (3.0, True)
+
+
+@pytest.mark.parametrize(("cell", "msg"), [
+    ("-1", "greater than or equal to 0"),
+    ("inf", "finite number"),
+    ("lots", "valid number"),
+])
+def test_a_bad_value_of_time_names_its_line_and_field(tmp_path: Path, cell: str,
+                                                      msg: str) -> None:
+    p = write(tmp_path, "jobs.csv", "job_id,submit_s,duration_s,num_gpu,"
+              f"value_of_time_usd_per_gpu_hour\na,0,60,1,{cell}\n")
+    with pytest.raises(InputError, match=msg) as ei:
+        load_jobs(p)
+    assert (ei.value.line, ei.value.field) == (2, "value_of_time_usd_per_gpu_hour")

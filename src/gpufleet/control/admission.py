@@ -10,7 +10,8 @@ Three rules, the same for every driver:
   (deadline guards, recovery) drops that toleration for as long as the pin holds
   (``request_now``). A job that cannot checkpoint never does: a reclaim would cost it all its
   work, more than any spot discount saves (``market.spot_cost``), and without the toleration it
-  does not even fill a spot node launched for others.
+  does not even fill a spot node launched for others. Nor does a latency-sensitive job
+  without a value of time (``control.value_of_time.spot_eligible``): its delay is not free.
 
 Example: ``1g.10gb`` on a sharing fleet → ``num_gpu=1, gpu_models={A100-80GB, H100-80GB}``;
 the same job on the exclusive baseline → one whole A100-80GB or H100-80GB GPU.
@@ -22,6 +23,7 @@ from dataclasses import replace
 from functools import lru_cache
 
 from gpufleet.catalog.gpus import default_gpu_catalog
+from gpufleet.control.value_of_time import latency_sensitive, spot_eligible, value_of_time
 from gpufleet.errors import InputError
 from gpufleet.state import GPU_MILLI, ResourceRequest
 from gpufleet.traces.jobs import JobSpec
@@ -63,7 +65,8 @@ def effective_request(
             f"job {spec.job_id}: no catalogued GPU offers MIG profile {r.mig_profile!r}",
             field="mig_profile",
         )
-    tolerate = spot and spec.interruptible and spec.checkpointable and checkpointing
+    tolerate = (spot and spec.interruptible and spec.checkpointable and checkpointing
+                and spot_eligible(latency_sensitive(spec), value_of_time(spec)))
     out = _effective(r, tolerate, sharing)
     return r if out is None else out
 

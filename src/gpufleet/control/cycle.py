@@ -104,7 +104,7 @@ from gpufleet.control.gang_room import (
 from gpufleet.control.pending import PendingUnit, UnitKey, unit_request, unit_shape
 from gpufleet.control.placing import Never, Reason, only_eligible, place_unit
 from gpufleet.control.reclaim import plan_reclaims
-from gpufleet.decisions import Bind, CapacityType, Preempt, Refuse
+from gpufleet.decisions import Bind, CapacityType, Cause, Preempt, Refuse
 from gpufleet.placement.mig import bind_masks
 from gpufleet.placement.policy import Policy
 from gpufleet.queueing import BackfillPass
@@ -377,16 +377,18 @@ def _gang_room(state: FleetState, left: list[PendingUnit], policy: Policy, gr: G
                 taken, binds = got
                 leave = max((m.leave_s for m in taken), default=0.0)
                 pre = sum(eviction_usd(m, gr.usd_per_gpu_h) for m in taken) \
-                    + gpus * rate * leave / HOUR
+                    + gpus * rate * leave / HOUR + gpus * u.value_of_time * leave / HOUR
                 victims = tuple(m.victim.job_id for m in taken)
                 nodes = tuple(sorted({b.node for b in binds}))
-        costs = Costs(wait_usd(gpus, rate, wait_s), scale_up_usd(gpus, rate, gr.settings, wait_s),
+        costs = Costs(wait_usd(gpus, rate, wait_s, u.value_of_time),
+                      scale_up_usd(gpus, rate, gr.settings, wait_s, u.value_of_time),
                       pre, wait_s, victims, nodes, leave)
         plan.gang_room[u.id] = costs
         if costs.choice is Room.PREEMPT:
             plan.evictions.extend(
                 Preempt(v, f"gang room: {u.id} takes its room (evicting costs ${pre:.2f}, "
-                           f"less than waiting or scaling up)") for v in victims)
+                           f"less than waiting or scaling up)", Cause.GANG_ROOM)
+                for v in victims)
             may_evict = False
 
 
@@ -401,7 +403,7 @@ def _drain(quota: QuotaInput | None, victims: Sequence[Victim]) -> list[Preempt]
     out: dict[str, Preempt] = {}
     for v in victims:
         if v.team in why and v.job_id not in out:
-            out[v.job_id] = Preempt(v.job_id, f"{DRAIN}: {why[v.team]}")
+            out[v.job_id] = Preempt(v.job_id, f"{DRAIN}: {why[v.team]}", Cause.BUDGET_DRAIN)
     return list(out.values())
 
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpufleet.control.deadline_guard import cannot_wait, fresh_node_fits, move_fits, rerun_fits
-from gpufleet.decisions import CapacityType, Decision, Pin, Preempt
+from gpufleet.decisions import CapacityType, Cause, Decision, Pin, Preempt
 from gpufleet.market.deadline import (
     Choice,
     DeadlineController,
@@ -258,7 +258,7 @@ class DeadlineGuards:
             if choice == Choice.ON_DEMAND and not v.on_demand_only and cfg.autoscaling:
                 out.append(Pin(spec.job_id, CapacityType.ON_DEMAND, "deadline: controller"))
                 if v.running and v.on_spot:
-                    out.append(Preempt(spec.job_id, MOVE_REASON))
+                    out.append(Preempt(spec.job_id, MOVE_REASON, Cause.DEADLINE_MOVE))
             elif choice == Choice.SPOT and v.on_demand_only and v.pending:
                 out.append(Pin(spec.job_id, None, "deadline: spot again"))
         return out

@@ -30,6 +30,13 @@ scale-down horizon (``scale_down_unneeded_s``):
   cheaper, it is a priority decision, and ``queueing.preemption`` makes those. So preemption
   here is defragmentation: the room is there, in the wrong places.
 
+**Value of time** (``control.value_of_time``): the owners of the gang and of its victims pay
+for delay too, ``w`` $ per GPU-hour of it (the gang's) and ``wᵢ`` (each victim's). Each hour of
+delay a choice imposes is then priced at ``v + w``: wait adds ``g·w·T``, scale up ``g·w·P``
+(the gang's wait for the boot; the boot's bill and the surplus are capacity, not delay),
+preempt ``Σ gᵢ·wᵢ·lossᵢ + g·w·L``. Each is a term added to the prices above, 0 with ``w`` = 0.
+A latency-sensitive pod is never a victim (``control.views.may_move``).
+
 Ties go to the least disruptive choice (wait, then scale up, then preempt). A choice holds —
 the drivers keep it in a :class:`GangRoomBook` — until the gang starts, or for wait until ``T``
 has passed (the gang is then priced again), or for preempt until its victims have left and a
@@ -42,7 +49,10 @@ $/GPU-h (a p3's on-demand rate), P = 180 s, U = 600 s: room frees in 30 min → 
 = $24.48, scale up 16·3.06·(960/3600) = $13.06 → scale up. Room in 10 min → wait $8.16 → wait.
 Two 4-GPU pods that checkpointed 5 min ago (restart 120 s, write 30 s on notice) can move into
 holes elsewhere → preempt 8·3.06·(150/3600) + 16·3.06·(30/3600) = $1.02 + $0.41 = $1.43 →
-preempt.
+preempt. With the gang's owner valuing delay at w = 10 $/GPU-h: wait 30 min 24.48 +
+16·10·0.5 = $104.48, scale up 13.06 + 16·10·(180/3600) = $21.06 → scale up; wait 10 min 8.16
++ 26.67 = $34.83 > scale up $21.06 → scale up (at w = 0 it waited). Victims valuing their delay
+at 20 $/GPU-h: preempt 1.43 + 8·20·(150/3600) + 16·10·(30/3600) = 1.43 + 6.67 + 1.33 = $9.43.
 """
 
 from __future__ import annotations
@@ -121,19 +131,25 @@ def choose(wait_usd: float, scale_up_usd: float | None, preempt_usd: float | Non
     return room
 
 
-def wait_usd(gpus: float, usd_per_gpu_h: float, wait_s: float) -> float:
-    """The queued GPUs' value over the wait."""
-    return INF if math.isinf(wait_s) else gpus * usd_per_gpu_h * wait_s / HOUR
+def wait_usd(gpus: float, usd_per_gpu_h: float, wait_s: float,
+             delay_usd_per_gpu_h: float = 0.0) -> float:
+    """The queued GPUs' value over the wait, plus their owner's value of time over it
+    (``delay_usd_per_gpu_h``)."""
+    if math.isinf(wait_s):
+        return INF
+    return gpus * usd_per_gpu_h * wait_s / HOUR + gpus * delay_usd_per_gpu_h * wait_s / HOUR
 
 
 def scale_up_usd(gpus: float, usd_per_gpu_h: float, s: GangRoomSettings,
-                 wait_s: float) -> float | None:
+                 wait_s: float, delay_usd_per_gpu_h: float = 0.0) -> float | None:
     """The boot's wait, the boot's bill, and the surplus room until scale-down once the room
-    the gang would have waited for frees (module docstring)."""
+    the gang would have waited for frees (module docstring); plus the owner's value of time
+    over the boot's wait (``delay_usd_per_gpu_h``)."""
     if not s.launch:
         return None
     surplus = 0.0 if math.isinf(wait_s) else s.unneeded_s
-    return gpus * usd_per_gpu_h * (2 * s.provisioning_delay_s + surplus) / HOUR
+    return (gpus * usd_per_gpu_h * (2 * s.provisioning_delay_s + surplus) / HOUR
+            + gpus * delay_usd_per_gpu_h * s.provisioning_delay_s / HOUR)
 
 
 def eviction_loss_s(lost_work_s: float, write_s: float, restart_s: float) -> float:
@@ -168,17 +184,21 @@ def request_gpus(req: ResourceRequest) -> float:
 @dataclass(frozen=True, slots=True)
 class Movable:
     """A running pod an eviction may take for a gang: its victim record, what evicting it
-    loses (work-seconds per GPU, :func:`eviction_loss_s`) and how long it takes to leave."""
+    loses (work-seconds per GPU, :func:`eviction_loss_s`), how long it takes to leave and its
+    owner's value of time ($ per GPU-hour of delay, ``control.value_of_time``)."""
 
     victim: Victim
     loss_s: float
     leave_s: float = 0.0
+    value_of_time: float = 0.0
 
 
 def eviction_usd(m: Movable, usd_per_gpu_h: Callable[[ResourceRequest], float | None]) -> float:
-    """What evicting ``m`` loses, in dollars: its GPUs × their rate × its loss."""
+    """What evicting ``m`` loses, in dollars: its GPUs × their rate × its loss, plus its GPUs ×
+    its owner's value of time × its loss."""
     rate = usd_per_gpu_h(m.victim.request) or 0.0
-    return request_gpus(m.victim.request) * rate * m.loss_s / HOUR
+    gpus = request_gpus(m.victim.request)
+    return gpus * rate * m.loss_s / HOUR + gpus * m.value_of_time * m.loss_s / HOUR
 
 
 Place = Callable[[], list[Bind] | None]

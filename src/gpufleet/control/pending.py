@@ -36,7 +36,9 @@ class PendingUnit:
     placed at all (an unreadable request), None when it can be tried; ``shape``: units of one
     shape fail together (None: the request, pin, member count, need and mask decide it);
     ``team`` / ``milli``: the team it runs for and its size in milli-GPU-equivalents
-    (``queueing.teams.shares``), read only when the cycle has a quota input.
+    (``queueing.teams.shares``), read only when the cycle has a quota input;
+    ``value_of_time``: its owner's $ per GPU-hour of delay (``control.value_of_time``), read by
+    the gang room's prices.
     """
 
     id: str
@@ -56,6 +58,7 @@ class PendingUnit:
     shape: Hashable | None = None
     team: str | None = None
     milli: int = 0
+    value_of_time: float = 0.0
     key: UnitKey = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -34,7 +34,7 @@ import numpy as np
 
 from gpufleet.control.pending import PendingUnit, unit_request, unit_shape
 from gpufleet.control.placing import place_unit
-from gpufleet.decisions import Bind, Preempt
+from gpufleet.decisions import Bind, Cause, Preempt
 from gpufleet.placement.mig import bind_masks
 from gpufleet.placement.policy import Policy
 from gpufleet.queueing.preemption import Victim
@@ -117,7 +117,8 @@ def plan_reclaims(state: FleetState, left: list[PendingUnit], victims: Sequence[
                         back.add(v.job_id)
                     else:
                         out.setdefault(v.job_id,
-                                       Preempt(v.job_id, f"reclaim: team {r.team} borrowed"))
+                                       Preempt(v.job_id, f"reclaim: team {r.team} borrowed",
+                                               Cause.QUOTA_RECLAIM))
             for b in binds:
                 after.allocate(unit_request(u), b, bind_masks(state, b, policy.catalog))
             plan.admit(u.team, u.milli)

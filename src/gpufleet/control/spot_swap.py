@@ -28,7 +28,11 @@ first, re-validated, then the drain):
    leaves out (the new node's boot billed, the requeue after a reclaim).
 4. **Payback**: the hourly saving, over the work the pods have already done, pays for the move
    ``payback`` times: (od − spot) × attained ≥ payback × GPUs × (od $/GPU-h) × (checkpoint +
-   restart + provisioning delay). Work done, not work left: a scheduler does not know how long a
+   restart + provisioning delay), plus the pods' owners' wait through the move at their value of
+   time (``control.value_of_time``): + Σ pod GPUs × v × (checkpoint + restart + provisioning
+   delay) — the move's GPU-hours priced at (od $/GPU-h + v); 0 with ``v`` = 0. A
+   latency-sensitive pod is never a candidate's (step 1: ``control.views.may_move`` says no).
+   Work done, not work left: a scheduler does not know how long a
    job will run, and for heavy-tailed job lengths the work done is the usual estimate of the work
    left. It also leaves short jobs where they are. A judge (``judge_swap``) checks it with a spot
    price of 0 first (``may_pay``): a node that cannot pay at any price is no swap without step
@@ -42,7 +46,9 @@ Example (``tests/control/test_spot_swap.py``): a p3.16xlarge at 24.48 $/h runnin
 that has worked 2 h; spot planned at 7.34 $/h; checkpoint 30 s, restart 120 s, provisioning 180 s.
 7.34 ≤ 0.6 × 24.48 = 14.688; the move costs 8 × 3.06 × 330 / 3600 = 2.244 $; the saving over the
 work done is (24.48 − 7.34) × 2 = 34.28 ≥ 8 × 2.244 = 17.952 → swap. After 1 h of work: 17.14 <
-17.952 → not yet.
+17.952 → not yet. The same node after 2 h, its job's owner valuing delay at v = 10 $/GPU-h:
+the move costs 8 × (3.06 + 10) × 330 / 3600 = 9.577 $, and 34.28 < 8 × 9.577 = 76.62 → no
+swap; it pays only once the work done passes 76.62 / 17.14 ≈ 4.47 h.
 """
 
 from __future__ import annotations
@@ -52,7 +58,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from gpufleet.control.limits import may_launch
-from gpufleet.decisions import CapacityType, Decision, Launch, Preempt, Terminate
+from gpufleet.decisions import CapacityType, Cause, Decision, Launch, Preempt, Terminate
 from gpufleet.market.bidding import SpotStrategy, ZoneMarket
 from gpufleet.provisioning.scale_up import Hazard, Offer, PendingPod, ScaleUpPolicy
 
@@ -76,7 +82,9 @@ class SwapNode:
 
     ``job_ids``: its pods' jobs; ``pod_gpus``: the GPUs they hold; ``attained_s``: the least
     work any of them has done; ``move_s``: what one move costs each pod in seconds (the longest
-    checkpoint + restart overhead among them + the provisioning delay)."""
+    checkpoint + restart overhead among them + the provisioning delay); ``delay_usd_h``: what
+    an hour of their delay costs their owners, Σ GPUs × value of time ($/h;
+    ``control.value_of_time``)."""
 
     name: str
     usd_per_hour: float
@@ -85,6 +93,7 @@ class SwapNode:
     pod_gpus: float
     attained_s: float
     move_s: float
+    delay_usd_h: float = 0.0
 
 
 class SwapLook(Enum):
@@ -186,9 +195,11 @@ def spot_plan(
 
 def _pays(node: SwapNode, spot_usd_h: float, cfg: SwapSettings) -> bool:
     """Step 4: the hourly saving at ``spot_usd_h``, over the work done, pays for the move
-    ``payback`` times."""
+    ``payback`` times; the move's seconds are priced at the pods' GPUs' on-demand rate plus
+    their owners' value of time (the second term, 0 without one)."""
     od = node.usd_per_hour
-    move_usd = node.pod_gpus * (od / max(node.gpus, 1)) * node.move_s / HOUR_S
+    move_usd = (node.pod_gpus * (od / max(node.gpus, 1)) * node.move_s / HOUR_S
+                + node.delay_usd_h * node.move_s / HOUR_S)
     return (od - spot_usd_h) * node.attained_s / HOUR_S >= cfg.payback * move_usd
 
 
@@ -230,4 +241,5 @@ def swap_decisions(
     od = node.usd_per_hour
     if spot_usd_h > cfg.max_price_ratio * od or not _pays(node, spot_usd_h, cfg):
         return None
-    return [*plan, *(Preempt(j, REASON) for j in node.job_ids), Terminate(node.name, REASON)]
+    return [*plan, *(Preempt(j, REASON, Cause.SWAP) for j in node.job_ids),
+            Terminate(node.name, REASON)]

@@ -20,6 +20,7 @@ from gpufleet.control.admission import (
     tolerates_spot,
 )
 from gpufleet.control.deadline import GuardConfig, movable, urgent
+from gpufleet.control.value_of_time import latency_sensitive, value_of_time
 from gpufleet.market.spot_cost import SpotRisk
 from gpufleet.provisioning import NodeShape, NodeView, PendingPod, PodView
 from gpufleet.state import FleetState, ResourceRequest
@@ -51,13 +52,15 @@ def spot_risk(
 ) -> SpotRisk:
     """The job's side of the spot cost rule (``market.spot_cost``): work left, whether it can
     checkpoint on this fleet, its checkpoint and restart costs and its deadline slack (deadline
-    − now − work left − the restart overhead it already owes after an interruption)."""
+    − now − work left − the restart overhead it already owes after an interruption), and its
+    price of delay (``control.value_of_time``)."""
     left = max(0.0, spec.duration_s - work_s)
     slack = None
     if spec.deadline_s is not None:
         slack = spec.deadline_s - now - left - (spec.restart_overhead_s if interrupted else 0.0)
     return SpotRisk(left, spec.checkpoint_cost_s, spec.restart_overhead_s,
-                    spec.checkpointable and checkpointing, slack)
+                    spec.checkpointable and checkpointing, slack, value_of_time(spec),
+                    latency_sensitive(spec))
 
 
 def pod_view(
@@ -76,9 +79,11 @@ def may_move(
     spec: JobSpec, done_s: float | Callable[[], float], checkpoint_cost_s: float, now: float,
     cfg: GuardConfig,
 ) -> bool:
-    """``pod_view``'s ``movable``: a single checkpointing pod whose move cannot cost its
-    deadline."""
+    """``pod_view``'s ``movable``: a single checkpointing pod, not latency-sensitive
+    (``control.value_of_time``: never moved for the fleet's sake — by consolidation, the spot
+    swap or a gang's eviction, which all ask this), whose move cannot cost its deadline."""
     return (spec.checkpointable and spec.replicas == 1 and cfg.checkpointing
+            and not spec.latency_sensitive
             and movable(spec, done_s, checkpoint_cost_s, now, cfg))
 
 

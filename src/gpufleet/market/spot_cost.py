@@ -14,6 +14,13 @@ one hour of a job's work:
   ``R`` and the provisioning delay ``P`` — valued at the on-demand rate (the capacity the job
   falls back to and the slack it burns).
 
+The job's owner waits through that loss too. A job with a **value of time** ``v`` ($ per
+GPU-hour of delay, ``control.value_of_time``) prices it at ``od + v`` instead: spot costs
+``spot × (1 + C/τ) + λ × (τ/2 + R + P) × (od + v)``, computed as the formula above plus the
+term ``λ × (τ/2 + R + P) × v`` (0 for ``v`` = 0: the figures stay exactly what they were).
+A latency-sensitive job (``SpotRisk.latency_sensitive``) never goes to spot with ``v`` = 0
+(its delay would count as free), and otherwise only by this comparison with its ``v``.
+
 Spot is chosen only when it is the cheaper of the two. ``τ`` is Young/Daly for the hazard
 (``sqrt(2·C/λ)``, as ``recovery.interval`` picks it for the job) but never more than the work
 left. A job that cannot checkpoint (``τ`` would be its whole run), or a deadline job whose
@@ -30,7 +37,10 @@ Example (worked in ``tests/market/test_spot_cost.py``): a p3.2xlarge at 0.918 $/
 τ = sqrt(2·30·7200) = 657.3 s; spot costs 0.918 × (1 + 30/657.3) + 0.5 × (328.6 + 300)/3600
 × 3.06 = 0.9599 + 0.2672 = 1.2271 $ per work-hour < 3.06 → spot. At λ = 20 per node-hour
 (a zone reclaiming every three minutes): τ = 103.9 s, 0.918 × 1.2887 + 20 × 351.96/3600 ×
-3.06 = 1.1830 + 5.9833 = 7.166 > 3.06 → on-demand.
+3.06 = 1.1830 + 5.9833 = 7.166 > 3.06 → on-demand. At λ = 0.5 with v = 10 $/GPU-h: the loss
+term is 0.5 × 628.6/3600 × (3.06 + 10) = 1.1403, spot 2.1002 < 3.06 → still spot; at λ = 2
+(τ = 328.6 s): 0.918 × 1.0913 + 2 × 464.3/3600 × 13.06 = 1.0018 + 3.3688 = 4.3707 > 3.06 →
+on-demand, where v = 0 gives 1.0018 + 0.7893 = 1.7911 → spot.
 """
 
 from __future__ import annotations
@@ -50,13 +60,17 @@ class SpotRisk:
     """What one pending job stands to lose on spot (the job's side of the formula).
 
     ``remaining_s``: work left; ``checkpoints``: it can checkpoint and the fleet lets it;
-    ``slack_s``: deadline − now − work left (None: no deadline)."""
+    ``slack_s``: deadline − now − work left (None: no deadline); ``value_of_time``: $ per
+    GPU-hour of its delay (``control.value_of_time``); ``latency_sensitive``: spot only where
+    it pays with that price, never with ``value_of_time`` 0."""
 
     remaining_s: float
     checkpoint_cost_s: float
     restart_overhead_s: float
     checkpoints: bool
     slack_s: float | None = None
+    value_of_time: float = 0.0
+    latency_sensitive: bool = False
 
 
 def reclaim_loss_s(risk: SpotRisk, hazard_per_h: float, provisioning_delay_s: float) -> float:
@@ -79,16 +93,19 @@ def spot_cost_per_work_hour(
     provisioning_delay_s: float,
 ) -> float:
     """Expected $ for one hour of the job's work on spot (``INF``: spot is ruled out — the job
-    cannot checkpoint, or one reclaim would cost its deadline). Prices are per useful
-    GPU-hour (or per node-hour: both sides in the same unit)."""
-    if not risk.checkpoints:
+    cannot checkpoint, or one reclaim would cost its deadline, or it is latency-sensitive with
+    no value of time). Prices are per useful GPU-hour (or per node-hour: both sides in the same
+    unit); the delay term prices the loss's hours at ``risk.value_of_time`` on top of
+    ``od_usd_h``."""
+    if not risk.checkpoints or (risk.latency_sensitive and risk.value_of_time <= 0):
         return INF
     loss_s = reclaim_loss_s(risk, hazard_per_h, provisioning_delay_s)
     if risk.slack_s is not None and risk.slack_s < loss_s:
         return INF
     tau = interval_s(risk, hazard_per_h)
     writing = risk.checkpoint_cost_s / tau if tau > 0 else 0.0
-    return spot_usd_h * (1.0 + writing) + hazard_per_h * loss_s / HOUR_S * od_usd_h
+    return (spot_usd_h * (1.0 + writing) + hazard_per_h * loss_s / HOUR_S * od_usd_h
+            + hazard_per_h * loss_s / HOUR_S * risk.value_of_time)
 
 
 @dataclass(slots=True)

@@ -278,14 +278,22 @@ def spot_score(
 
     Per zone the price score is re-priced at that zone's spot price and the hazard is that
     zone's rate times the nodes one job spans (a gang loses its run when any of its nodes is
-    reclaimed); the riskiest pod of the group decides (they share the nodes). With no on-demand
-    launch to fall back to, or no pod's risk known, the zones stay as they are (spot is then
-    the only way, or nothing is known to weigh). Example: one pod, 10 h left, checkpoints of
-    30 s, zones at λ 0.5 and 20 reclaims per node-hour, spot score 0.918, on-demand 3.06 →
-    the 0.5 zone stays at 1.227, the 20 one (7.17) is dropped.
+    reclaimed); the riskiest pod of the group decides (they share the nodes), each pod's
+    reclaim loss priced with its own value of time (``SpotRisk.value_of_time``). With no
+    on-demand launch to fall back to, or no pod's risk known, the zones stay as they are (spot
+    is then the only way, or nothing is known to weigh) — except for a group with a
+    latency-sensitive pod, which goes to spot only where spot beats on-demand, so with no
+    on-demand launch to beat it keeps no zone (unless its team's budget says spot only,
+    ``PendingPod.spot_only``: the budget is the harder limit). Example: one pod, 10 h left,
+    checkpoints of 30 s, zones at λ 0.5 and 20 reclaims per node-hour, spot score 0.918,
+    on-demand 3.06 → the 0.5 zone stays at 1.227, the 20 one (7.17) is dropped.
     """
     risks = [p.risk for p in pods if p.risk is not None]
-    if not risks or math.isinf(od_score):
+    if not risks:
+        return price_score, list(zones)
+    if math.isinf(od_score):
+        if not pods[0].spot_only and any(r.latency_sensitive for r in risks):
+            return math.inf, []
         return price_score, list(zones)
     span = nodes if pods[0].gang_size > 1 else 1
     kept: list[tuple[float, str, ZoneMarket]] = []

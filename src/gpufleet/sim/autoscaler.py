@@ -50,6 +50,7 @@ from gpufleet.control.spot_swap import (
     swap_owed,
 )
 from gpufleet.control.teams import Gate
+from gpufleet.control.value_of_time import value_of_time
 from gpufleet.control.views import may_swap, node_view, pending_pods, pod_view
 from gpufleet.decisions import Decision, Launch, Preempt
 from gpufleet.market.bidding import ZoneMarket, bids_anywhere
@@ -252,7 +253,8 @@ class SimAutoscaler:
                 name, node.usd_per_hour, node.gpus, tuple(j.spec.job_id for j, _ in here),
                 sum(j.gpus for j, _ in here), min(done for _, done in here),
                 max(j.ckpt_cost + j.spec.restart_overhead_s for j, _ in here)
-                + self.sc.provisioning_delay_s), here
+                + self.sc.provisioning_delay_s,
+                sum(j.gpus * value_of_time(j.spec) for j, _ in here)), here
 
         return order, movable, node_of
 

@@ -56,6 +56,7 @@ from gpufleet.control.offers import OfferBook
 from gpufleet.control.policies import controls_for, deadline_guards
 from gpufleet.control.queue import PendingQueue
 from gpufleet.control.replacement import FixedFleet, Replacement, replaces_lost_node
+from gpufleet.control.value_of_time import DelayDefaults, with_delay
 from gpufleet.decisions import (
     Bind,
     CapacityType,
@@ -122,6 +123,7 @@ class ClusterSim:
         self.ctl = controls_for(scenario)
         self.typical = self.ctl.typical
         self._shapes: dict[tuple, int] = {}
+        self._delay = DelayDefaults.of(scenario)
         self.jobs = [self._job(i, s) for i, s in enumerate(jobs)]
         self.offers = OfferBook(self.types, self.market,
                                 mig=any(j.req.mig_profile is not None for j in self.jobs))
@@ -180,6 +182,9 @@ class ClusterSim:
 
     # -- setup --------------------------------------------------------------------------------
     def _job(self, i: int, spec: JobSpec) -> JobRun:
+        """The job as the run carries it: its price of delay resolved (the trace's, else its
+        team's, else the scenario's: ``control.value_of_time``), its request admitted."""
+        spec = with_delay(spec, self._delay)
         req = effective_request(spec, self.sc.sharing, self.sc.spot, self.sc.checkpointing)
         key = (req, spec.replicas)
         shape = self._shapes.setdefault(key, len(self._shapes))

@@ -25,6 +25,7 @@ from gpufleet.control.gang_room import (
     gpu_hour_usd,
 )
 from gpufleet.control.policies import Controls
+from gpufleet.control.value_of_time import value_of_time
 from gpufleet.control.views import may_move
 from gpufleet.queueing.preemption import Victim
 from gpufleet.recovery import NoticeView
@@ -124,7 +125,7 @@ class SimGangRoom:
             on_spot=j.on_spot))
         write = j.ckpt_cost if plan.checkpoint_now else 0.0
         return Movable(v, eviction_loss_s(max(0.0, done - plan.resume_work_s), write,
-                                          spec.restart_overhead_s), write)
+                                          spec.restart_overhead_s), write, value_of_time(spec))
 
     def chosen(self, plan: CyclePlan) -> None:
         """Book the cycle's gang-room choices: a scale-up is new demand for the scan, a wait

@@ -9,10 +9,11 @@ each baseline (peak-sized ``static``, right-sized ``static-p99``, ``static-reser
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from gpufleet.config import BASELINES, CHAIN, LEVERS
-from gpufleet.sim.summary import late_share
+from gpufleet.sim.summary import delay_vs_static, late_share
 from gpufleet.sim.team_report import fmt_cell as _fmt
 from gpufleet.tables import DataTable
 
@@ -29,6 +30,11 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("jct_p95_s", "JCT p95 s", "{:,.0f}"),
     ("jct_mean_s", "JCT mean s", "{:,.0f}"),
     ("late_over_5min_share", "late > 5 min vs static", "{:.1%}"),
+    ("delay_vs_static_p50_s", "delay vs static p50 s", "{:,.0f}"),
+    ("delay_vs_static_p95_s", "delay vs static p95 s", "{:,.0f}"),
+    ("delay_vs_static_p99_s", "delay vs static p99 s", "{:,.0f}"),
+    ("delay_vs_run_time_p95_s", "time not running p95 s", "{:,.0f}"),
+    ("delay_over_run_time_p95", "not running / run time p95", "{:.2f}"),
     ("queue_p95_s", "queue p95 s", "{:,.0f}"),
     ("interruptions", "interruptions", "{:,}"),
     ("node_failures", "node failures", "{:,}"),
@@ -55,6 +61,7 @@ VIEW_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("jct_p95_s", "JCT p95 s", "{:,.0f}"),
     ("jct_mean_s", "JCT mean s", "{:,.0f}"),
     ("late_over_5min_share", "late > 5 min", "{:.1%}"),
+    ("delay_vs_static_p95_s", "delay p95 s", "{:,.0f}"),
     ("lost_gpu_hours", "lost GPU-h", "{:,.1f}"),
     ("jobs_lost", "jobs lost", "{:,}"),
 )
@@ -65,16 +72,39 @@ BASELINE_KEYS = {"static": "cost_vs_static", "static-p99": "cost_vs_static_p99",
 def add_relative(
     summaries: dict[str, dict[str, Any]],
     finishes: dict[str, dict[str, float | None]] | None = None,
+    tenants: Mapping[str, str] | None = None,
 ) -> None:
-    """Cost against each baseline present, and the late share against ``static``'s finishes."""
+    """Cost against each baseline present, and the late share and delay against ``static``'s
+    finishes (``sim.summary.delay_vs_static``); with ``tenants`` (job id → team), each
+    per-team row of a scenario with teams gains its team's late share and delay p95."""
     for base, key in BASELINE_KEYS.items():
         cost = summaries.get(base, {}).get("cost_usd")
         for s in summaries.values():
             s[key] = s["cost_usd"] / cost if cost else None
     if finishes and "static" in finishes:
+        static = finishes["static"]
         for name, s in summaries.items():
             if name in finishes:
-                s["late_over_5min_share"] = late_share(finishes[name], finishes["static"])
+                s["late_over_5min_share"] = late_share(finishes[name], static)
+                s.update(delay_vs_static(finishes[name], static))
+                if tenants is not None and s.get("teams"):
+                    s["teams"] = team_delays(s["teams"], finishes[name], static, tenants)
+
+
+def team_delays(teams: dict[str, Any], finishes: dict[str, float | None],
+                baseline: dict[str, float | None],
+                tenants: Mapping[str, str]) -> dict[str, Any]:
+    """A copy of a summary's ``teams`` block whose per-team rows carry the team's own
+    ``late_over_5min_share`` and ``delay_vs_static_p95_s`` (over the team's jobs only)."""
+    per: dict[str, Any] = {}
+    for team, row in teams["per_team"].items():
+        mine = {k for k, t in tenants.items() if t == team}
+        here = {k: v for k, v in finishes.items() if k in mine}
+        base = {k: v for k, v in baseline.items() if k in mine}
+        per[team] = {**row, "late_over_5min_share": late_share(here, base),
+                     "delay_vs_static_p95_s": delay_vs_static(here, base)[
+                         "delay_vs_static_p95_s"]}
+    return {**teams, "per_team": per}
 
 
 def ablation_rows(summaries: dict[str, dict[str, Any]]) -> dict[str, str]:
@@ -120,9 +150,12 @@ def side_by_side(summaries: dict[str, dict[str, Any]]) -> dict[str, dict[str, An
     return {k: v for k, v in summaries.items() if k in keep or k not in in_views}
 
 
-def summary_json(summaries: dict[str, dict[str, Any]], wall_s: float, meta: dict[str, Any]) -> str:
+def summary_json(summaries: dict[str, dict[str, Any]], wall_s: float, meta: dict[str, Any],
+                 frontier: Mapping[str, Any] | None = None) -> str:
+    """summary.json: every scenario, the views, and (``--frontier``) the ``frontier``."""
+    extra = {"frontier": frontier} if frontier is not None else {}
     return json.dumps(
-        {"scenarios": summaries, **views(summaries), "wall_seconds": wall_s, **meta},
+        {"scenarios": summaries, **views(summaries), **extra, "wall_seconds": wall_s, **meta},
         indent=2, sort_keys=False,
     )
 

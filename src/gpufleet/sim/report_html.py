@@ -7,9 +7,12 @@ the values under the cursor and hides a scenario on click; drag to zoom, double-
 A series is thinned to at most ``MAX_POINTS`` samples (every k-th and the last) so a months-long
 replay stays a page a browser opens at once.
 
-Every table cell that shows a summary figure carries it as data (``data-scenario`` or
-``data-team``, ``data-key`` and ``data-value``, the JSON value summary.json holds), so what the
-page shows can be checked against summary.json, and the charts are in ``window.gpufleetCharts``.
+Every table cell that shows a summary figure carries it as data (``data-scenario``,
+``data-team`` or, for a ``--frontier`` point, ``data-frontier``; ``data-key`` and
+``data-value``, the JSON value summary.json holds), so what the page shows can be checked
+against summary.json, and the charts are in ``window.gpufleetCharts``. With ``--frontier`` the
+page has the cost-against-lateness chart too (``sim.frontier.frontier_chart``): the late share
+across, the cost against ``static`` up, drawn with a point per value of time.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.sim.books import Series
+from gpufleet.sim.frontier import FRONTIER_COLUMNS, frontier_chart
 from gpufleet.sim.report import COLUMNS, VIEW_COLUMNS, _view_tables, side_by_side, summary_json
 from gpufleet.sim.team_report import TEAM_COLUMNS, _footer, fmt_cell
 
@@ -153,6 +157,25 @@ def teams_html(summaries: Mapping[str, Mapping[str, Any]], chart_ids: Mapping[st
     return "<h2>Teams</h2>" + "".join(parts) if parts else ""
 
 
+def frontier_html(front: Mapping[str, Any] | None, chart_id: str) -> str:
+    """``--frontier``: its table (cells carry ``data-frontier``, the point's scenario) and its
+    chart; "" without one."""
+    if front is None:
+        return ""
+    head = "".join(f"<th>{html.escape(label)}</th>" for _, label, _ in FRONTIER_COLUMNS)
+    body = "".join(
+        "<tr>" + "".join(_td(fmt_cell(fmt, p.get(key)) + (" *" if p["configured"] and i == 0
+                                                           else ""),
+                             p.get(key), frontier=p["scenario"], key=key)
+                         for i, (key, _, fmt) in enumerate(FRONTIER_COLUMNS)) + "</tr>"
+        for p in front["points"])
+    return (f"<h2>Cost against lateness: the value of time</h2><p>{html.escape(front['scenario'])}"
+            " once per value of time v ($ per GPU-hour of delay), against static; * marks the "
+            "scenario's own v. A higher v buys fewer late jobs at a higher cost: choose the "
+            f"point whose trade you want.</p><table><tr>{head}</tr>{body}</table>"
+            f'<div class="chart" id="{chart_id}"></div>')
+
+
 def _asset(name: str) -> str:
     return resources.files("gpufleet.sim").joinpath("assets", name).read_text(encoding="utf-8")
 
@@ -164,13 +187,15 @@ const palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b
                  "#7f7f7f", "#bcbd22", "#17becf"];
 window.gpufleetCharts = data.charts.map((c) => {
   const el = document.getElementById(c.id);
+  const xlabel = c.xlabel || "day";
   const opts = {
     title: c.title, width: Math.max(600, Math.min(1100, el.clientWidth || 1100)), height: 320,
     scales: {x: {time: false}},
-    axes: [{label: "day"}, {label: c.ylabel, size: 70}],
-    series: [{label: "day"}, ...c.series.map((s, i) => ({
-      label: s.label, stroke: palette[i % palette.length], width: 1.5,
-      dash: s.dash ? [6, 4] : undefined, spanGaps: false}))],
+    axes: [{label: xlabel}, {label: c.ylabel, size: 70}],
+    series: [{label: xlabel}, ...c.series.map((s, i) => ({
+      label: s.label, stroke: palette[i % palette.length], width: s.only_points ? 0 : 1.5,
+      dash: s.dash ? [6, 4] : undefined, spanGaps: false,
+      points: c.points ? {show: true, size: s.only_points ? 14 : 7} : undefined}))],
   };
   return new uPlot(opts, [c.x, ...c.series.map((s) => s.values)], el);
 });
@@ -179,11 +204,14 @@ window.gpufleetCharts = data.charts.map((c) => {
 
 def report_html(summaries: Mapping[str, Mapping[str, Any]], series: Mapping[str, Series],
                 meta: Mapping[str, Any], notes: Sequence[str] = (),
-                settings: Mapping[str, Mapping[str, Any]] | None = None) -> str:
-    """The page: what ran (workload, seed, each scenario's settings), the tables, the charts."""
+                settings: Mapping[str, Mapping[str, Any]] | None = None,
+                frontier: Mapping[str, Any] | None = None) -> str:
+    """The page: what ran (workload, seed, each scenario's settings), the tables, the charts
+    (``frontier``: its table and cost-against-lateness chart too)."""
     main = side_by_side(dict(summaries))  # type: ignore[arg-type]
     over_time = charts({k: v for k, v in series.items() if k in main})
     per_team = team_charts(summaries, series)
+    front = [frontier_chart(frontier)] if frontier is not None else []
     meta_rows = "".join(
         f"<li><b>{html.escape(str(k))}</b>: {html.escape(str(v))}</li>" for k, v in meta.items())
     note_rows = "".join(f"<li>{html.escape(n)}</li>" for n in notes)
@@ -193,7 +221,8 @@ def report_html(summaries: Mapping[str, Mapping[str, Any]], series: Mapping[str,
         for name, sc in (settings or {}).items())
     chart_divs = "".join(f'<div class="chart" id="{c["id"]}"></div>' for c in over_time)
     # "</" inside a script element would end it: JSON escapes it as "<\\/"
-    blob = json.dumps({"charts": [*over_time, *per_team.values()]}).replace("</", "<\\/")
+    blob = json.dumps({"charts": [*over_time, *per_team.values(), *front]}).replace(
+        "</", "<\\/")
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>gpufleet simulate</title>
 <style>{_asset("uPlot.min.css")}</style>
@@ -207,6 +236,7 @@ td:first-child{{text-align:left}}.chart{{margin:1em 0}}pre{{background:#f6f6f6;p
 {setting_rows}
 {tables_html(summaries)}
 <ul>{note_rows}</ul>
+{frontier_html(frontier, front[0]["id"] if front else "")}
 {teams_html(summaries, {n: c['id'] for n, c in per_team.items()})}
 <h2>Over time</h2><p>Hover for values; click a legend entry to hide it; drag to zoom,
 double-click to reset.</p>{chart_divs}
@@ -220,11 +250,13 @@ double-click to reset.</p>{chart_divs}
 def write_outputs(out_dir: Path, summaries: dict[str, dict[str, Any]],
                   series: Mapping[str, Series], wall_s: float, meta: dict[str, Any],
                   notes: Sequence[str] = (),
-                  settings: Mapping[str, Mapping[str, Any]] | None = None) -> tuple[Path, Path]:
+                  settings: Mapping[str, Mapping[str, Any]] | None = None,
+                  frontier: Mapping[str, Any] | None = None) -> tuple[Path, Path]:
     """``summary.json`` and ``report.html`` in ``out_dir``; their paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
     js = out_dir / "summary.json"
-    js.write_text(summary_json(summaries, wall_s, meta), encoding="utf-8")
+    js.write_text(summary_json(summaries, wall_s, meta, frontier), encoding="utf-8")
     rep = out_dir / "report.html"
-    rep.write_text(report_html(summaries, series, meta, notes, settings), encoding="utf-8")
+    rep.write_text(report_html(summaries, series, meta, notes, settings, frontier),
+                   encoding="utf-8")
     return js, rep

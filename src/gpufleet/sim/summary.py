@@ -17,7 +17,17 @@ Definitions (docs/simulator.md repeats them):
   team's budget without keeping any work);
 * late over 5 min = share of the jobs finished under the peak-sized ``static`` baseline that
   finish more than 5 minutes later here (matched by job id; a job that never finished here is
-  late), filled in by ``add_late_share`` once the baseline has run;
+  late), filled in by ``sim.report.add_relative`` once the baseline has run;
+* delay vs static = finish here − finish under ``static``, per job finished under both
+  (negative: it finished earlier here); mean and p50/p95/p99 over those jobs, with the jobs
+  finished under ``static`` only and those finished here only counted beside them, not
+  dropped (``delay_vs_static``; filled in with the late share). Per team: the team's late
+  share and delay-vs-static p95 over its own jobs;
+* delay vs run time = JCT − the job's own run time (``duration_s``: what it takes bound from
+  start to finish with no interruption), i.e. the time it spent not running: queueing, work
+  lost to interruptions, restart overheads and checkpoint writes; mean and p50/p95/p99 over
+  finished jobs, and that delay over the run time at p50 and p95 (``delay_over_run_time``:
+  0.5 = half as long again as its run);
 * allocated GPU-hours = the GPU share each job held while bound (``ClusterSim.tally``);
 * per team (only with a ``teams:`` section, key ``teams``): GPU-hours used = the integral of
   its running jobs' GPU-equivalents (``queueing.teams.shares``; a job counts from start to
@@ -79,6 +89,47 @@ def late_share(
         if f is None or f > b + threshold_s:
             late += 1
     return late / len(base)
+
+
+def _spread(prefix: str, values: list[float]) -> dict[str, float]:
+    """Mean and p50/p95/p99 of ``values`` (seconds) under ``prefix``; 0.0 for none."""
+    return {f"{prefix}_mean_s": float(np.mean(values)) if values else 0.0,
+            f"{prefix}_p50_s": _pct(values, 50), f"{prefix}_p95_s": _pct(values, 95),
+            f"{prefix}_p99_s": _pct(values, 99)}
+
+
+def delay_vs_static(
+    finishes: dict[str, float | None],
+    baseline: dict[str, float | None],
+) -> dict[str, Any]:
+    """Each job's finish here − its finish under ``baseline`` (matched by job id; negative:
+    earlier here) as mean and p50/p95/p99 over the jobs finished under both, with how many
+    were paired, how many finished under the baseline only (never here: no finite delay) and
+    how many here only."""
+    paired: list[float] = []
+    here_missing = base_missing = 0
+    for job_id, b in baseline.items():
+        f = finishes.get(job_id)
+        if b is None:
+            base_missing += f is not None
+        elif f is None:
+            here_missing += 1
+        else:
+            paired.append(f - b)
+    base_missing += sum(1 for k, f in finishes.items() if k not in baseline and f is not None)
+    return {**_spread("delay_vs_static", paired), "delay_vs_static_jobs_paired": len(paired),
+            "delay_vs_static_jobs_unfinished_here": here_missing,
+            "delay_vs_static_jobs_unfinished_static": base_missing}
+
+
+def delay_vs_run_time(jobs: list[tuple[float, float]]) -> dict[str, float]:
+    """From (JCT, run time) of each finished job: JCT − run time as mean and p50/p95/p99,
+    and that delay over the run time at p50 and p95."""
+    delay = [jct - run for jct, run in jobs]
+    ratio = [d / run for d, (_, run) in zip(delay, jobs, strict=True)]
+    return {**_spread("delay_vs_run_time", delay),
+            "delay_over_run_time_p50": _pct(ratio, 50),
+            "delay_over_run_time_p95": _pct(ratio, 95)}
 
 
 def allocated_gpu_hours(sim: ClusterSim) -> float:
@@ -147,6 +198,8 @@ def summarize(sim: ClusterSim, wall_s: float, pricing: str | None = None) -> dic
         "jct_p50_s": _pct(jct, 50),
         "jct_p95_s": _pct(jct, 95),
         "jct_p99_s": _pct(jct, 99),
+        **delay_vs_run_time([(t, j.spec.duration_s) for t, j in zip(jct, finished,
+                                                                       strict=True)]),
         "queue_mean_s": float(np.mean(queue)) if queue else 0.0,
         "queue_p50_s": _pct(queue, 50),
         "queue_p95_s": _pct(queue, 95),

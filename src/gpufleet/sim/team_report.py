@@ -19,6 +19,8 @@ TEAM_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("entitled_delivered", "entitled delivered", "{:.3f}"),
     ("slowdown_mean", "JCT slowdown", "{:.2f}"),
     ("queue_mean_s", "queueing mean s", "{:,.0f}"),
+    ("late_over_5min_share", "late > 5 min", "{:.1%}"),
+    ("delay_vs_static_p95_s", "delay vs static p95 s", "{:,.0f}"),
     ("jobs_finished", "jobs done", "{:,}"),
     ("spend_usd", "spend $", "{:,.2f}"),
     ("budget_usd", "budget $", "{:,.2f}"),

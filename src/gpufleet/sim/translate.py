@@ -10,6 +10,7 @@ from __future__ import annotations
 from gpufleet.control.admission import request_now
 from gpufleet.control.pending import PendingUnit
 from gpufleet.control.queue import effective_shape, is_urgent
+from gpufleet.control.value_of_time import value_of_time
 from gpufleet.decisions import CapacityType
 from gpufleet.queueing.preemption import Victim
 from gpufleet.sim.jobrun import JobRun
@@ -20,14 +21,15 @@ def job_unit(j: JobRun, milli: int = 0) -> PendingUnit:
     members (``job#0``…, all needed together), its place in the queue the key
     ``control.queue`` gave it (priority, urgent, requeued, enqueued time, sequence), a pin to
     on-demand its ``pin``; every node is eligible (the request's constraints say the rest).
-    Its team is its tenant, ``milli`` its size in GPU-equivalents (read only under quotas)."""
+    Its team is its tenant, ``milli`` its size in GPU-equivalents (read only under quotas),
+    its value of time the one its spec carries (``control.value_of_time``)."""
     sid = j.spec.job_id
     n = j.spec.replicas
     return PendingUnit(
         sid, j.req, j.spec.priority, tuple(f"{sid}#{r}" for r in range(n)), n,
         submit_s=j.enqueued_s, seq=j.key[-1], requeued=j.requeued, urgent=is_urgent(j),
         pin=CapacityType.ON_DEMAND if j.on_demand_only else None, shape=effective_shape(j),
-        team=j.spec.tenant, milli=milli)
+        team=j.spec.tenant, milli=milli, value_of_time=value_of_time(j.spec))
 
 
 def job_victim(j: JobRun, milli: int = 0) -> Victim:

@@ -53,6 +53,7 @@ MAX_MEMORY_MIB = 16 * 1024 * 1024  # 16 TiB per replica
 MAX_GPU_MEMORY_MIB = 256 * 1024  # 256 GiB per GPU
 MAX_OVERHEAD_S = DAY_S  # checkpoint cost / restart overhead
 MAX_PRIORITY = 1_000_000
+MAX_VALUE_OF_TIME = 1e6  # $ per GPU-hour of delay
 PHILLY_CPU_MILLI_PER_GPU = 4000
 PHILLY_MEMORY_MIB_PER_GPU = 12 * 1024
 
@@ -74,6 +75,12 @@ class JobSpec:
     checkpoint_cost_s: float = 30.0
     restart_overhead_s: float = 120.0
     utilization: float = 0.8
+    # $ per GPU-hour of delay its owner pays (``control.value_of_time``); None: its team's or
+    # the scenario's
+    value_of_time_usd_per_gpu_hour: float | None = None
+    # never moved for the fleet's sake, spot only where it pays with its delay priced
+    # (``control.value_of_time``); None: its team's setting (not latency-sensitive)
+    latency_sensitive: bool | None = None
     line: int | None = dataclasses.field(default=None, compare=False)  # in its file, for errors
 
     @property
@@ -113,8 +120,12 @@ class JobFields(BaseModel):
         default=120.0, ge=0, le=MAX_OVERHEAD_S, allow_inf_nan=False
     )
     utilization: float = Field(default=0.8, ge=0, le=1, allow_inf_nan=False)
+    value_of_time_usd_per_gpu_hour: float | None = Field(
+        default=None, ge=0, le=MAX_VALUE_OF_TIME, allow_inf_nan=False)
+    latency_sensitive: bool | None = None
 
-    @field_validator("gpu_models", "mig_profile", "min_cuda", "deadline_s", mode="before")
+    @field_validator("gpu_models", "mig_profile", "min_cuda", "deadline_s",
+                     "value_of_time_usd_per_gpu_hour", "latency_sensitive", mode="before")
     @classmethod
     def _empty_is_none(cls, v: Any) -> Any:
         return None if v == "" else v
@@ -188,6 +199,8 @@ def job_from_fields(f: JobFields, catalog: GpuCatalog, where: dict[str, Any]) ->
         checkpoint_cost_s=f.checkpoint_cost_s,
         restart_overhead_s=f.restart_overhead_s,
         utilization=f.utilization,
+        value_of_time_usd_per_gpu_hour=f.value_of_time_usd_per_gpu_hour,
+        latency_sensitive=f.latency_sensitive,
         line=where.get("line"),
     )
 

@@ -24,7 +24,7 @@ what the live driver sees into their inputs:
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 from decimal import Decimal
 from typing import Any
@@ -37,6 +37,7 @@ from gpufleet.control.offers import offer_list
 from gpufleet.control.right_size import cap_for
 from gpufleet.control.spot_swap import SwapNode
 from gpufleet.control.teams import Gate
+from gpufleet.control.value_of_time import Delay, spot_eligible, value_of_time
 from gpufleet.control.views import node_view, spot_risk
 from gpufleet.decisions import CapacityType
 from gpufleet.k8s.translate.deadlines import deadline_view, pinned_on_demand
@@ -116,7 +117,9 @@ def pending_pods(snap: Snapshot, refused: Iterable[str], now: float,
         req = replace(p.request, tolerations=frozenset())
         gang = max(p.min_available, sizes.get(p.group, 1)) if p.group is not None else 1
         ok = spot_ok(p)
-        pinned = p.on_demand_only or pinned_on_demand(p, ok, guards, now)
+        pinned = (p.on_demand_only or pinned_on_demand(p, ok, guards, now)
+                  or not spot_eligible(bool(p.latency_sensitive), p.value_of_time or 0.0,
+                                       p.work_s is not None))
         hurry = _urgent(p, guards, now)
         spot_only = gate is Gate.SPOT
         risk = None
@@ -130,10 +133,16 @@ def pending_pods(snap: Snapshot, refused: Iterable[str], now: float,
     return sorted(out, key=lambda p: p.spot_ok)
 
 
-def _spec(p: PodInfo, req: ResourceRequest) -> JobSpec:
-    """The pod as a job: its stated work (``gpufleet.io/duration``, 0 when not stated) and
-    deadline; a pod states no checkpoint or restart cost, so JobSpec's defaults stand for them."""
-    return JobSpec(p.key, p.created_s, p.work_s or 0.0, req, deadline_s=p.deadline_s)
+def _spec(p: PodInfo, req: ResourceRequest, delay: Delay | None = None) -> JobSpec:
+    """The pod as a job: its stated work (``gpufleet.io/duration``, 0 when not stated),
+    deadline and price of delay (``delay``, else the pod's own fields: a pending pod's are
+    resolved by ``k8s.settings.apply_levers``); a pod states no checkpoint or restart cost, so
+    JobSpec's defaults stand for them."""
+    if delay is None:
+        delay = Delay(p.value_of_time or 0.0, bool(p.latency_sensitive))
+    return JobSpec(p.key, p.created_s, p.work_s or 0.0, req, deadline_s=p.deadline_s,
+                   value_of_time_usd_per_gpu_hour=delay.usd_per_gpu_hour,
+                   latency_sensitive=delay.latency_sensitive)
 
 
 def done_s(p: PodInfo, now: float) -> float:
@@ -142,10 +151,12 @@ def done_s(p: PodInfo, now: float) -> float:
     return max(0.0, now - p.started_s) if p.started_s is not None else 0.0
 
 
-def running_pods(infos: Iterable[PodInfo], now: float, checkpointing: bool) -> list[PendingPod]:
+def running_pods(infos: Iterable[PodInfo], now: float, checkpointing: bool,
+                 delay: Callable[[PodInfo], Delay] | None = None) -> list[PendingPod]:
     """Running pods as scale-up would see them queued now, for the on-demand → spot swap
     (``control.spot_swap``: the launch is what scale-up would launch for them): spot-tolerant,
-    with what a reclaim would cost each (``market.spot_cost``) where it states its work."""
+    with what a reclaim would cost each (``market.spot_cost``, its delay priced by ``delay``:
+    ``k8s.settings.LiveDelays.of_pod``) where it states its work."""
     out = []
     for p in infos:
         if p.request is None:
@@ -153,23 +164,29 @@ def running_pods(infos: Iterable[PodInfo], now: float, checkpointing: bool) -> l
         req = replace(p.request, tolerations=frozenset())
         risk = None
         if p.work_s is not None:
-            risk = spot_risk(_spec(p, req), done_s(p, now), False, now, checkpointing)
+            risk = spot_risk(_spec(p, req, delay(p) if delay is not None else None),
+                             done_s(p, now), False, now, checkpointing)
         out.append(PendingPod(p.key, req, True, 0.0, risk=risk))
     return out
 
 
 def swap_node(view: NodeView, infos: Sequence[PodInfo], it: InstanceType, now: float,
-              provisioning_delay_s: float) -> SwapNode:
+              provisioning_delay_s: float,
+              delay: Callable[[PodInfo], Delay] | None = None) -> SwapNode:
     """An on-demand node as the swap reads it (``control.spot_swap.SwapNode``): its price, its
-    pods' GPUs, the least work any of them has done (``done_s``) and one move's cost in
-    seconds (checkpoint + restart, JobSpec's defaults, + the provisioning delay)."""
-    specs = [_spec(p, p.request) for p in infos if p.request is not None]
+    pods' GPUs, the least work any of them has done (``done_s``), one move's cost in
+    seconds (checkpoint + restart, JobSpec's defaults, + the provisioning delay) and what an
+    hour of their delay costs their owners (Σ GPUs × value of time, by ``delay``:
+    ``k8s.settings.LiveDelays.of_pod``)."""
+    specs = [_spec(p, p.request, delay(p) if delay is not None else None)
+             for p in infos if p.request is not None]
     move = max((s.checkpoint_cost_s + s.restart_overhead_s for s in specs), default=0.0)
     return SwapNode(view.name, float(it.usd_per_hour), it.gpus,
                     tuple(p.job_id for p in view.pods),
                     sum(gpu_milli_of(s.request) for s in specs) / GPU_MILLI,
                     min((done_s(p, now) for p in infos), default=0.0),
-                    move + provisioning_delay_s)
+                    move + provisioning_delay_s,
+                    sum(gpu_milli_of(s.request) / GPU_MILLI * value_of_time(s) for s in specs))
 
 
 def arrivals(snap: Snapshot, seen: Collection[str]) -> tuple[list[tuple[float, float]], set[str]]:

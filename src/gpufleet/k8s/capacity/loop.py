@@ -50,6 +50,7 @@ from gpufleet.k8s.capacity.termination import GONE, Terminator
 from gpufleet.k8s.disruption import consolidation_mark
 from gpufleet.k8s.disruption.consolidation import Consolidator
 from gpufleet.k8s.disruption.interruption import mark_from_event, mark_node, node_for_instance
+from gpufleet.k8s.settings import LiveDelays
 from gpufleet.k8s.translate import names
 from gpufleet.k8s.translate.nodes import taint_string
 from gpufleet.k8s.translate.snapshot import Snapshot
@@ -94,10 +95,12 @@ class CapacityController:
         self.provisioner = Provisioner(LaunchRecords(core, namespace), provider, self.metrics,
                                        self.terminator, registration_timeout_s)
         self.scale_up = ScaleUp(provider, scenario, self.types)
+        # each pod's price of delay; the scheduler shares it and refreshes its queues
+        self.delays = LiveDelays.of(scenario)
         self.headroom = headroom(scenario)  # spare GPUs for arrivals (None: not kept)
         self._seen: set[str] = set()  # pods already counted as arrivals
         self.scale_down = ScaleDown(core, provider, scenario, self.types, self.consolidator,
-                                    self.terminator)
+                                    self.terminator, self.delays)
 
     @property
     def records(self) -> LaunchRecords:

@@ -42,6 +42,7 @@ from gpufleet.k8s.capacity.provisioner import ready
 from gpufleet.k8s.capacity.termination import Terminator
 from gpufleet.k8s.disruption import consolidation_mark
 from gpufleet.k8s.disruption.consolidation import Consolidator
+from gpufleet.k8s.settings import LiveDelays
 from gpufleet.k8s.translate import names
 from gpufleet.k8s.translate.pods import parse_time
 from gpufleet.k8s.translate.snapshot import Snapshot
@@ -67,8 +68,11 @@ def interruption_marked(node: Mapping[str, Any]) -> bool:
 class ScaleDown:
     def __init__(self, core: Any, provider: CloudProvider, scenario: Scenario,
                  types: Mapping[str, InstanceType], consolidator: Consolidator,
-                 terminator: Terminator) -> None:
+                 terminator: Terminator, delays: LiveDelays | None = None) -> None:
         self.core = core
+        # each pod's price of delay: latency-sensitive pods stay put, the swap's move is priced
+        # with the pods' value of time (control.value_of_time)
+        self.delays = delays if delays is not None else LiveDelays.of(scenario)
         self.provider = provider
         self.sc = scenario
         self.types = types
@@ -112,7 +116,7 @@ class ScaleDown:
                 continue  # booting, or cordoned by someone else: neither room nor candidate
             cands[meta["name"]] = kind
             inst_of[meta["name"]] = i
-        movable = consolidation_mark.movable_keys(pods)
+        movable = self.delays.movable(consolidation_mark.movable_keys(pods), snap.pods)
         views = inputs.node_views(snap, cands, pods, self.empty, self.underused,
                                   self.sc.utilization_threshold, now, movable)
         out.abandoned += self.consolidator.watch_marked(snap, marked, views, pods, movable, now)
@@ -164,9 +168,11 @@ class ScaleDown:
             infos = [snap.pods[p.job_id] for p in v.pods if p.job_id in snap.pods]
             if len(infos) != len(v.pods):
                 return None  # a pod the snapshot cannot read: not judged
-            node = inputs.swap_node(v, infos, cands[name][0], now, self.sc.provisioning_delay_s)
+            node = inputs.swap_node(v, infos, cands[name][0], now, self.sc.provisioning_delay_s,
+                                    self.delays.of_pod)
             return judge_swap(
-                node, lambda: swap_plan(inputs.running_pods(infos, now, self.sc.checkpointing)),
+                node, lambda: swap_plan(inputs.running_pods(infos, now, self.sc.checkpointing,
+                                                            self.delays.of_pod)),
                 cfg, max_nodes=1)
 
         got = first_swap(order, movable, judge, cfg)

@@ -43,7 +43,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from gpufleet.decisions import Cordon, Preempt, Terminate
+from gpufleet.decisions import Cause, Cordon, Preempt, Terminate
 from gpufleet.k8s.disruption.consolidation_mark import ConsolidationMark
 from gpufleet.k8s.disruption.consolidation_mark import mark_of as consolidation_mark_of
 from gpufleet.k8s.disruption.interruption import InterruptionMark, mark_of
@@ -52,6 +52,7 @@ from gpufleet.k8s.schedule.apply import ApiErrors, Applier
 from gpufleet.k8s.schedule.telemetry import ControllerMetrics
 from gpufleet.k8s.translate.pods import finished, pod_key, stays_on_drain
 from gpufleet.k8s.watch.connections import release
+from gpufleet.provisioning.disruption.command import cause_of
 
 log = logging.getLogger(__name__)
 
@@ -110,12 +111,12 @@ def plan_drain(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, A
     evict: list[Preempt] = []
     terminate: list[Terminate] = []
 
-    def drain(name: str, why: str) -> bool:
+    def drain(name: str, why: str, cause: Cause) -> bool:
         """Cordon ``name`` and evict its pods (not those already terminating); True when it is
         empty. The one sequence for an interrupted and a consolidated node alike."""
         if name not in cordoned:
             cordon.append(Cordon(name, why))
-        evict.extend(Preempt(pod_key(p), why) for p in on_node[name]
+        evict.extend(Preempt(pod_key(p), why, cause) for p in on_node[name]
                      if not (p.get("metadata") or {}).get("deletionTimestamp")
                      and pod_key(p) not in evicting)
         if not on_node[name]:
@@ -126,11 +127,13 @@ def plan_drain(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, A
     for name in sorted(marked):
         mark = marked[name]
         why = f"node {name} interrupted ({mark.kind.value}, noticed by {mark.source})"
-        if not drain(name, why) and now >= drain_deadline(mark, default_drain_s):
+        if not drain(name, why, Cause.INTERRUPTION) and now >= drain_deadline(
+                mark, default_drain_s):
             terminate.append(Terminate(name, f"{why}: deadline passed with "
                                              f"{len(on_node[name])} pod(s) left"))
     for name in sorted(consolidated):
-        drain(name, f"node {name} consolidated ({consolidated[name].method})")
+        drain(name, f"node {name} consolidated ({consolidated[name].method})",
+              cause_of(consolidated[name].method))
     return DrainPlan(tuple(cordon), tuple(evict), tuple(terminate), marked)
 
 

@@ -44,6 +44,7 @@ from gpufleet.k8s.queues.spec import (
     GROUP,
     KIND,
     PLURAL,
+    QUEUE_LABEL,
     VERSION,
     Parsed,
     QueueParses,
@@ -142,6 +143,11 @@ class QueueTracker:
 
     def informers(self) -> list[Informer]:
         return [self.queues, self.namespaces]
+
+    def queue_of(self, namespace: str) -> str:
+        """The queue ``namespace``'s ``gpufleet.io/queue`` label names, "" for none."""
+        ns = self.namespaces.get(namespace) or {}
+        return str(((ns.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL) or "")
 
     def ready(self) -> bool:
         return self.queues.synced.is_set() and self.namespaces.synced.is_set()

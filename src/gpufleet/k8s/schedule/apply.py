@@ -23,7 +23,9 @@ consolidated nodes' pods come here, as ``Preempt``.
   a descheduler or a restarted gpufleet reading it sees a pod that belongs on spot.
 * ``Preempt``: the Eviction API with the pod's own ``terminationGracePeriodSeconds``; the API
   server adds the ``DisruptionTarget`` condition that a Job's ``podFailurePolicy`` can ignore.
-  A 429 (a PodDisruptionBudget says not now) is retried by a later cycle.
+  A 429 (a PodDisruptionBudget says not now) is retried by a later cycle. An accepted eviction
+  is counted by queue and cause (``gpufleet_pod_disruptions_total``) with the running work it
+  interrupts (``gpufleet_caused_delay_gpu_seconds_total``: ``running_gpu_seconds``).
 * ``Refuse``: ``PodScheduled=False``, reason ``Unschedulable``, with the framework's message, and
   a ``FailedScheduling`` Warning Event — only when the message differs from the one already on
   the pod, so a pod that stays pending for an hour gets one event, not one per cycle.
@@ -54,13 +56,16 @@ from typing import Any
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
+from gpufleet.catalog.gpus import default_gpu_catalog
 from gpufleet.control.admission import SPOT_TAINT, spot_taint_object
 from gpufleet.decisions import Bind, Preempt, Refuse
 from gpufleet.k8s.schedule.claim_writes import CONFLICT
 from gpufleet.k8s.schedule.telemetry import ControllerMetrics
-from gpufleet.k8s.translate.pods import binding_annotations, parse_time, tolerates
+from gpufleet.k8s.translate.pods import binding_annotations, parse_time, request_of, tolerates
 from gpufleet.k8s.watch.connections import release
 from gpufleet.k8s.watch.ratelimit import TokenBucket
+from gpufleet.provisioning.binpack import gpu_milli_of
+from gpufleet.state import GPU_MILLI
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +74,21 @@ ApiErrors = (ApiException, urllib3.exceptions.HTTPError, OSError)
 
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def running_gpu_seconds(pod: Mapping[str, Any], now: float) -> float:
+    """The running work an eviction of ``pod`` interrupts: the GPUs its request holds (a share
+    or a MIG instance as its compute share, ``provisioning.binpack.gpu_milli_of``) × the
+    seconds since it started (``status.startTime``). The controller does not see a job's
+    checkpoints, so this is all a pod that does not checkpoint runs again, and an upper bound
+    on what one that does loses. 0 for a pod not started, or whose request it cannot read."""
+    started = (pod.get("status") or {}).get("startTime")
+    if not started:
+        return 0.0
+    req, _ = request_of(pod, default_gpu_catalog())
+    if req is None:
+        return 0.0
+    return gpu_milli_of(req) / GPU_MILLI * max(0.0, now - parse_time(started))
 
 
 @dataclass(slots=True)
@@ -103,6 +123,9 @@ class Applier:
         self.in_claims: Callable[[Bind], bool] = lambda _d: False
         # whether this replica may write now (module docstring); always, without an election
         self.leading: Callable[[], bool] = lambda: True
+        # namespace → the GpuQueue it names ("" for none): the queue label of the disruption
+        # metrics (the controller reads it from its namespace informer)
+        self.queue_of: Callable[[str], str] = lambda _ns: ""
 
     def apply(self, decisions: list, pods: Mapping[str, Mapping[str, Any]],
               spot_nodes: Collection[str] = ()) -> Outcome:
@@ -260,7 +283,15 @@ class Applier:
             return
         out.evicted.append(d.job_id)
         self.metrics.evictions.inc()
+        self.count_disruption(d, pod, time.time())
         self.event(pod, "Preempted", d.reason, "Normal")
+
+    def count_disruption(self, d: Preempt, pod: Mapping[str, Any], now: float) -> None:
+        """An accepted eviction of ``pod``: one disruption, and the running work it interrupts
+        (``running_gpu_seconds``), under its queue and ``d.cause``."""
+        labels = {"queue": self.queue_of(pod["metadata"]["namespace"]), "cause": str(d.cause)}
+        self.metrics.disruptions.labels(**labels).inc()
+        self.metrics.caused_delay.labels(**labels).inc(running_gpu_seconds(pod, now))
 
     # -- Refuse -------------------------------------------------------------------------------
     def _refuse(self, d: Refuse, pod: Mapping[str, Any] | None, out: Outcome) -> None:

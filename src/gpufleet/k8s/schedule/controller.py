@@ -53,7 +53,7 @@ from gpufleet.k8s.schedule.apply import ApiErrors, Applier, Outcome
 from gpufleet.k8s.schedule.claim_writes import ClaimWriter
 from gpufleet.k8s.schedule.cycle import VictimMemo, gang_room_input, launch_gates, plan_cycle
 from gpufleet.k8s.schedule.telemetry import ControllerMetrics, pending_reason, serve
-from gpufleet.k8s.settings import apply_levers
+from gpufleet.k8s.settings import LiveDelays, apply_levers
 from gpufleet.k8s.translate.assume import AssumeCache
 from gpufleet.k8s.translate.claim_assume import ClaimAssume
 from gpufleet.k8s.translate.claim_view import DeviceCache, DraWorld
@@ -188,6 +188,9 @@ class Controller:
                                        self.metrics.registry)
         if prices is None and self.capacity is not None:
             prices = offered_prices(self.capacity)
+        # each pod's price of delay, shared with the capacity loop (control.value_of_time)
+        self.delays = self.capacity.delays if self.capacity is not None \
+            else LiveDelays.of(scenario)
         self.fleet = LiveFleet(prices)  # cost and fleet metrics under the simulator's names
         self.metrics.registry.register(LiveFleetCollector(
             self.fleet, self.nodes.objects, self.pods.objects,
@@ -199,6 +202,7 @@ class Controller:
                                    spend_interval_s=queue_spend_interval_s)
         self.metrics.registry.register(QueueCollector(
             self.queues.snapshot_views, lambda: self.is_leader and self.ready()))
+        self.applier.queue_of = self.queues.queue_of  # the disruption metrics' queue label
         self.backfill = backfill_pass(scenario)
         self.rng = np.random.default_rng(seed)
         self.resync_s = resync_s
@@ -339,6 +343,7 @@ class Controller:
         self._observe_unaccounted(snap)
         self.fleet.observe_state(snap.state)
         queues = self.queues.observe(snap, nodes, self.fleet.prices.price, now)
+        self.delays.observe(self.scenario, queues.teams, queues.settings)
         out: Outcome | None = None
         refused: list[str] = []
         binds: list[Bind] = []
@@ -348,17 +353,18 @@ class Controller:
         if held:  # their last write failed: not planned (nor refused) until their backoff ends
             snap.pending = [p for p in snap.pending if p.key not in held]
         if snap.pending or queues.draining:
-            apply_levers(snap, self.scenario)
+            apply_levers(snap, self.scenario, delays=self.delays)
             # which pods may move: read by right-sizing (with a cloud) and by the gang room's
             # eviction plans (a pod group pending), an O(pods) walk skipped otherwise
             wanted = (self.capacity is not None and self.scenario.autoscaling) or any(
                 p.group is not None for p in snap.pending)
-            movable = movable_keys(pods) if wanted else set()
+            movable = self.delays.movable(movable_keys(pods), snap.pods) if wanted else set()
             gang_room = None
             if self.gang_settings is not None and self.gang_book is not None:
                 gang_room = gang_room_input(
                     snap, self.gang_settings, self.gang_book, self._gpu_rate, now,
-                    movable if self.preemption else frozenset(), self._victim_memo)
+                    movable if self.preemption else frozenset(), self._victim_memo,
+                    lambda p: self.delays.of_pod(p).usd_per_gpu_hour)
             caps = self._caps(snap, movable, now)
             plan = plan_cycle(snap, self.policy, self.rng, self.backfill, now, self.preemption,
                               quota=queues, gang_room=gang_room, caps=caps,

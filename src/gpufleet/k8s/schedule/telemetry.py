@@ -2,7 +2,8 @@
 
 Names follow the project's convention (``gpufleet_*``, base units): scheduling attempts by
 result, pod scheduling latency (creation → bound, seconds) and cycle duration, pending pods by
-reason, binds and evictions, re-lists per informer, and whether this replica leads. One
+reason, binds and evictions, re-lists per informer, and whether this replica leads; the pods
+it evicted and the running GPU-seconds they held, by queue and cause (``decisions.Cause``). One
 registry per controller, so two controllers in one test process do not collide.
 
 ``/healthz`` is 200 while the worker threads live; ``/readyz`` is 200 once both informers have
@@ -71,6 +72,18 @@ class ControllerMetrics:
         self.gang_room = Counter("gpufleet_gang_room_choices_total",
                                  "Pending pod groups priced (control.gang_room), by the choice "
                                  "that won: wait, scale-up or preempt", ["choice"], registry=r)
+        # the delay gpufleet's own moves cause, counted when the Eviction is accepted
+        self.disruptions = Counter(
+            "gpufleet_pod_disruptions_total",
+            "Pods gpufleet evicted, by queue (the GpuQueue their namespace names; empty: none) "
+            "and cause (preemption, gang-room, quota-reclaim, budget-drain, deadline-move, swap, "
+            "interruption, consolidation)", ["queue", "cause"], registry=r)
+        self.caused_delay = Counter(
+            "gpufleet_caused_delay_gpu_seconds_total",
+            "Running work the evicted pods held: their GPUs (a share or MIG instance as its "
+            "compute share) x the seconds since they started (status.startTime), by queue and "
+            "cause; what a pod that does not checkpoint runs again, an upper bound for one that "
+            "does", ["queue", "cause"], registry=r)
 
     def set_pending(self, by_reason: dict[str, int]) -> None:
         self.pending.clear()

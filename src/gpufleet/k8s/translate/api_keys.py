@@ -188,8 +188,9 @@ READ: tuple[Read, ...] = (
          "the pod's claims, by name or through a template's generated claim",
          "the pod asks its GPUs as extended resources or annotations"),
     Read("field", ("spec.devices.requests",), "ResourceClaim",
-         "exactly (class, count, CEL selectors on driver, type, profile, productName, "
-         "capacity) or a firstAvailable list of shares; other CEL is refused with a reason",
+         "exactly (class, count, capacity) or a firstAvailable list of shares; the class's "
+         "and the request's CEL selectors: driver, type, profile and productName equality "
+         "read by placement, any other CEL evaluated per device as kube-scheduler does",
          "a claim without a GPU request does not change the pod's GPUs"),
     Read("field", ("status.allocation", "status.reservedFor"), "ResourceClaim",
          "devices given out by any scheduler: booked on the GPUs they name",

@@ -79,6 +79,8 @@ ANN_CONSOLIDATION = "gpufleet.io/consolidation"
 # out from spot to on-demand (k8s.translate.deadlines, control.deadline.pending_pin)
 ANN_DEADLINE = "gpufleet.io/deadline"
 ANN_DURATION = "gpufleet.io/duration"
+ANN_VALUE_OF_TIME = "gpufleet.io/value-of-time"
+ANN_LATENCY_SENSITIVE = "gpufleet.io/latency-sensitive"
 
 # the capacity loop's record of a launch, written before the cloud is asked: a ConfigMap with
 # this label set to "true" (k8s.capacity.launch_records)

@@ -137,6 +137,15 @@ def seconds(text: str) -> float | None:
     return s if math.isfinite(s) and s >= 0 else None
 
 
+MAX_VALUE_OF_TIME = 1e6  # $ per GPU-hour: the scenario's and the trace's bound
+
+
+def dollars_per_gpu_hour(text: str) -> float | None:
+    """A finite number of dollars per GPU-hour in [0, 1e6] (``"10"``, ``"2.5"``)."""
+    s = seconds(text)
+    return s if s is not None and s <= MAX_VALUE_OF_TIME else None
+
+
 def nonempty(text: str) -> str | None:
     return text or None
 
@@ -192,6 +201,20 @@ DO_NOT_DISRUPT: PodField[bool] = PodField(
     "\"true\": consolidation never moves the pod (Karpenter's convention)",
     "the pod may be moved if a controller recreates it",
     "\"true\" or \"false\"", None, boolean)
+VALUE_OF_TIME: PodField[float] = PodField(
+    (("annotation", names.ANN_VALUE_OF_TIME),),
+    "what a GPU-hour of the pod's delay costs its owner, $: the spot, swap and gang-room rules "
+    "price its delay at the on-demand rate plus this (control.value_of_time)",
+    "its team's value (the queue's value_of_time_usd_per_gpu_hour), else the scenario's "
+    "(0 by default)",
+    "a number of dollars per GPU-hour in [0, 1e6]", "10", dollars_per_gpu_hour)
+LATENCY_SENSITIVE: PodField[bool] = PodField(
+    (("annotation", names.ANN_LATENCY_SENSITIVE),),
+    "\"true\": never swapped to spot, consolidated or evicted for a gang; on spot only where "
+    "its expected cost there, its delay priced at its value of time, beats on-demand — never "
+    "with a value of time of 0 or without gpufleet.io/duration (control.value_of_time)",
+    "its team's setting (the queue's latency_sensitive), else not latency-sensitive",
+    "\"true\" or \"false\"", "true", boolean)
 COMPLETION_INDEX: PodField[str] = PodField(
     (("annotation", names.JOB_COMPLETION_INDEX),),
     "an Indexed Job's completion index (written by the Job controller): the pod that replaces "
@@ -206,7 +229,7 @@ IGNORED_FAILURES: PodField[int] = PodField(
 
 FIELDS: tuple[PodField[Any], ...] = (
     GPU_FRACTION, GPU_MEMORY, POD_GROUP, MIN_AVAILABLE, DEADLINE, DURATION, DO_NOT_DISRUPT,
-    COMPLETION_INDEX, IGNORED_FAILURES)
+    VALUE_OF_TIME, LATENCY_SENSITIVE, COMPLETION_INDEX, IGNORED_FAILURES)
 
 
 def refusal(meta: Mapping[str, Any]) -> str | None:

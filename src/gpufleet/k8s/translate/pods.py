@@ -38,6 +38,7 @@ from typing import Any
 from gpufleet.catalog.gpus import GpuCatalog, default_gpu_catalog
 from gpufleet.checkpoint.protocol import EXIT_PREEMPTED
 from gpufleet.control.admission import SPOT_TAINT
+from gpufleet.control.value_of_time import spot_eligible
 from gpufleet.decisions import Bind, MigSlot
 from gpufleet.k8s.translate import names, pod_fields
 from gpufleet.k8s.translate.claims import pod_claim_names
@@ -78,6 +79,10 @@ class PodInfo:
     work_s: float | None = None  # gpufleet.io/duration
     started_s: float | None = None  # status.startTime (the kubelet took it), None: not yet
     on_demand_only: bool = False  # pinned off spot by the deadline guard (k8s.settings)
+    # gpufleet.io/value-of-time and gpufleet.io/latency-sensitive (None: absent); a pending
+    # pod's are its resolved ones once k8s.settings.apply_levers ran (control.value_of_time)
+    value_of_time: float | None = None
+    latency_sensitive: bool | None = None
     owner_uid: str = ""  # the controller ownerReference's uid (a Job's), "" when none
     completion_index: str | None = None  # an Indexed Job's completion index
     interrupted: bool = False  # evicted/preempted (DisruptionTarget) or exited 75
@@ -249,6 +254,8 @@ def pod_info(pod: Mapping[str, Any], catalog: GpuCatalog | None = None) -> PodIn
         annotations=ann,
         selector=lift_gpu_constraints(selector_of(spec)[0], cat)[2],
         deadline_s=pod_fields.DEADLINE.get(meta), work_s=pod_fields.DURATION.get(meta),
+        value_of_time=pod_fields.VALUE_OF_TIME.get(meta),
+        latency_sensitive=pod_fields.LATENCY_SENSITIVE.get(meta),
         started_s=parse_time(status["startTime"]) if status.get("startTime") else None,
         owner_uid=next((o.get("uid", "") for o in meta.get("ownerReferences") or ()
                         if o.get("controller")), ""),
@@ -312,9 +319,14 @@ def spot_ok(pod: PodInfo) -> bool:
 
 def tolerated_now(pod: PodInfo, taints: Iterable[str]) -> frozenset[str]:
     """The fleet's taints the pod tolerates now: a pod pinned to on-demand no longer tolerates
-    the spot taint (``control.admission.request_now``'s rule for the simulator's jobs)."""
+    the spot taint (``control.admission.request_now``'s rule for the simulator's jobs), nor
+    does a latency-sensitive pod the spot rule cannot weigh (``control.value_of_time.
+    spot_eligible``, the simulator's admission rule: no value of time, or no stated work)."""
     got = tolerated(pod.tolerations, taints)
-    return got - {SPOT_TAINT} if pod.on_demand_only else got
+    if pod.on_demand_only or not spot_eligible(bool(pod.latency_sensitive),
+                                               pod.value_of_time or 0.0, pod.work_s is not None):
+        return got - {SPOT_TAINT}
+    return got
 
 
 def tolerated(tolerations: Iterable[Mapping[str, Any]], taints: Iterable[str]) -> frozenset[str]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpufleet.decisions import Decision, Preempt
+from gpufleet.decisions import Cause, Decision, Preempt
 from gpufleet.provisioning.binpack import NodeShape
 from gpufleet.provisioning.disruption.room import fits_new_node, pack_into
 from gpufleet.provisioning.disruption.views import DisruptionSnapshot
@@ -20,6 +20,12 @@ EMPTINESS = "emptiness"
 SINGLE_NODE = "single-node-consolidation"
 MULTI_NODE = "multi-node-consolidation"
 SPOT_SWAP = "spot-swap"  # an on-demand node's pods moved to a spot node (control.spot_swap)
+
+
+def cause_of(method: str) -> Cause:
+    """What evicting a command's pods counts as: a swap for ``spot-swap``, else consolidation
+    (a swap is carried out as a consolidation is, so the method is what tells them apart)."""
+    return Cause.SWAP if method == SPOT_SWAP else Cause.CONSOLIDATION
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gpufleet.decisions import CapacityType, Decision, Launch, Preempt, Terminate
+from gpufleet.decisions import CapacityType, Cause, Decision, Launch, Preempt, Terminate
 from gpufleet.provisioning.binpack import MIG_CONFIG, NodeShape
 from gpufleet.provisioning.disruption.command import MULTI_NODE, Command
 from gpufleet.provisioning.disruption.method import consolidation_candidates
@@ -88,6 +88,7 @@ def replace_group(
         if launch is None:
             return None
     decisions: list[Decision] = [launch] if launch is not None else []
-    decisions += [Preempt(p.job_id, "multi-node consolidation") for p in pods]
+    decisions += [Preempt(p.job_id, "multi-node consolidation", Cause.CONSOLIDATION)
+                  for p in pods]
     decisions += [Terminate(n.name, "multi-node consolidation") for n in group]
     return Command(MULTI_NODE, tuple(sorted(names)), tuple(decisions), shape)

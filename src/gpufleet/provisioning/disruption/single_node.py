@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpufleet.decisions import Decision, Preempt, Terminate
+from gpufleet.decisions import Cause, Decision, Preempt, Terminate
 from gpufleet.provisioning.disruption.command import SINGLE_NODE, Command
 from gpufleet.provisioning.disruption.method import consolidation_candidates
 from gpufleet.provisioning.disruption.room import fits_elsewhere
@@ -32,7 +32,8 @@ class SingleNodeConsolidation:
                                          self.utilization_threshold)
         for cand in cands[: self.max_candidates]:
             if fits_elsewhere(cand, nodes):
-                decisions: list[Decision] = [Preempt(p.job_id, "consolidation") for p in cand.pods]
+                decisions: list[Decision] = [Preempt(p.job_id, "consolidation", Cause.CONSOLIDATION)
+                                                  for p in cand.pods]
                 decisions.append(Terminate(cand.name, "consolidation"))
                 return Command(SINGLE_NODE, (cand.name,), tuple(decisions))
         return None

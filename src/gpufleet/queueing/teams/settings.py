@@ -13,6 +13,8 @@ teams:
       weight: 1                  # fair-share weight above quota
       models: {H100-80GB: 4}     # per-GPU-model nominal within the total (unlisted: total only)
       budget: {usd: 5000, period: month, action: spot-only}   # or hold / hold-and-drain / notify
+      value_of_time_usd_per_gpu_hour: 10   # $ its owners lose per GPU-hour of delay
+      latency_sensitive: false   # true: never moved for the fleet's sake (control.value_of_time)
 ```
 
 Amounts are GPUs in the file (what people write) and milli-GPU inside (what placement counts);
@@ -84,6 +86,13 @@ class QueueSettings(BaseModel):
             "Per-GPU-model nominal quota within gpus, as {model: GPUs} (unlisted models: the "
             "total only)."))
     budget: BudgetSettings | None = Field(default=None, description="The queue's budget.")
+    value_of_time_usd_per_gpu_hour: float | None = Field(default=None, ge=0, le=1e6, description=(
+        "What a GPU-hour of delay of the team's work costs it, $ (control.value_of_time), for "
+        "jobs that set none; null: the scenario's value_of_time_usd_per_gpu_hour."))
+    latency_sensitive: bool | None = Field(default=None, description=(
+        "true: the team's work is never swapped to spot, consolidated or evicted for a gang, "
+        "and goes to spot only where that pays with its delay priced (never with a value of "
+        "time of 0), for jobs that do not say; null: not latency-sensitive."))
 
     @field_validator("models", mode="before")
     @classmethod
