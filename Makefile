@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-loaded bench lint fmt clean system-deps k8s-binaries lab lab-down image image-deps manifests reference docs
+.PHONY: run test test-loaded bench results lint fmt clean system-deps k8s-binaries lab lab-down image image-deps manifests reference docs
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -80,6 +80,12 @@ docs: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run_all.py
+
+# README's results table and benchmarks/RESULTS.md: run every recorded benchmark (about an
+# hour on 2 cores; the live ones start a lab) and render both from benchmarks/results/*.json
+results: $(STAMP)
+	$(BIN)/python benchmarks/results.py run --all
+	$(BIN)/python benchmarks/results.py render
 
 # docs/reference/ (CLI, configuration and its JSON Schemas, annotations, metrics) from the code;
 # tests/test_reference_docs.py fails while a committed page differs from what this writes.

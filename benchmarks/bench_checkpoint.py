@@ -7,11 +7,13 @@ durable (the manifest records when) and until the process has exited with EXIT_P
 manifest, the commit record, is durable by then too). Polling the metadata service adds up to one
 poll interval (5 s by default) on top. Writes go to a temp dir under /tmp, removed at the end.
 
-usage: python benchmarks/bench_checkpoint.py [--repeat N] [SIZE_MB ...]   (default: 3; 10 100 1000)
+usage: python benchmarks/bench_checkpoint.py [--repeat N] [--format table|json|csv|markdown]
+       [SIZE_MB ...]   (default: 3; 10 100 1000)
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -27,10 +29,10 @@ from pathlib import Path
 import numpy as np
 from rich.console import Console
 from rich.progress import Progress
-from rich.table import Table
 
 from gpufleet.checkpoint import Checkpointer
 from gpufleet.checkpoint.protocol import ENV_STATUS_FILE, EXIT_PREEMPTED
+from gpufleet.tables import DataTable, OutputFormat, print_tables
 
 MB = 1_000_000
 CHUNK = 8 * 1024 * 1024
@@ -139,16 +141,56 @@ def median_result(runs: list[Result]) -> Result:
     )
 
 
+def table(results: list[tuple[Result, list[Result]]], repeat: int) -> DataTable:
+    t = DataTable(
+        f"Notice (SIGTERM) → checkpoint durable · {tempfile.gettempdir()} · "
+        f"{os.cpu_count()} CPUs · median of {repeat} (range)",
+        ["state", "raw write+fsync MB/s", "raw min MB/s", "raw max MB/s", "save()",
+         "save MB/s", "notice→data durable", "notice→exit(75)", "end-to-end MB/s", "% of raw",
+         "restore (warm)"],
+        numeric=[True] * 11,
+        caption="save() = serialise (pickle5, zero-copy buffers) + SHA-256 + write + fsync + "
+        "rename + fsync(dir); end-to-end adds waiting for the safe point, the manifest, "
+        "pruning and process exit. Add up to one metadata poll interval for cloud "
+        "notices. restore = read + verify SHA-256 + decode, page cache warm (a new machine "
+        "reads cold).",
+    )
+    for r, runs in results:
+        e2e = r.size_mb / r.to_exit_s
+        raws = [x.raw_mb_s for x in runs]
+        saves = [x.size_mb / x.save_s for x in runs]
+        t.add_row(
+            f"{r.size_mb} MB",
+            f"{r.raw_mb_s:,.0f}", f"{min(raws):,.0f}", f"{max(raws):,.0f}",
+            f"{r.save_s:.3f} s",
+            f"{r.size_mb / r.save_s:,.0f} ({min(saves):,.0f}–{max(saves):,.0f})",
+            f"{r.to_data_s:.3f} s",
+            f"{r.to_exit_s:.3f} s",
+            f"{e2e:,.0f}",
+            f"{100 * e2e / r.raw_mb_s:.0f}%",
+            f"{r.restore_s:.3f} s",
+            values=[f"{r.size_mb} MB", round(r.raw_mb_s, 1), round(min(raws), 1),
+                    round(max(raws), 1), round(r.save_s, 4), round(r.size_mb / r.save_s, 1),
+                    round(r.to_data_s, 4), round(r.to_exit_s, 4), round(e2e, 1),
+                    round(100 * e2e / r.raw_mb_s, 1), round(r.restore_s, 4)],
+        )
+    return t
+
+
 def main(argv: list[str]) -> int:
-    repeat = 3
-    if argv[:1] == ["--repeat"]:
-        repeat, argv = int(argv[1]), argv[2:]
-    sizes = [int(a) for a in argv] or [10, 100, 1000]
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--format", type=OutputFormat, default=OutputFormat.table,
+                    choices=list(OutputFormat))
+    ap.add_argument("sizes", nargs="*", type=int, metavar="SIZE_MB", default=[10, 100, 1000])
+    a = ap.parse_args(argv)
+    repeat, sizes = a.repeat, a.sizes
     console = Console(width=max(Console().width, 150))
+    progress_console = Console(stderr=True)
     results: list[tuple[Result, list[Result]]] = []
     with tempfile.TemporaryDirectory(prefix="gpufleet-bench-ckpt-", dir="/tmp") as tmp:
         directory = Path(tmp)
-        with Progress(console=console, transient=True) as progress:
+        with Progress(console=progress_console, transient=True) as progress:
             task = progress.add_task("checkpoint benchmark", total=len(sizes) * repeat)
             for size_mb in sizes:
                 runs = []
@@ -162,45 +204,7 @@ def main(argv: list[str]) -> int:
                     )
                     progress.advance(task)
                 results.append((median_result(runs), runs))
-    table = Table(
-        title=f"Notice (SIGTERM) → checkpoint durable · {tempfile.gettempdir()} · "
-        f"{os.cpu_count()} CPUs · median of {repeat} (range)"
-    )
-    for col in (
-        "state",
-        "raw write+fsync MB/s",
-        "save()",
-        "save MB/s",
-        "notice→data durable",
-        "notice→exit(75)",
-        "end-to-end MB/s",
-        "% of raw",
-        "restore (warm)",
-    ):
-        table.add_column(col, justify="right")
-    for r, runs in results:
-        e2e = r.size_mb / r.to_exit_s
-        raws = [x.raw_mb_s for x in runs]
-        saves = [x.size_mb / x.save_s for x in runs]
-        table.add_row(
-            f"{r.size_mb} MB",
-            f"{r.raw_mb_s:,.0f} ({min(raws):,.0f}–{max(raws):,.0f})",
-            f"{r.save_s:.3f} s",
-            f"{r.size_mb / r.save_s:,.0f} ({min(saves):,.0f}–{max(saves):,.0f})",
-            f"{r.to_data_s:.3f} s",
-            f"{r.to_exit_s:.3f} s",
-            f"{e2e:,.0f}",
-            f"{100 * e2e / r.raw_mb_s:.0f}%",
-            f"{r.restore_s:.3f} s",
-        )
-    console.print(table)
-    console.print(
-        "save() = serialise (pickle5, zero-copy buffers) + SHA-256 + write + fsync + "
-        "rename + fsync(dir); end-to-end adds waiting for the safe point, the manifest, "
-        "pruning and process exit. Add up to one metadata poll interval for cloud "
-        "notices. restore = read + verify SHA-256 + decode, page cache warm (a new machine "
-        "reads cold)."
-    )
+    print_tables([table(results, repeat)], a.format, console)
     return 0
 
 

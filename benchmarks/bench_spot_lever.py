@@ -26,6 +26,7 @@ Usage:
 
     .venv/bin/python benchmarks/bench_spot_lever.py [--seeds 0,1,2] [--markets trace,price]
         [--workloads default,bursty-long,short-heavy] [--workers 2] [--gpufleet NAME]
+        [--format table|json|csv|markdown]
 """
 
 from __future__ import annotations
@@ -36,10 +37,10 @@ from collections import defaultdict
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
 from gpufleet.config import Scenario, scenarios_named
 from gpufleet.sim.batch import run_all
+from gpufleet.tables import DataTable, OutputFormat, print_tables
 from gpufleet.traces.jobs import JobSpec
 from gpufleet.traces.synthetic import SyntheticWorkload, generate
 
@@ -83,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--markets", default="trace,price")
     ap.add_argument("--workloads", default=",".join(SHAPES))
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--format", type=OutputFormat, default=OutputFormat.table,
+                    choices=list(OutputFormat))
     ap.add_argument("--gpufleet", default="gpufleet",
                     help="the built-in scenario that plays the gpufleet row")
     a = ap.parse_args(argv)
@@ -96,13 +99,13 @@ def main(argv: list[str] | None = None) -> int:
         if w not in SHAPES:
             ap.error(f"--workloads: unknown workload {w!r}; expected one of {', '.join(SHAPES)}")
     console = Console()
-    t = Table(title=f"The spot lever per cell (cost vs static; saving = no-spot − gpufleet; "
-                    f"gpufleet = {a.gpufleet})")
-    for col in ("workload", "market", "seed", "gpufleet", "no-spot", "bid-agent",
-                "spot saving", "cheapest", "JCT p50/p95 × static", "jobs lost", "spot share",
-                "reclaims", "lost GPU-h"):
-        t.add_column(col, justify="left" if col in ("workload", "market", "cheapest")
-                     else "right")
+    progress = Console(stderr=True)
+    t = DataTable(f"The spot lever per cell (cost vs static; saving = no-spot − gpufleet; "
+                  f"gpufleet = {a.gpufleet})",
+                  ["workload", "market", "seed", "gpufleet", "no-spot", "bid-agent",
+                   "spot saving", "cheapest", "JCT p50 × static", "JCT p95 × static",
+                   "jobs lost", "spot share", "reclaims", "lost GPU-h"],
+                  numeric=[False, False, *([True] * 5), False, *([True] * 6)])
     sums: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
     wins: dict[tuple[str, str], int] = defaultdict(int)
     for w in shapes:
@@ -115,26 +118,31 @@ def main(argv: list[str] | None = None) -> int:
                     sums[(w, m)][n] += r["cost_usd"]
                 won = cheapest(rows)
                 wins[(w, m)] += won == "gpufleet"
+                ratios = [rows[n]["cost_usd"] / st["cost_usd"] for n in NAMES[1:]]
+                p50 = gf["jct_p50_s"] / st["jct_p50_s"]
+                p95 = gf["jct_p95_s"] / st["jct_p95_s"]
                 t.add_row(
-                    w, m, str(seed),
-                    *(f"{rows[n]['cost_usd'] / st['cost_usd']:.4f}" for n in NAMES[1:]),
-                    f"{saving(rows):+.1%}", won,
-                    f"{gf['jct_p50_s'] / st['jct_p50_s']:.2f} / "
-                    f"{gf['jct_p95_s'] / st['jct_p95_s']:.2f}",
+                    w, m, str(seed), *(f"{x:.4f}" for x in ratios),
+                    f"{saving(rows):+.1%}", won, f"{p50:.2f}", f"{p95:.2f}",
                     str(gf["jobs_lost"]), f"{gf['spot_share_gpu_hours']:.1%}",
-                    str(gf["spot_reclaims"]), f"{gf['lost_gpu_hours']:.1f}")
-                console.print(f"done: {w} seed {seed} market {m}", style="dim")
-    console.print(t)
-    s = Table(title=f"Summed over seeds {a.seeds}: cost $ and the spot lever")
-    for col in ("workload", "market", "gpufleet $", "no-spot $", "bid-agent $", "spot saving",
-                "gpufleet cheapest"):
-        s.add_column(col, justify="left" if col in ("workload", "market") else "right")
+                    str(gf["spot_reclaims"]), f"{gf['lost_gpu_hours']:.1f}",
+                    values=[w, m, seed, *(round(x, 6) for x in ratios),
+                            round(saving(rows), 6), won, round(p50, 4), round(p95, 4),
+                            gf["jobs_lost"], round(gf["spot_share_gpu_hours"], 6),
+                            gf["spot_reclaims"], round(gf["lost_gpu_hours"], 3)])
+                progress.print(f"done: {w} seed {seed} market {m}", style="dim")
+    s = DataTable(f"Summed over seeds {a.seeds}: cost $ and the spot lever",
+                  ["workload", "market", "gpufleet $", "no-spot $", "bid-agent $", "spot saving",
+                   "gpufleet cheapest"], numeric=[False, False, *([True] * 5)])
     for (w, m), c in sums.items():
         ns = c["gpufleet-no-spot"]
         s.add_row(w, m, f"{c['gpufleet']:,.0f}", f"{ns:,.0f}", f"{c['gpufleet-bid-agent']:,.0f}",
                   f"{(ns - c['gpufleet']) / ns:+.1%}" if ns else "-",
-                  f"{wins[(w, m)]} of {len(seeds)}")
-    console.print(s)
+                  f"{wins[(w, m)]} of {len(seeds)}",
+                  values=[w, m, round(c["gpufleet"], 2), round(ns, 2),
+                          round(c["gpufleet-bid-agent"], 2),
+                          round((ns - c["gpufleet"]) / ns, 6) if ns else None, wins[(w, m)]])
+    print_tables([t, s], a.format, console)
     return 0
 
 
