@@ -56,6 +56,16 @@ SHAPES: dict[str, SyntheticWorkload] = {
 TIE = 0.005  # ties within 0.5 % count as cheapest
 
 
+def check_grid(ap: argparse.ArgumentParser, markets: list[str], shapes: list[str]) -> None:
+    """``--markets`` and ``--workloads`` name known markets and shapes (else argparse's error)."""
+    for m in markets:
+        if m not in ("trace", "price"):
+            ap.error(f"--markets: unknown market {m!r}; expected trace or price")
+    for w in shapes:
+        if w not in SHAPES:
+            ap.error(f"--workloads: unknown workload {w!r}; expected one of {', '.join(SHAPES)}")
+
+
 def cell(jobs: list[JobSpec], market: str, seed: int, workers: int, gpufleet: str = "gpufleet"
          ) -> dict[str, dict[str, Any]]:
     """The four rows of one cell; ``gpufleet``: the scenario that plays the gpufleet row."""
@@ -92,12 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     seeds = [int(s) for s in a.seeds.split(",")]
     markets = a.markets.split(",")
     shapes = a.workloads.split(",")
-    for m in markets:
-        if m not in ("trace", "price"):
-            ap.error(f"--markets: unknown market {m!r}; expected trace or price")
-    for w in shapes:
-        if w not in SHAPES:
-            ap.error(f"--workloads: unknown workload {w!r}; expected one of {', '.join(SHAPES)}")
+    check_grid(ap, markets, shapes)
     console = Console()
     progress = Console(stderr=True)
     t = DataTable(f"The spot lever per cell (cost vs static; saving = no-spot − gpufleet; "

@@ -142,16 +142,24 @@ def _spot_deadline(o: Any) -> Figures:
             "optimal": mean["optimal"], "ours_misses": misses["ours"].split("/")[0]}
 
 
+def _frontier(o: Any) -> Figures:
+    rows = _rows(o, "by value of time")
+    f: Figures = {"cells": len({(r["workload"], r["market"], r["seed"]) for r in rows})}
+    for v in sorted({r["v $/GPU-h"] for r in rows}):
+        at = [r for r in rows if r["v $/GPU-h"] == v]
+        key = f"v{v:g}".replace(".", "_")
+        f[f"{key}_cost_vs_static_mean"] = sum(r["cost × static"] for r in at) / len(at)
+        f[f"{key}_late_share_mean"] = sum(r["late > 5 min"] for r in at) / len(at)
+        f[f"{key}_late_share_max"] = max(r["late > 5 min"] for r in at)
+    return f
+
+
 def _teams(o: Any) -> Figures:
     runs = o["quota_runs"]
-
-    def worst(label: str) -> float:
-        vals = [t["entitled_delivered"] for t in runs[label]["teams"]["per_team"].values()
-                if t["entitled_delivered"] is not None]
-        return min(vals)
-
-    return {"worst_borrowing": worst("borrowing"), "worst_no_quotas": worst("no quotas"),
-            "jain_borrowing": runs["borrowing"]["teams"]["jain_entitled"]}
+    return {f"{key}_{label.replace(' ', '_')}": runs[label]["teams"][field]
+            for label in ("no quotas", "borrowing", "strict")
+            for key, field in (("worst", "worst_entitled_delivered"),
+                               ("jain", "jain_index_delivered"))}
 
 
 def _checkpoint(o: Any) -> Figures:
@@ -192,7 +200,10 @@ ENTRIES: dict[str, Entry] = {e.name: e for e in (
           ("gpufleet", "bench", "spot-deadline", "--all-settings", "--policy", "up",
            "--policy", "optimal", "--policy", "ours", "--format", "json"),
           _stdout_json, _spot_deadline),
-    _teams_entry(35), _teams_entry(21), _teams_entry(49),
+    Entry("frontier", "Cost against lateness by value of time: 3 load shapes × 2 spot markets",
+          ("python", "benchmarks/bench_frontier.py", "--format", "json"),
+          _stdout_json, _frontier),
+    _teams_entry(35),
     Entry("checkpoint", "Checkpoint on SIGTERM: notice → state durable, against a raw write",
           ("python", "benchmarks/bench_checkpoint.py", "--format", "json"),
           _stdout_json, _checkpoint),
@@ -241,11 +252,10 @@ ROWS: tuple[tuple[str, str, str, str], ...] = (
     ("Spot under a deadline (NSDI'24, main setting, mean $)",
      "`smdp` **${spot_deadline.ours:.2f}**, {spot_deadline.ours_misses} misses",
      "UP ${spot_deadline.up:.2f} (optimum ${spot_deadline.optimal:.2f})", "spot-deadline"),
-    ("Teams on Philly, worst team's entitled share (days 35, 21, 49)",
-     "**{teams_day35.worst_borrowing:.2f} / {teams_day21.worst_borrowing:.2f} / "
-     "{teams_day49.worst_borrowing:.2f}** with borrowing",
-     "{teams_day35.worst_no_quotas:.2f} / {teams_day21.worst_no_quotas:.2f} / "
-     "{teams_day49.worst_no_quotas:.2f} without quotas", "teams-day35"),
+    ("Teams on Philly, days 35–42: worst team's share of its entitlement delivered",
+     "**{teams_day35.worst_borrowing:.2f}** with quotas and borrowing; Jain "
+     "{teams_day35.jain_borrowing:.3f}",
+     "{teams_day35.worst_no_quotas:.2f} without quotas", "teams-day35"),
     ("Checkpoint of 1 GB: notice → durable",
      "**{checkpoint.notice_to_data_s:.1f} s** ({checkpoint.end_to_end_mb_s:,.0f} MB/s end to end)",
      "raw write + fsync of the same bytes: {checkpoint.raw_mb_s_min:,.0f}–"

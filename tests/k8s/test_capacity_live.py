@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -402,13 +403,44 @@ def test_headroom_counts_each_pod_at_its_creation_time(lab: Any, tmp_path: Path)
         core.delete_namespace(ns)
 
 
-def test_spot_swap_launches_spot_first_then_marks_the_on_demand_node(lab: Any,
-                                                                     tmp_path: Path) -> None:
-    """``control.spot_swap`` in the capacity loop: an on-demand node whose pod has run 2 h is
-    swapped — scale-up's spot plan launched first, re-validated once Ready, then the on-demand
-    node marked for the drain, as a consolidation."""
+@dataclass
+class SwapBed:
+    """The swap tests' bed: a kwok provider on a test clock, a capacity controller with the swap
+    on, and one on-demand p3.2xlarge launched (not yet Ready)."""
+
+    core: Any
+    ns: str
+    clock: Clock
+    kw: Any
+    cap: CapacityController
+    od: Instance
+
+    def job_pod(self, annotations: dict[str, str] | None = None) -> dict:
+        """A Job's pod (movable), tolerating spot, started 2 h ago on the on-demand node."""
+        pod = gpu_pod("p", 1)
+        pod["metadata"].update(namespace=self.ns, creationTimestamp=_iso(self.clock.t - 7300),
+                               annotations=annotations or {}, ownerReferences=[
+                                   {"kind": "Job", "name": "j", "uid": "uid-j",
+                                    "controller": True}])
+        pod["spec"].update(nodeName=self.od.instance_id, tolerations=[
+            {"key": SPOT_TAINT_KEY, "operator": "Equal", "value": SPOT_TAINT_VALUE,
+             "effect": SPOT_TAINT_EFFECT}])
+        pod["status"] = {"phase": "Running", "startTime": _iso(self.clock.t - 7200)}
+        return pod
+
+    def close(self) -> None:
+        for i in self.kw.list():
+            self.kw.delete(i.instance_id)
+        self.core.delete_namespace(self.ns)
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def swap_bed(lab: Any, tmp_path: Path, name: str) -> SwapBed:
     core = lab.core
-    ns = lab.namespace("swap")
+    ns = lab.namespace(name)
     clock = Clock()
     kw = provider(core, ns, clock, tmp_path, delay_s=0.0)
     sc = Scenario(name="swap-test", spot=True, spot_swap=True, instance_types=(P3.name,),
@@ -419,6 +451,16 @@ def test_spot_swap_launches_spot_first_then_marks_the_on_demand_node(lab: Any,
     od = kw.create(LaunchRequest(tok, (P3.name,), (ZONE,), CapacityType.ON_DEMAND, None,
                                  {TAG_MANAGED: "true", TAG_TOKEN: tok}))
     assert isinstance(od, Instance)
+    return SwapBed(core, ns, clock, kw, cap, od)
+
+
+def test_spot_swap_launches_spot_first_then_marks_the_on_demand_node(lab: Any,
+                                                                     tmp_path: Path) -> None:
+    """``control.spot_swap`` in the capacity loop: an on-demand node whose pod has run 2 h is
+    swapped — scale-up's spot plan launched first, re-validated once Ready, then the on-demand
+    node marked for the drain, as a consolidation."""
+    bed = swap_bed(lab, tmp_path, "swap")
+    core, clock, kw, cap, od = bed.core, bed.clock, bed.kw, bed.cap, bed.od
     mine = {od.instance_id}
 
     def nodes() -> list[dict]:
@@ -432,17 +474,7 @@ def test_spot_swap_launches_spot_first_then_marks_the_on_demand_node(lab: Any,
                     for c in n["status"].get("conditions") or ()) for n in nodes())):
             time.sleep(0.2)
 
-    def iso(t: float) -> str:
-        return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-    # a Job's pod (movable), tolerating spot, started 2 h ago on the on-demand node
-    pod = gpu_pod("p", 1)
-    pod["metadata"].update(namespace=ns, creationTimestamp=iso(clock.t - 7300), ownerReferences=[
-        {"kind": "Job", "name": "j", "uid": "uid-j", "controller": True}])
-    pod["spec"].update(nodeName=od.instance_id, tolerations=[
-        {"key": SPOT_TAINT_KEY, "operator": "Equal", "value": SPOT_TAINT_VALUE,
-         "effect": SPOT_TAINT_EFFECT}])
-    pod["status"] = {"phase": "Running", "startTime": iso(clock.t - 7200)}
+    pod = bed.job_pod()
     try:
         wait_ready(1)
         # p3.2xlarge 3.06 $/h on-demand, spot 0.918 ≤ 0.6 × 3.06; the move costs
@@ -464,9 +496,7 @@ def test_spot_swap_launches_spot_first_then_marks_the_on_demand_node(lab: Any,
         assert cap.metrics.consolidations.labels(method="spot-swap",
                                                  outcome="started")._value.get() == 1
     finally:
-        for i in kw.list():
-            kw.delete(i.instance_id)
-        core.delete_namespace(ns)
+        bed.close()
 
 
 def test_a_latency_sensitive_pod_is_never_swapped(lab: Any, tmp_path: Path) -> None:
@@ -474,18 +504,8 @@ def test_a_latency_sensitive_pod_is_never_swapped(lab: Any, tmp_path: Path) -> N
     marked ``gpufleet.io/latency-sensitive: "true"``: cycle after cycle nothing is launched and
     the on-demand node is not marked (``control.value_of_time``: never moved for the fleet's
     sake). Without the mark the same node is swapped on the next cycle (the test can fail)."""
-    core = lab.core
-    ns = lab.namespace("swap-ls")
-    clock = Clock()
-    kw = provider(core, ns, clock, tmp_path, delay_s=0.0)
-    sc = Scenario(name="swap-test", spot=True, spot_swap=True, instance_types=(P3.name,),
-                  scale_down_unneeded_s=30.0)
-    cap = CapacityController(core, kw, sc, [P3], namespace=ns, registry=CollectorRegistry(),
-                             clock=clock, consolidation_validation_s=10.0)
-    tok = new_token()
-    od = kw.create(LaunchRequest(tok, (P3.name,), (ZONE,), CapacityType.ON_DEMAND, None,
-                                 {TAG_MANAGED: "true", TAG_TOKEN: tok}))
-    assert isinstance(od, Instance)
+    bed = swap_bed(lab, tmp_path, "swap-ls")
+    core, clock, kw, cap, od = bed.core, bed.clock, bed.kw, bed.cap, bed.od
 
     def nodes() -> list[dict]:
         return [lab.api.sanitize_for_serialization(n) for n in core.list_node().items
@@ -495,18 +515,7 @@ def test_a_latency_sensitive_pod_is_never_swapped(lab: Any, tmp_path: Path) -> N
         return len(nodes()) == 1 and any(c["type"] == "Ready" and c["status"] == "True"
                                          for c in nodes()[0]["status"].get("conditions") or ())
 
-    def iso(t: float) -> str:
-        return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-    pod = gpu_pod("p", 1)
-    pod["metadata"].update(namespace=ns, creationTimestamp=iso(clock.t - 7300),
-                           annotations={"gpufleet.io/latency-sensitive": "true"},
-                           ownerReferences=[{"kind": "Job", "name": "j", "uid": "uid-j",
-                                             "controller": True}])
-    pod["spec"].update(nodeName=od.instance_id, tolerations=[
-        {"key": SPOT_TAINT_KEY, "operator": "Equal", "value": SPOT_TAINT_VALUE,
-         "effect": SPOT_TAINT_EFFECT}])
-    pod["status"] = {"phase": "Running", "startTime": iso(clock.t - 7200)}
+    pod = bed.job_pod({"gpufleet.io/latency-sensitive": "true"})
     try:
         wait_for("the on-demand node Ready", ready, timeout=60.0)
         for _ in range(3):  # the move would pay (test_spot_swap_…: 2.244 ≤ 4.284 $), every time
@@ -523,6 +532,4 @@ def test_a_latency_sensitive_pod_is_never_swapped(lab: Any, tmp_path: Path) -> N
         (spot,) = [i for i in kw.list() if i.client_token == got.launched[0]]
         assert spot.capacity_type == CapacityType.SPOT
     finally:
-        for i in kw.list():
-            kw.delete(i.instance_id)
-        core.delete_namespace(ns)
+        bed.close()

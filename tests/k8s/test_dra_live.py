@@ -19,13 +19,15 @@ from kubernetes import client
 from live_controller import running_controller
 from live_wait import wait_for
 
+from gpufleet.k8s.dra.cel import DeviceInput, matches
 from gpufleet.k8s.schedule.controller import Controller
 from gpufleet.k8s.translate.claims import FINALIZER
 from gpufleet.k8s.translate.gpu_shares import CLAIM_NAME, NAMESPACE_LABEL
-from gpufleet.k8s.translate.resource_slices import ATTR_NVLINK_DOMAIN
+from gpufleet.k8s.translate.resource_slices import ATTR_NVLINK_DOMAIN, DRIVER
 from gpufleet.lab.kubelet_check import check_cluster
 
 pytestmark = pytest.mark.live
+_PRODUCT = f"device.attributes['{DRIVER}'].productName"
 TEMPLATES = Path(__file__).resolve().parents[2] / "deploy" / "dra" / "gpu-share-templates.yaml"
 
 
@@ -347,3 +349,31 @@ def test_claim_allocated_on_a_node_that_is_gone_is_released_and_placed_anew(
     assert pod["spec"]["nodeName"] == b
     (r,) = results(space.read_claim("c"))
     assert r["pool"] == b
+
+
+def test_a_regex_on_the_product_name_binds_to_a_matching_gpu_and_a_miss_waits_with_why(
+        space: Space, controller: Controller) -> None:
+    """A T4 node (g4dn.xlarge) and an A100 node (p4d.24xlarge). NVIDIA's example selector —
+    ``productName.lowerAscii().matches('^.*a100.*$')`` — binds its pod on the A100 node, its
+    claim allocated a device whose published productName the expression admits; a claim for
+    a B200 (no instance type the lab knows has one, in any zone) stays unallocated and its pod
+    Unschedulable, the PodScheduled condition naming the claim's selector."""
+    (t4,) = space.add("g4dn.xlarge")
+    (a100,) = space.add("p4d.24xlarge")
+    want = f"{_PRODUCT}.lowerAscii().matches('^.*a100.*$')"
+    miss = f"{_PRODUCT}.lowerAscii().matches('^.*b200.*$')"
+    space.claim("a100", cel=want)
+    space.claim("b200", cel=miss)
+    space.pod("on-a100", claim="a100")
+    space.pod("on-b200", claim="b200")
+    pod = wait_for("the A100 pod to bind", lambda: space.bound("on-a100"))
+    assert pod["spec"]["nodeName"] == a100 != t4
+    (res,) = results(space.read_claim("a100"))
+    assert res["pool"] == a100
+    device = space.device(a100, res["device"])
+    assert matches(want, DeviceInput(device, DRIVER))
+    msg = wait_for("the B200 pod to be refused", lambda: space.scheduled_message("on-b200"))
+    assert msg.startswith(f"claim {space.name}/b200: selector #0: no published GPU device "
+                          f"matches {miss!r}"), msg
+    assert space.bound("on-b200") is None
+    assert not (space.read_claim("b200").get("status") or {}).get("allocation")
