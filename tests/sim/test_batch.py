@@ -8,9 +8,8 @@ import pytest
 
 from gpufleet.config import scenarios_named
 from gpufleet.sim.batch import expected_work, run_all
+from gpufleet.sim.summary import TIMING
 from gpufleet.traces.synthetic import generate
-
-TIMING = {"wall_seconds", "events_per_s", "cpu_seconds"}
 
 
 def test_workers_match_a_serial_run_on_the_default_workload() -> None:

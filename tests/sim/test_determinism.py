@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-TIMING = {"wall_seconds", "events_per_s", "cpu_seconds"}
+from gpufleet.sim.summary import TIMING
 
 
 def write_jobs(path: Path) -> None:

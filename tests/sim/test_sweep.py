@@ -13,9 +13,9 @@ from gpufleet.errors import InputError
 from gpufleet.optiontypes import parse_seeds
 from gpufleet.sim.batch import run_all
 from gpufleet.sim.report import add_relative
+from gpufleet.sim.summary import TIMING
 from gpufleet.sim.sweep import (
     MAX_SEEDS,
-    TIMING,
     Cell,
     Workload,
     grid,

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from live_wait import wait_for
 
-from gpufleet.sim.sweep import TIMING
+from gpufleet.sim.summary import TIMING
 
 GRID = ["--synthetic", "jobs=60,days=0.2", "--synthetic", "jobs=30,days=0.1",
         "--seeds", "0-1", "--only", "gpufleet,gpufleet-no-spot", "--format", "json"]

@@ -67,6 +67,9 @@ def _pct(values: list[float], q: float) -> float:
 
 
 LATE_THRESHOLD_S = 300.0
+# the summary keys that measure the machine, not the simulation: they differ between runs of
+# the same scenario, and every comparison of summaries leaves them out
+TIMING = frozenset({"wall_seconds", "events_per_s", "cpu_seconds"})
 
 
 def job_finishes(sim: ClusterSim) -> dict[str, float | None]:

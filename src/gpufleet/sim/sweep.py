@@ -13,7 +13,7 @@ each run is ``sim.batch.run_billed``, so a cell's summary is the one ``gpufleet 
 The runs are independent, so an executor may run them anywhere in any order: here one after
 another, in local worker processes (``run_local``), or as tasks on a Ray cluster
 (``sim.sweep_ray``). A run reads nothing from the process it runs in (``sim.batch``), so every
-executor gives the same summaries to the bit, the timing keys (``TIMING``) aside.
+executor gives the same summaries to the bit, the timing keys (``sim.summary.TIMING``) aside.
 
 The grid table, per workload × scenario over the seeds (``grid``): the mean cost against
 ``static`` with its min, max and sample standard deviation, the worst seed (the highest cost
@@ -42,8 +42,6 @@ from gpufleet.tables import DataTable
 from gpufleet.traces.jobs import JobSpec, load_jobs
 from gpufleet.traces.synthetic import SyntheticWorkload, generate
 
-# summary keys that measure the machine, not the simulation: they differ between runs
-TIMING = frozenset({"wall_seconds", "events_per_s", "cpu_seconds"})
 DEFAULT_SCENARIOS = ("static", "gpufleet", "gpufleet-no-spot")
 MAX_SEEDS = 1000  # each seed is a full simulation per scenario and workload
 
