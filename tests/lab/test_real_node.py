@@ -93,6 +93,11 @@ def test_the_kubelet_settings_this_machine_needs() -> None:
     assert cfg["authentication"]["anonymous"] == {"enabled": False}
     assert cfg["authentication"]["x509"] == {"clientCAFile": "/ca.crt"}
     assert cfg["podLogsDir"] == "/w/pod-logs"  # not /var/log/pods
+    # no eviction thresholds or image GC on the host's shared disk (a full host disk must not
+    # taint the node or delete the imported image); a listed signal at "0%" sets none
+    assert set(cfg["evictionHard"].values()) == {"0%"}
+    assert {"memory.available", "nodefs.available", "imagefs.available"} <= set(cfg["evictionHard"])
+    assert cfg["imageGCHighThresholdPercent"] == 100
     toml = real_node.containerd_config(Path("/w"))
     assert "restrict_oom_score_adj = true" in toml and "SystemdCgroup = false" in toml
     bridge = real_node.cni_config(Path("/w"))["plugins"][0]

@@ -97,6 +97,12 @@ def test_the_controller_leads_and_the_agent_runs_as_pods_on_the_real_node(
     assert KWOK_ANNOTATION not in (node.metadata.annotations or {})  # a kubelet's node
     assert node.status.node_info.container_runtime_version.startswith("containerd://")
     assert [t.key for t in node.spec.taints or ()] == ["gpufleet.io/system-only"]
+    # the kubelet took the lab's settings: no eviction threshold on the host's shared disk
+    # (a host disk past 85 % would otherwise taint the node and strand the Deployment)
+    configz = json.loads(lab.core.connect_get_node_proxy_with_path(
+        NODE_NAME, "configz", _preload_content=False).data)
+    assert set(configz["kubeletconfig"]["evictionHard"].values()) == {"0%"}, configz
+    assert configz["kubeletconfig"]["imageGCHighThresholdPercent"] == 100
 
     leader = release.lease_holder(lab.api)
     pods = {p.metadata.name: p for p in _pods(lab, release.CONTROLLER_SELECTOR)}

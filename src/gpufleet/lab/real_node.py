@@ -157,6 +157,14 @@ def kubelet_config(work: Path, ca: Path, port: int, healthz_port: int) -> dict[s
         "registerWithTaints": [{"key": TAINT_KEY, "value": "true", "effect": "NoSchedule"}],
         # containers' logs under the node's directory too (default /var/log/pods)
         "podLogsDir": str(work / POD_LOGS),
+        # the node's disk and memory are the host's, shared with everything else on it: a host
+        # past the kubelet's default thresholds (disk 85-90 % full) would taint the node with
+        # disk-pressure, leaving the chart's Deployment Pending (a DaemonSet tolerates it), and
+        # image GC would delete the imported image (pullPolicy Never). "0%" sets no threshold.
+        "evictionHard": {signal: "0%" for signal in (
+            "memory.available", "nodefs.available", "nodefs.inodesFree",
+            "imagefs.available", "imagefs.inodesFree")},
+        "imageGCHighThresholdPercent": 100,
     }
 
 

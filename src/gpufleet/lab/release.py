@@ -19,6 +19,7 @@ With two replicas on one node and the host network, the second controller replic
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import tempfile
@@ -266,10 +267,32 @@ def _wait(cond: Callable[[], bool], what: str, timeout_s: float, kubeconfig: Pat
 
 
 def describe(kubeconfig: Path, namespace: str = NAMESPACE) -> str:
-    """The release's pods, one per line, for an error message."""
-    out = subprocess.run([str(binary("kubectl")), f"--kubeconfig={kubeconfig}", "get", "pods",
-                          "-n", namespace, "-o", "wide"], capture_output=True, text=True,
-                         timeout=60, check=False)
-    return (out.stdout or out.stderr).strip()
+    """The release's pods, one per line, then why each unscheduled one waits (its
+    ``PodScheduled`` message) and the nodes' taints and pressure conditions, for an error
+    message: a pod left Pending is explained by the scheduler's words, not guessed at."""
+    def kubectl(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(binary("kubectl")), f"--kubeconfig={kubeconfig}", *args],
+                              capture_output=True, text=True, timeout=60, check=False)
+
+    out = kubectl("get", "pods", "-n", namespace, "-o", "wide")
+    lines = [(out.stdout or out.stderr).strip()]
+    pods = kubectl("get", "pods", "-n", namespace, "-o", "json")
+    nodes = kubectl("get", "nodes", "-l", "type!=kwok", "-o", "json")
+    try:
+        for pod in json.loads(pods.stdout).get("items", []):
+            for c in pod.get("status", {}).get("conditions") or []:
+                if c.get("type") == "PodScheduled" and c.get("status") != "True":
+                    lines.append(f"{pod['metadata']['name']}: {c.get('reason')}: "
+                                 f"{c.get('message')}")
+        for node in json.loads(nodes.stdout).get("items", []):
+            taints = [f"{t['key']}:{t.get('effect')}" for t in node["spec"].get("taints") or []]
+            conditions = [f"{c['type']}={c['status']}" for c in
+                          node.get("status", {}).get("conditions") or []
+                          if (c["type"] == "Ready") != (c["status"] == "True")]
+            lines.append(f"node {node['metadata']['name']}: taints {taints or 'none'}; "
+                         f"conditions {conditions or 'Ready, no pressure'}")
+    except (ValueError, KeyError, TypeError) as exc:
+        lines.append(f"(pods' and nodes' status unreadable: {exc!r})")
+    return "\n".join(lines)
 
 
