@@ -29,7 +29,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gpufleet.k8s.dra import cel as gcel
-from gpufleet.k8s.translate.resource_slices import DRIVER
+from gpufleet.k8s.dra.slices import DRIVER
 
 NV = f"device.attributes['{DRIVER}']"
 TIMED = [

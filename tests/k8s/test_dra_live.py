@@ -20,10 +20,10 @@ from live_controller import running_controller
 from live_wait import wait_for
 
 from gpufleet.k8s.dra.cel import DeviceInput, matches
+from gpufleet.k8s.dra.claims import FINALIZER
+from gpufleet.k8s.dra.shares import CLAIM_NAME, NAMESPACE_LABEL
+from gpufleet.k8s.dra.slices import ATTR_NVLINK_DOMAIN, DRIVER
 from gpufleet.k8s.schedule.controller import Controller
-from gpufleet.k8s.translate.claims import FINALIZER
-from gpufleet.k8s.translate.gpu_shares import CLAIM_NAME, NAMESPACE_LABEL
-from gpufleet.k8s.translate.resource_slices import ATTR_NVLINK_DOMAIN, DRIVER
 from gpufleet.lab.kubelet_check import check_cluster
 
 pytestmark = pytest.mark.live

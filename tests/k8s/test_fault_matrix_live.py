@@ -48,10 +48,10 @@ from gpufleet.catalog.gpus import default_gpu_catalog
 from gpufleet.config import default_scenario
 from gpufleet.control.policies import backfill_pass, placement_policy
 from gpufleet.decisions import Bind
+from gpufleet.k8s.dra.claim_view import DraWorld
+from gpufleet.k8s.dra.claims import FINALIZER
 from gpufleet.k8s.schedule.controller import Controller
 from gpufleet.k8s.schedule.cycle import plan_cycle
-from gpufleet.k8s.translate.claim_view import DraWorld
-from gpufleet.k8s.translate.claims import FINALIZER
 from gpufleet.k8s.translate.snapshot import build_snapshot
 from gpufleet.lab.cluster import api_client
 

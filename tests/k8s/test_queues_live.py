@@ -4,8 +4,9 @@ spot-only, hold, hold-and-drain), and a kill -9'd
 controller's successor rebuilding usage and spend from the API.
 
 Each test has its own namespaces, queues (names with the test's tag) and nodes in a zone named
-after its first namespace; the CRD is installed from the chart (``charts/gpufleet/crds``), as
-``helm install`` and ``kubectl apply -f deploy/kubernetes`` do.
+after its first namespace. The CRD is the one ``gpufleet lab up`` installed from the chart
+(``charts/gpufleet/crds``), as ``helm install`` and ``kubectl apply -f deploy/kubernetes`` do:
+nothing here applies it, and the controller must list GpuQueues without a 404.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from live_objects import gpu_pod
@@ -44,9 +46,34 @@ T4 = {names.GPU_PRODUCT: "Tesla-T4"}
 
 @pytest.fixture(scope="module")
 def crd(lab: Any) -> None:
-    lab.kubectl("apply", "-f", str(CRD))
-    lab.kubectl("wait", "--for=condition=Established", "crd/gpuqueues.gpufleet.io",
-                "--timeout=60s")
+    """The GpuQueue CRD as the lab installed it: Established, with the chart's schema."""
+    chart = yaml.safe_load(CRD.read_text())
+    got = client.ApiextensionsV1Api(lab.api).read_custom_resource_definition(
+        chart["metadata"]["name"])
+    assert any(c.type == "Established" and c.status == "True" for c in got.status.conditions)
+    served = lab.api.sanitize_for_serialization(got.spec)
+    assert served["names"]["kind"] == chart["spec"]["names"]["kind"] == "GpuQueue"
+    assert [(v["name"], v["schema"]) for v in served["versions"]] == [
+        (v["name"], v["schema"]) for v in chart["spec"]["versions"]]
+
+
+def test_lab_up_serves_gpuqueues(lab: Any, crd: None) -> None:
+    """A GpuQueue can be created on the lab as it comes up and reads back as written; a spec
+    outside the chart's schema is refused by the API server (the schema is in force)."""
+    custom = client.CustomObjectsApi(lab.api)
+    name = f"lab-{uuid.uuid4().hex[:6]}"
+    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "GpuQueue", "metadata": {"name": name},
+            "spec": {"gpus": 2, "cohort": "lab"}}
+    custom.create_cluster_custom_object(GROUP, VERSION, PLURAL, body)
+    try:
+        got = custom.get_cluster_custom_object(GROUP, VERSION, PLURAL, name)
+        assert (got["kind"], got["spec"]) == ("GpuQueue", {"gpus": 2, "cohort": "lab"})
+        with pytest.raises(ApiException) as refused:
+            custom.create_cluster_custom_object(GROUP, VERSION, PLURAL, {
+                **body, "metadata": {"name": f"{name}-bad"}, "spec": {"gpus": "two"}})
+        assert refused.value.status == 422, refused.value.body
+    finally:
+        custom.delete_cluster_custom_object(GROUP, VERSION, PLURAL, name)
 
 
 class Teams:
@@ -130,11 +157,14 @@ def teams(lab: Any, crd: None) -> Iterator[Teams]:
 
 
 @pytest.fixture()
-def controller(lab: Any, crd: None) -> Iterator[Controller]:
+def controller(lab: Any, crd: None, caplog: pytest.LogCaptureFixture) -> Iterator[Controller]:
     ctl = Controller(lab.api, default_scenario(), leader_elect=False, resync_s=0.5,
                      queue_spend_interval_s=0.5)
     ctl.start()
     wait_for("informers to sync", ctl.ready)
+    # with the lab's CRD the queue informer lists GpuQueues: no "gpuqueues: 404 …" warning
+    assert not [r.getMessage() for r in caplog.records
+                if r.getMessage().startswith("gpuqueues:") and "404" in r.getMessage()]
     yield ctl
     ctl.stop()
 

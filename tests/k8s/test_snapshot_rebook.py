@@ -161,7 +161,7 @@ def test_an_api_serving_dra_without_devices_or_claims_still_books_incrementally(
     slices and no claims it books nothing, and the carried-over booking holds. A claim in the
     world (or a slice's devices) makes every build a full one."""
     from gpufleet.catalog.gpus import default_gpu_catalog
-    from gpufleet.k8s.translate.claim_view import DraWorld
+    from gpufleet.k8s.dra.claim_view import DraWorld
 
     cat = default_gpu_catalog()
     empty = DraWorld.of([], [], [], cat)

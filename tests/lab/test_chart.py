@@ -246,7 +246,7 @@ def test_every_case_renders(helm: Path, tmp_path: Path) -> None:
 def test_gpu_share_policy(helm: Path, tmp_path: Path) -> None:
     """Off by default; on, the generated policy (files/) with a binding for the labelled
     namespaces, or for the listed ones with the share templates installed in each."""
-    from gpufleet.k8s.translate.gpu_shares import fraction_policy, share_claim_templates
+    from gpufleet.k8s.dra.shares import fraction_policy, share_claim_templates
 
     assert not by_kind(render(helm, "defaults", NS, tmp_path), "MutatingAdmissionPolicy")
     labelled = render(helm, "gpu-shares-labelled", NS, tmp_path)

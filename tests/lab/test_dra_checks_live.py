@@ -25,8 +25,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from live_wait import wait_for
 
-from gpufleet.k8s.translate.gpu_shares import CLAIM_NAME, NAMESPACE_LABEL
-from gpufleet.k8s.translate.resource_slices import DRIVER, GPU_CLASS
+from gpufleet.k8s.dra.shares import CLAIM_NAME, NAMESPACE_LABEL
+from gpufleet.k8s.dra.slices import DRIVER, GPU_CLASS
 from gpufleet.lab.kubelet_check import check_cluster
 from gpufleet.lab.session import LabSession
 

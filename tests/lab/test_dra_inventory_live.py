@@ -18,15 +18,15 @@ from kubernetes.client.exceptions import ApiException
 from live_wait import wait_for
 
 from gpufleet.catalog.instances import default_instance_catalog
-from gpufleet.k8s.translate.node_objects import spec_from_instance
-from gpufleet.k8s.translate.nodes import node_spec
-from gpufleet.k8s.translate.resource_slices import (
+from gpufleet.k8s.dra.slices import (
     device_classes,
     inventory_from_slices,
     inventory_of_node_spec,
     nvlink_domains_for,
     resource_slices,
 )
+from gpufleet.k8s.translate.node_objects import spec_from_instance
+from gpufleet.k8s.translate.nodes import node_spec
 from gpufleet.lab.binaries import binary
 from gpufleet.lab.fleet import default_fleet
 from gpufleet.lab.session import LabSession

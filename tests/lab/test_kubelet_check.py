@@ -1,6 +1,6 @@
 """The kubelet stand-in's per-pod rule on hand-made pods and claims: a bound pod runs only when
 each claim it names exists, is allocated and is reserved for its UID; the device rules come
-from the over-commit checker (tests/k8s/test_overcommit_claims.py)."""
+from the over-commit checker (tests/k8s/dra/test_claim_devices.py)."""
 
 from __future__ import annotations
 

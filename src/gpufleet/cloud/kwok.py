@@ -55,6 +55,7 @@ from gpufleet.cloud.provider import (
 )
 from gpufleet.control.admission import spot_taint_object
 from gpufleet.decisions import CapacityType
+from gpufleet.k8s.dra.slices import GPU_CLASS, nvlink_domains_for, resource_slices
 from gpufleet.k8s.translate.node_objects import (
     LABEL_CAPACITY_TYPE,
     LABEL_MIG_CONFIG,
@@ -62,7 +63,6 @@ from gpufleet.k8s.translate.node_objects import (
     node_object,
     spec_from_instance,
 )
-from gpufleet.k8s.translate.resource_slices import GPU_CLASS, nvlink_domains_for, resource_slices
 from gpufleet.k8s.watch.connections import release
 from gpufleet.market.bidding import ZoneMarket
 from gpufleet.market.spot_model import SpotMarket

@@ -299,7 +299,7 @@ def claim_overcommits(resource: Any, nodes: list[dict[str, Any]], pods: list[dic
     shares over 1000 milli read back from memory). Logged, not counted: the over-commit
     checker's exact judgement of the claims against the slices is the count."""
     from gpufleet.catalog.gpus import default_gpu_catalog
-    from gpufleet.k8s.translate.claim_view import DraWorld
+    from gpufleet.k8s.dra.claim_view import DraWorld
     from gpufleet.k8s.translate.snapshot import build_snapshot
     from gpufleet.k8s.watch.informer import list_all
 

@@ -2,14 +2,15 @@
 
 Order matters and each step waits for the previous one to be ready: kine (storage) → kube-apiserver
 (``/readyz``) → kube-controller-manager (``/healthz``) → kube-scheduler (optional) → KWOK
-(``/healthz``) → the ``default`` ServiceAccount (the controller-manager is really working) → nodes
-(Ready through KWOK) → the gpufleet controller (when its command exists). With ``real_node``
-(``--real-node``), instead of that controller process: a real node (containerd + kubelet,
-:mod:`gpufleet.lab.real_node`), the image imported into it, and the chart installed with the
-controller and agent as pods there (:mod:`gpufleet.lab.release`). A failure stops what was
-started and names the component and its log. All state is under one directory: ``pki/``, the
-kubeconfigs, ``kine/state.db``, ``logs/<component>.log``, ``run/<component>.pid``, ``lab.json``,
-and the API server's audit log of ServiceAccounts' requests, ``audit/audit.log`` (AUDIT_LOG).
+(``/healthz``) → the ``default`` ServiceAccount (the controller-manager is really working) → the
+chart's CRDs, Established (:mod:`gpufleet.lab.crds`) → nodes (Ready through KWOK) → the gpufleet
+controller (when its command exists). With ``real_node`` (``--real-node``), instead of that
+controller process: a real node (containerd + kubelet, :mod:`gpufleet.lab.real_node`), the image
+imported into it, and the chart installed with the controller and agent as pods there
+(:mod:`gpufleet.lab.release`). A failure stops what was started and names the component and its log.
+All state is under one directory: ``pki/``, the kubeconfigs, ``kine/state.db``,
+``logs/<component>.log``, ``run/<component>.pid``, ``lab.json``, and the API server's audit log of
+ServiceAccounts' requests, ``audit/audit.log`` (AUDIT_LOG).
 
 Ports (see :mod:`gpufleet.lab.processes`): kine serves the API server on a Unix socket in its
 directory, no port at all; KWOK and the gpufleet controller bind port 0 and the lab reads back
@@ -38,7 +39,7 @@ from typing import Any
 import yaml
 
 from gpufleet.k8s.translate.node_objects import KWOK_SELECTOR, GpuNodeSpec
-from gpufleet.lab import dra, processes, real_node, release
+from gpufleet.lab import crds, dra, processes, real_node, release
 from gpufleet.lab.binaries import BUILD_SCRIPT, bin_dir, binary, missing_binaries
 from gpufleet.lab.errors import LabError
 from gpufleet.lab.fleet import create_nodes, default_fleet, wait_nodes_ready
@@ -469,6 +470,16 @@ def up(opts: LabOptions, log: Callable[[str], None] = lambda _m: None) -> LabInf
             what="serving (no default ServiceAccount)",
             timeout_s=opts.ready_timeout_s,
         )
+        # what the chart installs cluster-wide, so a controller and teams work on the lab as on
+        # a cluster with the chart (lab/crds.py)
+        if crds.CRD_DIR.is_dir():
+            t_crds = time.monotonic()
+            installed = crds.install_crds(api, crds.chart_crds(), timeout_s=opts.ready_timeout_s)
+            log(f"installed CRDs {', '.join(installed)} (Established in "
+                f"{time.monotonic() - t_crds:.2f} s)")
+        else:
+            log(f"not installing the chart's CRDs: {crds.CRD_DIR} not found "
+                "(`lab up` from a source checkout installs them)")
         if opts.dra:
             dra.check_served(api)
             classes = dra.install_device_classes(api)

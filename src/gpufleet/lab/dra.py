@@ -1,7 +1,7 @@
 """The lab's DRA inventory: NVIDIA's DeviceClasses and each KWOK GPU node's ResourceSlices.
 
 There is no kubelet and no NVIDIA driver on a KWOK node, so the lab publishes what NVIDIA's
-kubelet plugin would (:mod:`gpufleet.k8s.translate.resource_slices`), with an owner reference to
+kubelet plugin would (:mod:`gpufleet.k8s.dra.slices`), with an owner reference to
 the Node: deleting a node lets the garbage collector delete its slices, as on a real cluster.
 ``gpufleet lab up --classic`` skips all of this (GPUs only as Node labels and extended resources).
 """
@@ -12,12 +12,12 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from gpufleet.k8s.translate.node_objects import GpuNodeSpec
-from gpufleet.k8s.translate.resource_slices import (
+from gpufleet.k8s.dra.slices import (
     device_classes,
     nvlink_domains_for,
     resource_slices,
 )
+from gpufleet.k8s.translate.node_objects import GpuNodeSpec
 from gpufleet.k8s.watch.connections import release
 from gpufleet.k8s.watch.informer import list_all
 from gpufleet.lab.errors import LabError

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpufleet.k8s.translate.claim_devices import claim_key, pod_claim_names
+from gpufleet.k8s.dra.claim_devices import claim_key, pod_claim_names
 from gpufleet.k8s.translate.overcommit import Overcommit, find_overcommits
 from gpufleet.k8s.translate.pods import TERMINAL_PHASES, pod_key
 from gpufleet.k8s.watch.informer import list_all

@@ -17,8 +17,8 @@ from gpufleet.k8s.dra.cel import (
     compile_selector,
     matches,
 )
+from gpufleet.k8s.dra.slices import DRIVER, resource_slices
 from gpufleet.k8s.translate.node_objects import spec_from_instance
-from gpufleet.k8s.translate.resource_slices import DRIVER, resource_slices
 
 EX = "dra.example.com"
 

@@ -5,7 +5,7 @@ For a pod planned onto a node, the one claim holding its GPU request gets, in th
 1. the finalizer ``resource.kubernetes.io/delete-protection`` in a normal update (skipped when
    already there: a predecessor killed after this step left it, and the claim controller only
    removes it from unallocated claims, which this one still is);
-2. ``status.allocation`` (the devices the plan chose, :func:`..translate.claims.allocation`) and
+2. ``status.allocation`` (the devices the plan chose, :func:`..dra.claims.allocation`) and
    the pod in ``status.reservedFor``, in one ``resourceclaims/status`` update carrying the
    claim's ``resourceVersion`` — so it is written only while the claim is as the cycle saw it,
    unallocated; anyone else's change in between is a 409 and the pod is planned again;
@@ -13,7 +13,7 @@ For a pod planned onto a node, the one claim holding its GPU request gets, in th
 and only then is the pod bound (the kubelet refuses a pod whose claims are not reserved for it).
 A pinned pod whose node is gone has its claims released (:meth:`ClaimWriter.release`) and is
 planned again.
-A pod *pinned* to its already allocated claims (see :mod:`..translate.claim_view`) only gets
+A pod *pinned* to its already allocated claims (see :mod:`..dra.claim_view`) only gets
 itself added to ``reservedFor`` where it is missing. Each written claim goes into the claim
 assume cache, so the next cycle counts its devices before the informer shows them.
 
@@ -34,10 +34,10 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from gpufleet.decisions import Bind
-from gpufleet.k8s.translate.claim_assume import ClaimAssume
-from gpufleet.k8s.translate.claim_view import DraWorld, PodClaims
-from gpufleet.k8s.translate.claims import FINALIZER, allocation, reserved_for
-from gpufleet.k8s.translate.extended_claims import extended_mappings
+from gpufleet.k8s.dra.claim_assume import ClaimAssume
+from gpufleet.k8s.dra.claim_view import DraWorld, PodClaims
+from gpufleet.k8s.dra.claims import FINALIZER, allocation, reserved_for
+from gpufleet.k8s.dra.extended_claims import extended_mappings
 from gpufleet.k8s.watch.ratelimit import TokenBucket
 
 log = logging.getLogger(__name__)

@@ -47,6 +47,8 @@ from gpufleet.k8s.capacity.loop import CapacityController
 from gpufleet.k8s.capacity.setup import build_capacity, capacity_types
 from gpufleet.k8s.disruption.consolidation_mark import movable_keys
 from gpufleet.k8s.disruption.drain import PROVIDER_FAULTS, Drainer
+from gpufleet.k8s.dra.claim_assume import ClaimAssume
+from gpufleet.k8s.dra.claim_view import DeviceCache, DraWorld
 from gpufleet.k8s.queues.metrics import QueueCollector
 from gpufleet.k8s.queues.tracker import LiveQuota, QueueTracker
 from gpufleet.k8s.schedule.apply import ApiErrors, Applier, Outcome
@@ -55,8 +57,6 @@ from gpufleet.k8s.schedule.cycle import VictimMemo, gang_room_input, launch_gate
 from gpufleet.k8s.schedule.telemetry import ControllerMetrics, pending_reason, serve
 from gpufleet.k8s.settings import LiveDelays, apply_levers
 from gpufleet.k8s.translate.assume import AssumeCache
-from gpufleet.k8s.translate.claim_assume import ClaimAssume
-from gpufleet.k8s.translate.claim_view import DeviceCache, DraWorld
 from gpufleet.k8s.translate.snapshot import ParseCache, Snapshot, build_snapshot
 from gpufleet.k8s.watch.connections import BASE_CONNECTIONS, client_with_pool
 from gpufleet.k8s.watch.informer import Informer

@@ -93,7 +93,7 @@ def _rows_named(state: FleetState, names: frozenset[str]) -> np.ndarray:
 def device_mask(snap: Snapshot, pod: PodInfo) -> np.ndarray | None:
     """Where a pod's GPUs can come from: :func:`_device_source_mask`, and for a pod whose claim
     has CEL selectors placement does not read, only the nodes whose devices they admit
-    (:func:`~gpufleet.k8s.translate.claims.selector_nodes`)."""
+    (:func:`~gpufleet.k8s.dra.claims.selector_nodes`)."""
     pc = snap.claims.get(pod.key)
     cel = _rows_named(snap.state, pc.nodes) if pc is not None and pc.nodes is not None else None
     return _and(_device_source_mask(snap, pod), cel)
@@ -105,7 +105,7 @@ def _device_source_mask(snap: Snapshot, pod: PodInfo) -> np.ndarray | None:
     ``nvidia.com/gpu`` not from nodes that publish their GPUs only as devices (no device plugin
     there would honour the assignment) unless a DeviceClass maps its resource (then its claim
     is created there); a MIG device through a claim not from nodes with static MIG instances
-    (:attr:`~gpufleet.k8s.translate.devices.NodeDevices.static_mig`). None: no restriction."""
+    (:attr:`~gpufleet.k8s.dra.devices.NodeDevices.static_mig`). None: no restriction."""
     if snap.dra is None:
         return None
     mig = pod.request is not None and pod.request.mig_profile is not None

@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from typing import Literal
 
 from gpufleet.cloud.provider import TAG_MANAGED, TAG_MIG_CONFIG, TAG_TOKEN
+from gpufleet.k8s.dra.claims import FINALIZER
+from gpufleet.k8s.dra.extended_claims import EXTENDED_CLAIM_ANNOTATION
+from gpufleet.k8s.dra.shares import NAMESPACE_LABEL
+from gpufleet.k8s.dra.slices import ATTR_NVLINK_DOMAIN
 from gpufleet.k8s.translate import names
-from gpufleet.k8s.translate.claims import FINALIZER
-from gpufleet.k8s.translate.extended_claims import EXTENDED_CLAIM_ANNOTATION
-from gpufleet.k8s.translate.gpu_shares import NAMESPACE_LABEL
 from gpufleet.k8s.translate.pods import MIRROR_ANNOTATION
-from gpufleet.k8s.translate.resource_slices import ATTR_NVLINK_DOMAIN
 
 Kind = Literal["annotation", "label", "taint", "finalizer", "field", "attribute", "tag"]
 
@@ -116,7 +116,7 @@ WRITTEN: tuple[Written, ...] = (
             "the devices chosen (request, driver, pool, device; shareID and consumedCapacity "
             "for a share), the configs, and the node as nodeSelector",
             "gpufleet's choice of devices, written before the pod is bound",
-            "the kubelet's DRA driver; every scheduler's bookkeeping (k8s.translate.claims)"),
+            "the kubelet's DRA driver; every scheduler's bookkeeping (k8s.dra.claims)"),
     Written("field", "status.reservedFor", "ResourceClaim",
             "the pod (resource, name, uid)",
             "the pod may use the claim's devices (the kubelet refuses it otherwise)",
@@ -125,7 +125,7 @@ WRITTEN: tuple[Written, ...] = (
             "\"true\", on the claim gpufleet creates for a pod's nvidia.com/gpu served by a "
             "DeviceClass",
             "the claim stands for the pod's extended resources (KEP-5004)",
-            "the kubelet, kube-scheduler, gpufleet's snapshot (k8s.translate.extended_claims)"),
+            "the kubelet, kube-scheduler, gpufleet's snapshot (k8s.dra.extended_claims)"),
     Written("field", "status.extendedResourceClaimStatus", "Pod",
             "the request mappings of that claim",
             "which container's extended resource each request of the claim serves",
@@ -179,7 +179,7 @@ READ: tuple[Read, ...] = (
          "the pods belong to no queue: admitted without quota"),
     Read("label", (NAMESPACE_LABEL[0],), "Namespace",
          f"\"{NAMESPACE_LABEL[1]}\": the MutatingAdmissionPolicy gpufleet ships turns a pod's "
-         f"{names.GPU_FRACTION} into a DRA claim (k8s.translate.gpu_shares)",
+         f"{names.GPU_FRACTION} into a DRA claim (k8s.dra.shares)",
          "the pod's share stays an annotation"),
     Read("attribute", (ATTR_NVLINK_DOMAIN,), "ResourceSlice device",
          "the NVLink domain of a GPU (an int, the same on every GPU of one domain)",

@@ -17,14 +17,14 @@ pod still holds its GPUs):
   whole ``nvidia.com/gpu`` than the GPUs the annotated pods and the claims left untouched (a pod
   whose ``nvidia.com/gpu`` an extended-resource claim serves is judged by its claim instead).
 
-With Dynamic Resource Allocation a GPU is also given out by a ResourceClaim's
-``status.allocation``. Given the claims and the ResourceSlices, every device-level rule of
-:mod:`.claim_devices` applies (``missing``, ``exclusive``, ``capacity``, ``counters``), plus
-``node`` (a bound pod whose claim's allocation cannot be on its node), and each claim's use of a
-``gpu.nvidia.com`` GPU joins the annotation assignments on that GPU above: an annotation pod on a
-GPU a claim holds whole is ``whole``, shares over the GPU ``milli``, a whole GPU and a MIG slice
-of it ``mig``. A pod holding the same GPU through both (gpufleet's annotations recording its
-claim's allocation) counts once.
+With Dynamic Resource Allocation a GPU is also given out by a ResourceClaim's ``status.allocation``.
+Given the claims and the ResourceSlices, every device-level rule of
+:mod:`gpufleet.k8s.dra.claim_devices` applies (``missing``, ``exclusive``, ``capacity``,
+``counters``), plus ``node`` (a bound pod whose claim's allocation cannot be on its node), and each
+claim's use of a ``gpu.nvidia.com`` GPU joins the annotation assignments on that GPU above: an
+annotation pod on a GPU a claim holds whole is ``whole``, shares over the GPU ``milli``, a whole GPU
+and a MIG slice of it ``mig``. A pod holding the same GPU through both (gpufleet's annotations
+recording its claim's allocation) counts once.
 
 Pure (dicts in, findings out), so the live tests' checker (``tests/support/overcommit.py``),
 the lab's kubelet stand-in (:mod:`gpufleet.lab.kubelet_check`), which list the objects from the
@@ -39,13 +39,13 @@ from fractions import Fraction
 from typing import Any
 
 from gpufleet.catalog.gpus import GpuCatalog, default_gpu_catalog
-from gpufleet.k8s.translate import names
-from gpufleet.k8s.translate.claim_devices import (
+from gpufleet.k8s.dra.claim_devices import (
     DeviceFinding,
     GpuClaimUse,
     judge_claims,
     misplaced,
 )
+from gpufleet.k8s.translate import names
 from gpufleet.k8s.translate.nodes import node_spec
 from gpufleet.k8s.translate.pods import TERMINAL_PHASES, assignment_of, pod_key, request_of
 from gpufleet.state import GPU_MILLI

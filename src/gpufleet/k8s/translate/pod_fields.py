@@ -41,7 +41,7 @@ T = TypeVar("T")
 Where = Literal["annotation", "label"]
 
 # a share of one GPU as KAI scheduler writes it ("0.25", ".5", "1"); the admission policy that
-# turns a share into a DRA claim (k8s.translate.gpu_shares) matches the same text
+# turns a share into a DRA claim (k8s.dra.shares) matches the same text
 FRACTION_PATTERN = "^[0-9]*[.]?[0-9]+$"
 _WHOLE = re.compile("[0-9]+")
 _QUOTED_MAX = 64  # characters of a value a refusal quotes

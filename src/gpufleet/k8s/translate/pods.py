@@ -40,9 +40,9 @@ from gpufleet.checkpoint.protocol import EXIT_PREEMPTED
 from gpufleet.control.admission import SPOT_TAINT
 from gpufleet.control.value_of_time import spot_eligible
 from gpufleet.decisions import Bind, MigSlot
+from gpufleet.k8s.dra.claims import pod_claim_names
+from gpufleet.k8s.dra.extended_claims import ExtendedRequest, extended_requests
 from gpufleet.k8s.translate import names, pod_fields
-from gpufleet.k8s.translate.claims import pod_claim_names
-from gpufleet.k8s.translate.extended_claims import ExtendedRequest, extended_requests
 from gpufleet.k8s.translate.node_selector import Selector, lift_gpu_constraints, selector_of
 from gpufleet.k8s.translate.quantity import count, cpu_milli, memory_mib, quantity
 from gpufleet.state import GPU_MILLI, ResourceRequest

@@ -18,9 +18,9 @@ import numpy as np
 
 from gpufleet.catalog.gpus import GpuCatalog, default_gpu_catalog
 from gpufleet.decisions import Bind
+from gpufleet.k8s.dra.claim_view import DraWorld, PodClaims, resolve
+from gpufleet.k8s.dra.claims import holdings
 from gpufleet.k8s.translate.assume import AssumeCache, Overlay
-from gpufleet.k8s.translate.claim_view import DraWorld, PodClaims, resolve
-from gpufleet.k8s.translate.claims import holdings
 from gpufleet.k8s.translate.nodes import NodeSpec, node_spec
 from gpufleet.k8s.translate.pods import PodInfo, pod_info, requeued_keys
 from gpufleet.placement.gpu_select import best_fit_gpu
@@ -169,7 +169,7 @@ def build_snapshot(
     unchanged objects and the last build's booked state (only the bound pods that changed are
     released or booked: :func:`_rebook`, with the full booking as its fallback and test oracle),
     ``assumed`` adds this replica's writes the informer has not shown yet, ``dra`` the
-    ResourceSlices' devices and the claims' allocations (:mod:`.claim_view`)."""
+    ResourceSlices' devices and the claims' allocations (:mod:`gpufleet.k8s.dra.claim_view`)."""
     cat = catalog or default_gpu_catalog()
     state = FleetState()
     taints: set[str] = set()

@@ -12,10 +12,9 @@ import pytest
 from gpufleet.catalog.gpus import default_gpu_catalog
 from gpufleet.catalog.instances import default_instance_catalog
 from gpufleet.decisions import Bind, MigSlot
-from gpufleet.k8s.schedule.cycle import device_mask, pending_units
-from gpufleet.k8s.translate.claim_assume import ClaimAssume
-from gpufleet.k8s.translate.claim_view import DeviceCache, DraWorld
-from gpufleet.k8s.translate.claims import (
+from gpufleet.k8s.dra.claim_assume import ClaimAssume
+from gpufleet.k8s.dra.claim_view import DeviceCache, DraWorld
+from gpufleet.k8s.dra.claims import (
     allocation,
     allocation_node,
     claim_asks,
@@ -23,18 +22,19 @@ from gpufleet.k8s.translate.claims import (
     pod_ask,
     pod_claim_names,
 )
-from gpufleet.k8s.translate.devices import devices_by_node
-from gpufleet.k8s.translate.extended_claims import (
+from gpufleet.k8s.dra.devices import devices_by_node
+from gpufleet.k8s.dra.extended_claims import (
     ExtendedRequest,
     extended_claim,
     extended_classes,
     extended_mappings,
     extended_requests,
 )
-from gpufleet.k8s.translate.gpu_shares import share_claim_template
+from gpufleet.k8s.dra.shares import share_claim_template
+from gpufleet.k8s.dra.slices import device_classes, resource_slices
+from gpufleet.k8s.schedule.cycle import device_mask, pending_units
 from gpufleet.k8s.translate.node_objects import node_object, spec_from_instance
 from gpufleet.k8s.translate.quantity import memory_mib
-from gpufleet.k8s.translate.resource_slices import device_classes, resource_slices
 from gpufleet.k8s.translate.snapshot import build_snapshot
 from gpufleet.state import ResourceRequest
 
@@ -105,7 +105,7 @@ def test_claim_asks(body: dict[str, Any], count: int, profile: str | None, share
 
 def sub(name: str, size: str | None, memory: str | None, cls: str = "gpu.nvidia.com",
         count: int = 1, shareable: bool = True, extra: str | None = None) -> dict[str, Any]:
-    """One subrequest as gpu_shares writes them (or broken in one way)."""
+    """One subrequest as dra.shares writes them (or broken in one way)."""
     terms = [t for t in (SHAREABLE if shareable else None,
                          MEM.format(size) if size else None, extra) if t]
     out: dict[str, Any] = {"name": name, "deviceClassName": cls, "count": count}
@@ -117,7 +117,7 @@ def sub(name: str, size: str | None, memory: str | None, cls: str = "gpu.nvidia.
 
 
 def templated(milli: int) -> dict[str, Any]:
-    """The claim the controller-manager makes from gpu_shares' template ``gpu-share-<milli>``."""
+    """The claim the controller-manager makes from dra.shares' template ``gpu-share-<milli>``."""
     return {"metadata": {"name": "c", "namespace": "ns"},
             "spec": share_claim_template(milli)["spec"]["spec"]}
 

@@ -1,5 +1,5 @@
 """Claims whose CEL selectors placement does not read: evaluated per device against the lab's
-slices (:func:`gpufleet.k8s.translate.claims.selector_nodes`), through the snapshot and the real
+slices (:func:`gpufleet.k8s.dra.claims.selector_nodes`), through the snapshot and the real
 cycle to the allocation written back — every device given out satisfies the selectors."""
 
 from __future__ import annotations
@@ -13,22 +13,22 @@ import pytest
 from gpufleet.catalog.gpus import default_gpu_catalog
 from gpufleet.catalog.instances import default_instance_catalog
 from gpufleet.k8s.dra.cel import DeviceInput, matches
-from gpufleet.k8s.schedule.cycle import plan_cycle
-from gpufleet.k8s.translate.claim_view import DraWorld
-from gpufleet.k8s.translate.claims import (
+from gpufleet.k8s.dra.claim_view import DraWorld
+from gpufleet.k8s.dra.claims import (
     allocation,
     candidate_devices,
     claim_asks,
     selector_nodes,
 )
-from gpufleet.k8s.translate.devices import devices_by_node
-from gpufleet.k8s.translate.node_objects import node_object, spec_from_instance
-from gpufleet.k8s.translate.resource_slices import (
+from gpufleet.k8s.dra.devices import devices_by_node
+from gpufleet.k8s.dra.slices import (
     DRIVER,
     device_classes,
     nvml_product_name,
     resource_slices,
 )
+from gpufleet.k8s.schedule.cycle import plan_cycle
+from gpufleet.k8s.translate.node_objects import node_object, spec_from_instance
 from gpufleet.k8s.translate.snapshot import build_snapshot
 from gpufleet.placement import get_policy
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpufleet.catalog.gpus import GpuCatalog
-from gpufleet.k8s.translate.claims import (
+from gpufleet.k8s.dra.claims import (
     ClaimAsk,
     allocated,
     allocation_node,
@@ -33,15 +33,15 @@ from gpufleet.k8s.translate.claims import (
     pod_ask,
     selector_nodes,
 )
-from gpufleet.k8s.translate.devices import NodeDevices, devices_by_node
-from gpufleet.k8s.translate.extended_claims import (
+from gpufleet.k8s.dra.devices import NodeDevices, devices_by_node
+from gpufleet.k8s.dra.extended_claims import (
     EXTENDED_CLAIM_ANNOTATION,
     ExtendedRequest,
     extended_claim,
     extended_classes,
 )
+from gpufleet.k8s.dra.slices import SliceProblem
 from gpufleet.k8s.translate.pods import PodInfo
-from gpufleet.k8s.translate.resource_slices import SliceProblem
 from gpufleet.state import GPU_MILLI, ResourceRequest
 
 

@@ -1,6 +1,6 @@
 """Each node's ``gpu.nvidia.com`` devices, named, against the FleetState row's GPU indices.
 
-The row of a node with slices is built from :func:`~.resource_slices.inventory_from_slices`
+The row of a node with slices is built from :func:`~.slices.inventory_from_slices`
 (GPUs indexed 0..n-1 in ``minor`` order); placement answers in those indices (``Bind.gpus``, a
 ``MigSlot``'s GPU and start slice). Writing a claim's allocation needs the way back — index →
 ``gpu-<minor>`` in pool ``<node>`` — and reading another scheduler's allocation needs the way
@@ -23,14 +23,14 @@ from typing import Any
 
 from gpufleet.catalog.gpus import GpuCatalog, default_gpu_catalog
 from gpufleet.k8s.dra.cel import DeviceInput
-from gpufleet.k8s.translate.quantity import memory_mib
-from gpufleet.k8s.translate.resource_slices import (
+from gpufleet.k8s.dra.slices import (
     DRIVER,
     GpuInventory,
     SliceProblem,
     device_attribute,
     inventory_from_slices,
 )
+from gpufleet.k8s.translate.quantity import memory_mib
 
 _START = re.compile(r"-(\d+)$")
 

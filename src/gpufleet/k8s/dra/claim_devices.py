@@ -17,11 +17,11 @@ slices as the API's JSON) and reports, per device, what the DRA rules forbid:
   consumes its counters once however many shares it carries.
 
 It also turns each allocation of a ``gpu.nvidia.com`` device into a use of one physical GPU
-(:class:`GpuClaimUse`: node, GPU index as the node's FleetState row numbers them — the
-``minor`` order of :func:`~gpufleet.k8s.translate.resource_slices.inventory_from_slices` — a
-milli share, a MIG memory-slice mask), so :mod:`.overcommit` judges claims and gpufleet's
-annotation assignments (``gpufleet.io/gpus`` …) by one rule per GPU: a whole GPU and a MIG
-slice of it both given out, or an annotation pod on a GPU a claim holds.
+(:class:`GpuClaimUse`: node, GPU index as the node's FleetState row numbers them — the ``minor``
+order of :func:`~gpufleet.k8s.dra.slices.inventory_from_slices` — a milli share, a MIG memory-slice
+mask), so :mod:`gpufleet.k8s.translate.overcommit` judges claims and gpufleet's annotation
+assignments (``gpufleet.io/gpus`` …) by one rule per GPU: a whole GPU and a MIG slice of it both
+given out, or an annotation pod on a GPU a claim holds.
 
 Pure (dicts in, findings out).
 """
@@ -37,10 +37,10 @@ from fractions import Fraction
 from typing import Any
 
 from gpufleet.catalog.gpus import GpuCatalog, default_gpu_catalog
+from gpufleet.k8s.dra.slices import DRIVER, device_attribute
 from gpufleet.k8s.translate.node_selector import matches_node_selector
 from gpufleet.k8s.translate.pods import TERMINAL_PHASES, pod_key
 from gpufleet.k8s.translate.quantity import quantity
-from gpufleet.k8s.translate.resource_slices import DRIVER, device_attribute
 from gpufleet.state import GPU_MILLI
 
 DeviceKey = tuple[str, str, str]  # driver, pool, device

@@ -17,9 +17,7 @@ import yaml
 
 from gpufleet.catalog.gpus import GpuModel, default_gpu_catalog
 from gpufleet.catalog.instances import default_instance_catalog
-from gpufleet.k8s.translate.node_objects import GpuNodeSpec, node_object, spec_from_instance
-from gpufleet.k8s.translate.nodes import node_spec
-from gpufleet.k8s.translate.resource_slices import (
+from gpufleet.k8s.dra.slices import (
     ATTR_NVLINK_DOMAIN,
     GpuInventory,
     SliceProblem,
@@ -30,9 +28,11 @@ from gpufleet.k8s.translate.resource_slices import (
     place_static_mig,
     resource_slices,
 )
+from gpufleet.k8s.translate.node_objects import GpuNodeSpec, node_object, spec_from_instance
+from gpufleet.k8s.translate.nodes import node_spec
 from gpufleet.state import FleetState
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 ITYPES = default_instance_catalog()
 
 

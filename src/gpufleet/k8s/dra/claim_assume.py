@@ -1,14 +1,14 @@
 """This replica's own claim writes, held over the claims informer until it shows them.
 
-The same window as for binds (:mod:`.assume`): a claim's ``status.allocation`` is in the API
-when ``resourceclaims/status`` returns, but reaches the informer with its watch event. A cycle
-in between would see the claim unallocated — its devices free for the next pod, and the pod
-(already bound, or pinned) without its GPUs. kube-scheduler keeps the written claim in its
-claim assume cache (``AssumeClaimAfterAPICall``) until the informer catches up; this does the
-same: the written object stands in for the informer's copy while the informer's
-``resourceVersion`` is older (resourceVersions of one object are compared as integers, as
-kube's assume cache does), and goes when the informer has it (or a newer one), when the claim
-is gone or replaced (another UID), or ``ttl_s`` after the write.
+The same window as for binds (:mod:`gpufleet.k8s.translate.assume`): a claim's ``status.allocation``
+is in the API when ``resourceclaims/status`` returns, but reaches the informer with its watch event.
+A cycle in between would see the claim unallocated — its devices free for the next pod, and the pod
+(already bound, or pinned) without its GPUs. kube-scheduler keeps the written claim in its claim
+assume cache (``AssumeClaimAfterAPICall``) until the informer catches up; this does the same: the
+written object stands in for the informer's copy while the informer's ``resourceVersion`` is older
+(resourceVersions of one object are compared as integers, as kube's assume cache does), and goes
+when the informer has it (or a newer one), when the claim is gone or replaced (another UID), or
+``ttl_s`` after the write.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from gpufleet.k8s.translate.claims import claim_key
+from gpufleet.k8s.dra.claims import claim_key
 
 
 def _rv(obj: dict[str, Any]) -> int:

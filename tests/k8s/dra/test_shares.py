@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.k8s.translate.gpu_shares import (
+from gpufleet.k8s.dra.shares import (
     SHARE_MILLIS,
     fraction_policy,
     fraction_text,
@@ -18,7 +18,7 @@ from gpufleet.k8s.translate.gpu_shares import (
     share_claim_template,
 )
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _requests(milli: int) -> dict[str, str]:
@@ -59,5 +59,5 @@ def test_shipped_shares_every_twentieth_and_eighth() -> None:
 def test_shipped_manifests_are_the_codes_output() -> None:
     for path, text in manifest_files().items():
         assert (REPO / path).read_text() == text, (
-            f"{path} differs from the code: run `python -m gpufleet.k8s.translate.gpu_shares` "
+            f"{path} differs from the code: run `python -m gpufleet.k8s.dra.shares` "
             "from the repository root")

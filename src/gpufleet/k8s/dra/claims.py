@@ -13,7 +13,7 @@ Three directions, all pure (the API's JSON in, data out):
   - a share of one GPU: ``count: 1`` on the GPU class with ``capacity.requests.memory`` (the
     consumable-capacity form); the share's milli-GPU is the pod's ``gpu-fraction`` annotation
     when it has one, else 1 (the device's memory is then the only thing shared);
-  - a share as :mod:`.gpu_shares`' templates ask it: a ``firstAvailable`` list whose every
+  - a share as :mod:`.shares`' templates ask it: a ``firstAvailable`` list whose every
     subrequest is such a share on a shareable GPU (``device.allowMultipleAllocations == true``)
     of exactly one memory size (``device.capacity['gpu.nvidia.com'].memory.compareTo(
     quantity('80Gi')) == 0``). Placement gets any GPU model of those sizes; the device it picks
@@ -52,9 +52,9 @@ from gpufleet.catalog.gpus import GpuCatalog
 from gpufleet.decisions import Bind, MigSlot
 from gpufleet.k8s.dra import cel
 from gpufleet.k8s.dra.cel import SelectorError
-from gpufleet.k8s.translate.devices import Device, NodeDevices
+from gpufleet.k8s.dra.devices import Device, NodeDevices
+from gpufleet.k8s.dra.slices import DRIVER, device_attribute
 from gpufleet.k8s.translate.quantity import memory_mib
-from gpufleet.k8s.translate.resource_slices import DRIVER, device_attribute
 from gpufleet.state import GPU_MILLI, ResourceRequest
 
 FINALIZER = "resource.kubernetes.io/delete-protection"
@@ -62,7 +62,7 @@ FINALIZER = "resource.kubernetes.io/delete-protection"
 _TERM = re.compile(
     r"""^device\.attributes\[['"]gpu\.nvidia\.com['"]\]\.(\w+)\s*==\s*['"]([^'"]*)['"]$""")
 _DRIVER_TERM = re.compile(r"""^device\.driver\s*==\s*['"]([^'"]*)['"]$""")
-# what gpu_shares' templates select: shareable devices of exactly one memory size
+# what shares' templates select: shareable devices of exactly one memory size
 _MEMORY_TERM = re.compile(
     r"""^device\.capacity\[['"]gpu\.nvidia\.com['"]\]\.memory\.compareTo\("""
     r"""\s*quantity\(\s*['"]([^'"]+)['"]\s*\)\s*\)\s*==\s*0$""")
@@ -188,8 +188,8 @@ class ClaimAsk:
     profile: str | None  # MIG
     share_memory_mib: int  # >0: a share of one GPU with this much memory
     product: str | None  # productName selected
-    # a firstAvailable share (gpu_shares' templates): one subrequest per device memory size;
-    # share_memory_mib is then 0 and the chosen device's size picks the option
+    # a firstAvailable share (the templates k8s.dra.shares writes): one subrequest per device
+    # memory size; share_memory_mib is then 0 and the chosen device's size picks the option
     options: tuple[ShareOption, ...] = ()
     # the class's and the request's selectors placement does not read, evaluated per device
     # (:func:`selector_nodes`); a firstAvailable share's are its options'

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from gpufleet.k8s.translate.claim_devices import judge_claims, pod_claim_names
+from gpufleet.k8s.dra.claim_devices import judge_claims, pod_claim_names
 from gpufleet.k8s.translate.node_selector import matches_node_selector
 from gpufleet.k8s.translate.overcommit import find_overcommits, overcommitted_gpus
 
