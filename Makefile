@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-loaded bench results lint fmt clean system-deps k8s-binaries lab lab-down image image-deps manifests reference docs
+.PHONY: run test test-loaded bench results lint fmt clean system-deps k8s-binaries lab lab-down image image-deps manifests reference docs protos
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -60,7 +60,7 @@ lab-down: $(STAMP)
 run: $(STAMP)
 	$(BIN)/gpufleet simulate
 
-test: $(STAMP) system-deps image-deps k8s-binaries
+test: $(STAMP) system-deps image-deps k8s-binaries protos
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/pytest
@@ -86,6 +86,12 @@ bench: $(STAMP)
 results: $(STAMP)
 	$(BIN)/python benchmarks/results.py run --all
 	$(BIN)/python benchmarks/results.py render
+
+# The kubelet's gRPC stubs for `gpufleet node-plugin`, generated from the .proto files of the
+# k8s.io/kubelet Go module (which k8s-binaries downloads) into ~/.cache/gpufleet/protos; the plugin
+# generates them on first use too, this only does it ahead of the tests.
+protos: $(STAMP) k8s-binaries
+	$(BIN)/python -m gpufleet.node_plugin.protos
 
 # docs/reference/ (CLI, configuration and its JSON Schemas, annotations, metrics) from the code;
 # tests/test_reference_docs.py fails while a committed page differs from what this writes.

@@ -25,6 +25,7 @@ def _register() -> None:
     import gpufleet.lab.cli  # gpufleet lab up|down|status
     import gpufleet.market.cli  # gpufleet bench spot-deadline
     import gpufleet.metrics.cli  # gpufleet exporter
+    import gpufleet.node_plugin.cli  # gpufleet node-plugin
     import gpufleet.placement.cli  # gpufleet bench packing
     import gpufleet.reference.cli  # gpufleet config schema
     import gpufleet.sim.cli  # noqa: F401  gpufleet simulate

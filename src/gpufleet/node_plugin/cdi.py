@@ -1,0 +1,111 @@
+"""The CDI spec of a prepared claim: what the container runtime adds to each container using it.
+
+One file per claim, ``<cdi-dir>/gpu.gpufleet.io-<claimUID>.json`` (CDI 0.6.0, kind
+``gpu.gpufleet.io/claim``), one CDI device per allocated share. Every device of a claim carries
+the claim's whole environment, so the container sees the same values whichever device's edits the
+runtime applies last:
+
+- ``NVIDIA_VISIBLE_DEVICES`` and ``CUDA_VISIBLE_DEVICES``: the claim's GPUs by UUID;
+- ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT``: ``<uuid>=<MiB>M`` per GPU, comma-separated: the MPS
+  server refuses the client's allocations past it;
+- ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``: the share of the SMs the client's kernels may use; MPS
+  takes one value per client process, so a claim on several GPUs gets the smallest.
+
+``/dev/nvidia<minor>`` is a device node of the share's device only where it exists (not in the
+lab).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpufleet.node_plugin import DRIVER, atomic_file
+
+CDI_VERSION = "0.6.0"
+KIND = f"{DRIVER}/claim"
+
+
+@dataclass(frozen=True)
+class Share:
+    """One allocation result of a claim, prepared: the device and the limits it runs under."""
+
+    request: str
+    pool: str
+    device: str
+    share_id: str | None
+    uuid: str
+    minor: int
+    memory_mib: int
+    cores: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"request": self.request, "pool": self.pool, "device": self.device,
+                "shareID": self.share_id, "uuid": self.uuid, "minor": self.minor,
+                "memoryMiB": self.memory_mib, "cores": self.cores}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Share:
+        return cls(request=d["request"], pool=d["pool"], device=d["device"],
+                   share_id=d.get("shareID"), uuid=d["uuid"], minor=int(d["minor"]),
+                   memory_mib=int(d["memoryMiB"]), cores=int(d["cores"]))
+
+
+def spec_path(cdi_dir: Path, claim_uid: str) -> Path:
+    return cdi_dir / f"{DRIVER}-{claim_uid}.json"
+
+
+def device_names(claim_uid: str, shares: Sequence[Share]) -> list[str]:
+    """``<claimUID>-<device>``, with ``-<n>`` from the second share of one device on."""
+    names: list[str] = []
+    seen: dict[str, int] = {}
+    for s in shares:
+        n = seen.get(s.device, 0)
+        seen[s.device] = n + 1
+        names.append(f"{claim_uid}-{s.device}" + (f"-{n}" if n else ""))
+    return names
+
+
+def device_ids(claim_uid: str, shares: Sequence[Share]) -> list[str]:
+    """The fully qualified CDI device IDs the kubelet hands the runtime, one per share."""
+    return [f"{KIND}={n}" for n in device_names(claim_uid, shares)]
+
+
+def env(shares: Sequence[Share]) -> list[str]:
+    """The claim's environment (see the module docstring), GPUs in the shares' order."""
+    uuids = list(dict.fromkeys(s.uuid for s in shares))
+    memory: dict[str, int] = {}
+    for s in shares:
+        memory[s.uuid] = memory.get(s.uuid, 0) + s.memory_mib
+    visible = ",".join(uuids)
+    return [
+        f"NVIDIA_VISIBLE_DEVICES={visible}",
+        f"CUDA_VISIBLE_DEVICES={visible}",
+        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=" + ",".join(f"{u}={memory[u]}M" for u in uuids),
+        f"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={min(min(s.cores for s in shares), 100)}",
+    ]
+
+
+def spec(claim_uid: str, shares: Sequence[Share], dev_root: Path = Path("/dev")) -> dict[str, Any]:
+    claim_env = env(shares)
+    devices = []
+    for name, s in zip(device_names(claim_uid, shares), shares, strict=True):
+        edits: dict[str, Any] = {"env": list(claim_env)}
+        node = dev_root / f"nvidia{s.minor}"
+        if node.exists():
+            edits["deviceNodes"] = [{"path": str(node)}]
+        devices.append({"name": name, "containerEdits": edits})
+    return {"cdiVersion": CDI_VERSION, "kind": KIND, "devices": devices}
+
+
+def write_spec(cdi_dir: Path, claim_uid: str, body: dict[str, Any]) -> Path:
+    path = spec_path(cdi_dir, claim_uid)
+    atomic_file.write(path, (json.dumps(body, indent=2) + "\n").encode())
+    return path
+
+
+def remove_spec(cdi_dir: Path, claim_uid: str) -> bool:
+    return atomic_file.remove(spec_path(cdi_dir, claim_uid))
