@@ -307,3 +307,42 @@ def test_book_applies_a_cycle_as_both_drivers_do() -> None:
     assert got == [("g", up, Room.SCALE_UP)]
     assert set(book.decided) == {"g"} and book.decided["g"].room is Room.SCALE_UP
     assert book.counts == {"wait": 2, "scale-up": 1, "preempt": 0}
+
+
+def test_book_indices_answer_what_a_walk_over_every_choice_answers() -> None:
+    """``reserved`` and ``next_due`` read indices kept as choices are booked; after every step
+    of a run of bookings, replacements and starts they equal the definition, a walk over
+    ``decided``: the preempt choices not yet lapsed, and the earliest finite lapse of a choice
+    that is not a scale-up. Costs: ``wait`` lapses at now + 600, ``pre`` reserves a and b for
+    30 s + 60 s grace, ``up`` stands; ``none`` (nothing possible) forgets the gang."""
+    wait = Costs(8.16, 13.056, None, 600.0)
+    pre = Costs(24.48, 13.056, 1.43, 1800.0, ("a0",), ("a", "b"), 30.0)
+    up = Costs(24.48, 13.056, None, 1800.0)
+    none = Costs(math.inf, None, None, math.inf)
+    book = GangRoomBook()
+
+    def check(now: float) -> None:
+        want_reserved = {g: d.nodes for g, d in book.decided.items()
+                         if d.room is Room.PREEMPT and now < d.until_s}
+        times = [d.until_s for d in book.decided.values()
+                 if d.room is not Room.SCALE_UP and not math.isinf(d.until_s)]
+        assert book.reserved(now) == want_reserved
+        assert book.next_due() == (min(times) if times else None)
+
+    steps: list[tuple[str, str, float]] = [
+        ("record", "g", 0.0), ("record-pre", "h", 10.0),  # g lapses at 600, h at 100
+        ("record-pre", "g", 20.0),  # g's wait replaced: its lapse at 600 is stale (110 now)
+        ("started", "h", 30.0), ("record-up", "g", 40.0),  # no lapse left
+        ("record", "k", 50.0), ("record-none", "k", 60.0),  # k forgotten
+        ("record", "g", 70.0), ("record", "g", 80.0), ("started", "g", 90.0),
+        ("record-pre", "m", 100.0), ("record", "n", 100.0)]
+    for what, gang, now in steps:
+        if what == "started":
+            book.started(gang)
+        else:
+            costs = {"record": wait, "record-pre": pre, "record-up": up,
+                     "record-none": none}[what]
+            book.record(gang, costs, now)
+        for t in (now, now + 50.0, now + 95.0, now + 1000.0):
+            check(t)
+    assert book.reserved(150.0) == {"m": ("a", "b")} and book.next_due() == 190.0

@@ -73,6 +73,16 @@ Placed units are allocated into the state as the pass goes — one ``queueing.st
 ``Statement``, so later units see them — and the statement is discarded before returning: the
 state comes back unchanged and the driver applies the plan's ``Bind``s itself.
 
+*One answer per shape.* A long queue asks the same few questions of thousands of units, so the
+pass answers each once per shape (``unit_shape``; each shape hashed once per pass and then
+compared as a small number): backfill's placement (step 2), a blocked shape's refusal text and
+never-schedulable flag (written once, given to each of its units), a priority-preemption
+what-if that found no victims (not asked again for a later unit with the same request,
+eligible rows, priority and team: the same victims on the same fleet), reclaim's what-ifs per
+(team, size, shape) (``control.reclaim``) and the quota verdicts per (team, size) until an
+admission changes the book. ``by_shape=False`` asks every unit instead; the plan is the same
+(``tests/control/test_cycle_by_shape.py``), only its cost grows with the queue.
+
 Worked example (two T4 GPUs, one running priority-0 pod on GPU 0): pending ``a`` (priority 0,
 1 GPU, submitted t=5), ``b`` (priority 0, 1 GPU, requeued, t=9), ``c`` (priority 5, 2 GPUs,
 t=20). Order: c (priority), b (requeued), a. c does not fit (one GPU free) → its shape is
@@ -180,6 +190,7 @@ def plan_cycle(
     quota: QuotaInput | None = None,
     gang_room: GangRoomInput | None = None,
     nominated: Sequence[str] = (),
+    by_shape: bool = True,
 ) -> CyclePlan:
     """Plan one cycle (see the module docstring); ``state`` is unchanged on return.
 
@@ -189,7 +200,9 @@ def plan_cycle(
     refusals (the simulator has no one to tell). ``quota``: team quotas (step 5); None: none.
     ``gang_room``: price pending gangs (step 7); None: scale-up launches for every one.
     ``nominated``: the claimants of earlier reclaims (``control.nominations``), first in the
-    queue, in this order, once the quota order is made.
+    queue, in this order, once the quota order is made. ``by_shape``: answer each question
+    once per shape (module docstring, *One answer per shape*); False asks it of every unit —
+    the same plan, at a cost that grows with the queue (the reference the tests compare with).
     """
     order = sorted(units, key=_key)
     if gang_room is not None:
@@ -213,6 +226,11 @@ def plan_cycle(
         if spot:
             order = on_spot_only(state, order, spot)
     shapes = [unit_shape(u) for u in order]
+    # each shape hashed once: the pass compares the small numbers (``names`` maps them back)
+    number: dict[Hashable, int] = {}
+    sid = [number.setdefault(x, len(number)) for x in shapes]
+    present = shapes_present if shapes_present is not None else len(number)
+    carried = {number.setdefault(x, len(number)) for x in blocked or ()}
     reasons: dict[Hashable, tuple[Reason, Never]] = {}
     over: dict[int, str] = {}  # unit index → the quota verdict's reason
     # verdicts by (team, milli) since the book last changed: a long queue asks the same
@@ -246,7 +264,7 @@ def plan_cycle(
                 asked.clear()
             return True
 
-        def walk() -> Iterator[tuple[int, Hashable, float]]:
+        def walk() -> Iterator[tuple[int, int, float]]:
             """The queue for backfill; lazily, so that each verdict sees the admissions made
             before it, and quota-blocked units are skipped rather than failed."""
             for i, u in enumerate(order):
@@ -272,29 +290,37 @@ def plan_cycle(
                         if cut is not None:
                             order[i] = cut
                             shapes[i] = unit_shape(cut)
-                yield i, shapes[i], u.submit_s
+                            sid[i] = number.setdefault(shapes[i], len(number))
+                yield i, sid[i], u.submit_s
 
-        present = shapes_present if shapes_present is not None else len(set(shapes))
-        result = (backfill or BackfillPass()).run(walk(), now, try_place, present, blocked)
+        result = (backfill or BackfillPass()).run(walk(), now, try_place, present, carried)
         started = set(result.started)
-        plan.blocked = result.blocked
+        names = list(number)
+        plan.blocked = {names[k] for k in result.blocked}
         plan.started = [order[i].id for i in result.started]
         left = [i for i in range(len(order)) if i not in started]
         if explain:
             stopped = order[result.stopped_for].id if result.stopped_for is not None else None
+            # a shape's refusal is one text and one flag, written once (``by_shape``)
+            said: dict[int, tuple[str, bool]] = {}
             for i in left:
-                why, never = (over[i], False) if i in over else reasons.get(shapes[i]) or (
-                    (f"waiting behind {stopped}, which has starved past the limit", False)
-                    if stopped is not None else ("not tried this cycle", False))
-                msg = why if isinstance(why, str) else why()
-                if not isinstance(never, bool):
-                    never = never()
+                if i not in over and by_shape and sid[i] in said:
+                    msg, never = said[sid[i]]
+                else:
+                    why, never_of = (over[i], False) if i in over else reasons.get(
+                        shapes[i]) or (
+                        (f"waiting behind {stopped}, which has starved past the limit", False)
+                        if stopped is not None else ("not tried this cycle", False))
+                    msg = why if isinstance(why, str) else why()
+                    never = never_of if isinstance(never_of, bool) else never_of()
+                    if i not in over:
+                        said[sid[i]] = (msg, never)
                 plan.refusals.extend(Refuse(m, msg, never) for m in order[i].placed_ids)
         # ``left`` first: with every unit placed neither step has work, and a driver's
         # victims may be built only when read (the live driver's are every running pod)
         if left and (victims or fresh) and not evicting and not drained:
             plan.evictions = _preempt(state, [order[i] for i in left if i not in over],
-                                      victims, policy, book)
+                                      victims, policy, book, by_shape)
             if book is not None and not plan.evictions:
                 plan.evictions, back, now_binds, plan.nominated = plan_reclaims(
                     state, [order[i] for i in left if i not in over or i in quota_refused],
@@ -329,17 +355,24 @@ def _reserve(state: FleetState, order: list[PendingUnit],
     n = state.n
     rows = {g: [state.index[x] for x in nodes if x in state.index]
             for g, nodes in reserved.items()}
+    # the rows hidden from a unit depend only on which reserved gang it is (or none): one cut
+    # per gang, shared by every unit of the long rest of the queue
+    cuts: dict[str | None, tuple[np.ndarray, tuple[int, ...]] | None] = {}
     first: list[PendingUnit] = []
     rest: list[PendingUnit] = []
     for u in order:
-        other = [r for g, rs in rows.items() if g != u.id for r in rs]
-        if other:
+        mine = u.id if u.id in rows else None
+        if mine not in cuts:
+            other = [r for g, rs in rows.items() if g != mine for r in rs]
             cut = np.ones(n, bool)
             cut[other] = False
+            cuts[mine] = (cut, tuple(sorted(other))) if other else None
+        got = cuts[mine]
+        if got is not None:
+            cut, hidden = got
             u = replace(u, eligible=cut if u.eligible is None else u.eligible[:n] & cut,
-                        shape=None if u.shape is None else ("reserved", tuple(sorted(other)),
-                                                            u.shape))
-        (first if u.id in rows else rest).append(u)
+                        shape=None if u.shape is None else ("reserved", hidden, u.shape))
+        (first if mine is not None else rest).append(u)
     return first + rest
 
 
@@ -493,25 +526,39 @@ def _key(u: PendingUnit) -> UnitKey:
 
 
 def _preempt(state: FleetState, left: list[PendingUnit], victims: Sequence[Victim],
-             policy: Policy, book: QuotaBook | None = None) -> list[Preempt]:
+             policy: Policy, book: QuotaBook | None = None, by_shape: bool = True
+             ) -> list[Preempt]:
     """One preemption, for the first unplaced unit (queue order) it can help. Under quotas
     (``book``) priority preempts only within a team — unmanaged work only unmanaged work —
-    as Kueue's ``withinClusterQueue: LowerPriority``; across teams only reclaim evicts."""
+    as Kueue's ``withinClusterQueue: LowerPriority``; across teams only reclaim evicts.
+    ``by_shape``: a what-if that found no victims is not asked again of a later unit with the
+    same request, eligible rows, priority and team (the same victims, the same fleet: the
+    same answer)."""
     victims = [v for v in victims if v.workload is None]  # a gang is never torn apart
     if not victims:
         return []
     lowest = min(v.priority for v in victims)
+    failed: set[Hashable] = set()
+    mine_of: dict[str | None, list[Victim]] = {}
     for u in left:
         if u.is_gang or u.request is None or u.refusal is not None or u.preempt_never:
             continue
         if u.priority <= lowest:
             continue
+        team = None if book is None else _managed(book, u.team)
+        req = unit_request(u)
+        ask = (req, None if u.eligible is None else u.eligible[:state.n].tobytes(),
+               u.priority, team)
+        if by_shape and ask in failed:
+            continue
         mine = victims
         if book is not None:
-            team = _managed(book, u.team)
-            mine = [v for v in victims if _managed(book, v.team) == team]
+            if team not in mine_of:
+                mine_of[team] = [v for v in victims if _managed(book, v.team) == team]
+            mine = mine_of[team]
         with only_eligible(state, u.eligible):
-            got = plan_preemption(state, unit_request(u), u.priority, mine, policy, u.id)
+            got = plan_preemption(state, req, u.priority, mine, policy, u.id)
         if got is not None:
             return list(got.preempts)
+        failed.add(ask)
     return []

@@ -57,6 +57,7 @@ at 20 $/GPU-h: preempt 1.43 + 8·20·(150/3600) + 16·10·(30/3600) = 1.43 + 6.6
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -328,10 +329,19 @@ class Decided:
 class GangRoomBook:
     """A driver's memory of each pending gang's choice (see the module docstring), and how
     often each was chosen (``counts``: every pricing's outcome, a gang priced again counts
-    again)."""
+    again).
+
+    A long queue holds a choice for each of its gangs, and a driver asks ``reserved`` and
+    ``next_due`` every pass: both read indices kept as choices are booked (the gangs whose
+    choice is a preempt; a heap of lapse times, an entry dropped when it reaches the top and
+    its choice has been replaced), so a pass does not walk every choice."""
 
     decided: dict[str, Decided] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=lambda: {r.value: 0 for r in Room})
+    _preempting: dict[str, None] = field(default_factory=dict, repr=False, compare=False)
+    _lapses: list[tuple[float, int, str, Decided]] = field(default_factory=list, repr=False,
+                                                            compare=False)
+    _booked: int = field(default=0, repr=False, compare=False)
 
     def due(self, gang: str, now: float) -> bool:
         """Whether the gang is to be priced now: never priced, or its wait or reservation is
@@ -347,18 +357,27 @@ class GangRoomBook:
         room = costs.choice
         self.counts[room.value] += 1
         if math.isinf(costs.wait_s) and costs.scale_up_usd is None and costs.preempt_usd is None:
-            self.decided.pop(gang, None)
+            self.started(gang)
             return room
         until = INF
         if room is Room.WAIT:  # priced again when the room is due, or after REPRICE_S
             until = now + (REPRICE_S if math.isinf(costs.wait_s) else costs.wait_s)
         elif room is Room.PREEMPT:
             until = now + costs.leave_s + RESERVE_GRACE_S
-        self.decided[gang] = Decided(room, until, costs.nodes if room is Room.PREEMPT else ())
+        d = self.decided[gang] = Decided(room, until,
+                                         costs.nodes if room is Room.PREEMPT else ())
+        if room is Room.PREEMPT:
+            self._preempting[gang] = None
+        else:
+            self._preempting.pop(gang, None)
+        if room is not Room.SCALE_UP and not math.isinf(until):
+            self._booked += 1
+            heapq.heappush(self._lapses, (until, self._booked, gang, d))
         return room
 
     def started(self, gang: str) -> None:
         self.decided.pop(gang, None)
+        self._preempting.pop(gang, None)
 
     def apply(self, started: Iterable[str], priced: Mapping[str, Costs],
               now: float) -> list[tuple[str, Costs, Room]]:
@@ -376,14 +395,19 @@ class GangRoomBook:
 
     def reserved(self, now: float) -> dict[str, tuple[str, ...]]:
         """gang → the nodes reserved for it (a preempt choice not yet lapsed)."""
-        return {g: d.nodes for g, d in self.decided.items()
-                if d.room is Room.PREEMPT and now < d.until_s}
+        out = {}
+        for g in self._preempting:
+            d = self.decided[g]
+            if now < d.until_s:
+                out[g] = d.nodes
+        return out
 
     def next_due(self) -> float | None:
         """The earliest time a choice lapses (a pass is due then), None if none will."""
-        times = [d.until_s for d in self.decided.values()
-                 if d.room is not Room.SCALE_UP and not math.isinf(d.until_s)]
-        return min(times) if times else None
+        lapses = self._lapses
+        while lapses and self.decided.get(lapses[0][2]) is not lapses[0][3]:
+            heapq.heappop(lapses)  # replaced or forgotten since it was booked
+        return lapses[0][0] if lapses else None
 
 
 @dataclass(frozen=True, slots=True)
