@@ -346,3 +346,19 @@ def test_book_indices_answer_what_a_walk_over_every_choice_answers() -> None:
         for t in (now, now + 50.0, now + 95.0, now + 1000.0):
             check(t)
     assert book.reserved(150.0) == {"m": ("a", "b")} and book.next_due() == 190.0
+
+
+def test_a_lapse_is_spent_by_the_cycle_at_it_whether_or_not_the_gang_is_priced_again() -> None:
+    """A wait booked at 0 for 600 s lapses at 600 and asks for a pass then. The pass at 600
+    does not price the gang (its team is over quota): the lapse is spent, so ``next_due`` asks
+    for no further pass at 600 (which would price nothing either, for ever) while the gang
+    stays due for the next pass. A gang priced in that same pass books its own lapse."""
+    wait = Costs(8.16, 13.056, None, 600.0)
+    book = GangRoomBook()
+    book.record("g", wait, 0.0)
+    assert book.next_due() == 600.0
+    assert book.apply([], {}, 599.0) == [] and book.next_due() == 600.0  # not yet lapsed
+    book.apply([], {}, 600.0)
+    assert book.next_due() is None and book.due("g", 600.0) and book.due("g", 601.0)
+    book.apply([], {"h": wait}, 600.0)
+    assert book.next_due() == 1200.0

@@ -194,6 +194,26 @@ def test_a_pod_behind_one_its_quota_holds_is_still_launched_for() -> None:
     assert big.first_start_s is None and (small.first_start_s, small.finish_s) == (1240.0, 1840.0)
 
 
+@pytest.mark.slow
+def test_a_gang_whose_wait_lapses_while_its_team_is_over_quota_does_not_stall_the_run() -> None:
+    """The embedded workload on ``gpufleet`` with a fixed fleet (four nodes, no autoscaling, no
+    spot) under quotas:
+    vision 16 GPUs (borrowing 8), nlp 8 and speech 8 in one cohort, recsys 4 alone. At
+    t = 597,720 s a gang's gang-room wait lapses while its team is over quota, so the pass the
+    lapse asks for does not price it again; the lapse is spent by that pass
+    (``GangRoomBook.apply``) instead of asking for another pass at the same instant, for ever.
+    The run ends with every job finished or given up (about 10 s)."""
+    teams = TeamsSettings.model_validate({"half_life_s": 604800, "queues": [
+        {"name": "vision", "gpus": 16, "cohort": "research", "borrowing_limit": 8},
+        {"name": "nlp", "gpus": 8, "cohort": "research"},
+        {"name": "speech", "gpus": 8, "cohort": "research"},
+        {"name": "recsys", "gpus": 4}]})
+    sc = default_scenario().model_copy(update={
+        "autoscaling": False, "spot": False, "fixed_nodes": 4, "teams": teams})
+    s = Simulation(sc, 0).run()
+    assert s["jobs_total"] == 2000 and s["jobs_finished"] + s["jobs_lost"] == 2000
+
+
 def test_guard_counts_starts_per_instant() -> None:
     guard = ProgressGuard(lambda i: f"job-{i}")
     for _ in range(STARTS_PER_INSTANT):

@@ -383,7 +383,16 @@ class GangRoomBook:
               now: float) -> list[tuple[str, Costs, Room]]:
         """One cycle's outcome, as both drivers book it: the units that started are forgotten,
         each gang priced this cycle records its choice; returns (gang, costs, choice) per
-        pricing for the driver's own reaction (a scan, a metric, a log line)."""
+        pricing for the driver's own reaction (a scan, a metric, a log line).
+
+        A choice that had lapsed by ``now`` was due in this cycle, which is the pass its lapse
+        asked for: its lapse is spent, whether the cycle priced the gang again or not (a gang
+        refused by its quota is not priced). Left booked, it would ask for another pass at the
+        same instant, which would not price it either, for ever; it stays due (``due``) for
+        the next pass the fleet's changes bring."""
+        lapses = self._lapses
+        while lapses and lapses[0][0] <= now:
+            heapq.heappop(lapses)
         for uid in started:
             self.started(uid)
         return [(gid, costs, self.record(gid, costs, now)) for gid, costs in priced.items()]
