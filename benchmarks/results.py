@@ -236,10 +236,11 @@ ROWS: tuple[tuple[str, str, str, str], ...] = (
      "`smdp` **${spot_deadline.ours:.2f}**, {spot_deadline.ours_misses} misses",
      "UP ${spot_deadline.up:.2f} (optimum ${spot_deadline.optimal:.2f})", "spot-deadline"),
     ("Value of time, 3 load shapes × 2 spot markets: jobs > 5 min later than `static`, cost",
-     "v = 100 $/GPU-h: **{frontier.v100_late_share_mean:.1%}** mean, "
-     "{frontier.v100_late_share_max:.1%} worst; {frontier.v100_cost_vs_static_mean:.3f}× "
-     "`static`",
-     "v = 0 (the default): {frontier.v0_late_share_mean:.1%} mean, "
+     "v = 3 $/GPU-h (the default): **{frontier.v3_late_share_mean:.1%}** mean, "
+     "{frontier.v3_late_share_max:.1%} worst; {frontier.v3_cost_vs_static_mean:.3f}× "
+     "`static`; v = 100: {frontier.v100_late_share_mean:.1%} mean, "
+     "{frontier.v100_late_share_max:.1%} worst; {frontier.v100_cost_vs_static_mean:.3f}×",
+     "v = 0: {frontier.v0_late_share_mean:.1%} mean, "
      "{frontier.v0_late_share_max:.1%} worst; {frontier.v0_cost_vs_static_mean:.3f}×",
      "frontier"),
     ("Checkpoint of 1 GB: notice → durable",

@@ -52,6 +52,11 @@ LLAMA3_GPU_HOURS = 16_384 * 54 * 24
 LLAMA3_UNEXPECTED_INTERRUPTIONS = 419
 LLAMA3_GPU_MTBF_HOURS = LLAMA3_GPU_HOURS / LLAMA3_UNEXPECTED_INTERRUPTIONS  # 50,677 GPU-hours
 
+# $ per GPU-hour of delay for jobs that state none (control.value_of_time): no v meets the targets
+# (late > 5 min <= 5 %, cost <= 1.05 x v = 0's) on Philly or the embedded default, so the knee of
+# their worst case (sim.frontier.choose over sim.frontier.worst_case; docs/simulator.md)
+DEFAULT_VALUE_OF_TIME = 3.0
+
 
 DAY_S = 86_400.0
 MAX_NODES = 10_000  # fixed_nodes / max_nodes
@@ -228,11 +233,13 @@ class Scenario(BaseModel):
     headroom: bool = Field(default=False, description=(
         "Keep spare GPUs for the arrivals expected while a node boots (control.headroom); "
         "needs autoscaling. Off unless set: it is capacity paid before any pod asks."))
-    value_of_time_usd_per_gpu_hour: float = Field(default=0.0, ge=0, le=1e6, description=(
-        "What a GPU-hour of a job's delay costs its owner, $: added to the on-demand rate "
-        "wherever the spot, swap and gang-room rules price delay (control.value_of_time). The "
-        "default for jobs whose trace entry, pod annotation or team sets none; 0: delay is "
-        "priced at the on-demand rate only."))
+    value_of_time_usd_per_gpu_hour: float = Field(
+        default=DEFAULT_VALUE_OF_TIME, ge=0, le=1e6, description=(
+            "What a GPU-hour of a job's delay costs its owner, $: added to the on-demand rate "
+            "wherever the spot, swap and gang-room rules price delay (control.value_of_time). "
+            "The value for jobs whose trace entry, pod annotation or team sets none. Default 3: "
+            "the knee of the cost-lateness frontier on Philly and the embedded default "
+            "workload (sim.frontier.choose); 0: delay is priced at the on-demand rate only."))
 
     cloud: CloudSettings | None = Field(default=None, description=(
         "The live capacity controller's cloud; null: the controller only schedules. The "

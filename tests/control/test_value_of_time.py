@@ -67,10 +67,15 @@ def test_the_scenario_and_its_teams_are_the_defaults() -> None:
 
 
 def test_with_nothing_set_the_job_is_the_same_object() -> None:
-    """The default scenario leaves every job as loaded: the runs are the runs without it."""
+    """A scenario with v = 0 and no team settings leaves every job as loaded: the runs are the
+    runs without a value of time. The default scenario's v (3) is written into a job stating
+    none."""
     job = _job()
-    assert with_delay(job, DelayDefaults.of(Scenario(name="s"))) is job
-    assert not DelayDefaults.of(Scenario(name="s")).any
+    free = Scenario(name="s", value_of_time_usd_per_gpu_hour=0.0)
+    assert with_delay(job, DelayDefaults.of(free)) is job
+    assert not DelayDefaults.of(free).any
+    priced = with_delay(job, DelayDefaults.of(Scenario(name="s")))
+    assert (priced.value_of_time_usd_per_gpu_hour, priced.latency_sensitive) == (3.0, False)
     # settings that resolve to what the job already carries leave it too
     stated = _job(value_of_time_usd_per_gpu_hour=2.0, latency_sensitive=False)
     assert with_delay(stated, DelayDefaults(2.0)) is stated

@@ -348,7 +348,7 @@ def test_a_latency_sensitive_pending_pod_stays_off_spot_unless_the_rule_can_weig
     placement (``tolerated_now``), no spot launch (``pending_pods``) — and not a deadline
     guard's pin (``on_demand_only`` stays False: the queue does not read it as urgent)."""
     snap = build_snapshot([], [pod("p", 1, tolerations=[SPOT_TOL], ann=ann)])
-    sc = Scenario(name="s")
+    sc = Scenario(name="s", value_of_time_usd_per_gpu_hour=0.0)  # "no value of time" is 0
     apply_levers(snap, sc, now=0.0, delays=LiveDelays.of(sc))
     (p,) = snap.pending
     assert not p.on_demand_only

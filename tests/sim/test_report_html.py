@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from headless_browser import file_url, open_page
 
-from gpufleet.sim.frontier import FRONTIER_COLUMNS
+from gpufleet.sim.frontier import FRONTIER_COLUMNS, choice_text
 from gpufleet.sim.report import COLUMNS
 from gpufleet.sim.report_html import chart, thinned
 from gpufleet.sim.team_report import TEAM_COLUMNS
@@ -133,9 +133,10 @@ def test_the_frontier_is_a_chart_with_a_point_per_value_of_time(tmp_path: Path) 
     assert res.returncode == 0, res.stderr
     assert "gpufleet: cost against lateness by value of time" in res.stdout
     summary = json.loads((out / "summary.json").read_text())
-    assert list(summary["scenarios"]) == ["static", "gpufleet-v0", "gpufleet-v30"]
+    # the built-in gpufleet's own v (3) is added
+    assert list(summary["scenarios"]) == ["static", "gpufleet-v0", "gpufleet-v3", "gpufleet-v30"]
     front = summary["frontier"]
-    assert [p["v_usd_per_gpu_hour"] for p in front["points"]] == [0.0, 30.0]
+    assert [p["v_usd_per_gpu_hour"] for p in front["points"]] == [0.0, 3.0, 30.0]
     with open_page(file_url(out / "report.html")) as page:
         charts = page.evaluate("""(window.gpufleetCharts || []).map((u) => ({
             title: u.root.querySelector('.u-title').textContent,
@@ -144,13 +145,17 @@ def test_the_frontier_is_a_chart_with_a_point_per_value_of_time(tmp_path: Path) 
         cells = page.evaluate("""[...document.querySelectorAll('td[data-frontier]')].map(
             (td) => ({scenario: td.dataset.frontier, key: td.dataset.key,
                       value: td.dataset.value}))""")
+        choice = page.evaluate("document.getElementById('frontier-choice').textContent")
         errors = list(page.errors)
     assert not errors, errors
     (chart,) = [c for c in charts if "cost against lateness" in c["title"]]
-    # a point per value of time on the curve; the configured one (built-in gpufleet: v = 0)
+    # a point per value of time on the curve; the configured one (built-in gpufleet: v = 3)
     # once more, alone in its series
-    assert chart["xs"] == 2 and chart["points"] == [2, 1]
+    assert chart["xs"] == 3 and chart["points"] == [3, 1]
     by = {p["scenario"]: p for p in front["points"]}
-    assert len(cells) == 2 * len(FRONTIER_COLUMNS)
+    assert len(cells) == 3 * len(FRONTIER_COLUMNS)
+    # the page says which v the targets or the knee choose: summary.json's choice
+    assert choice == choice_text(front), choice
+    assert f"v = {front['choice']['knee_v_usd_per_gpu_hour']:g}" in choice
     for c in cells:
         assert json.loads(c["value"]) == by[c["scenario"]][c["key"]], c

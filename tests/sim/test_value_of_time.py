@@ -25,7 +25,8 @@ def jobs() -> list[JobSpec]:
 
 def test_a_dear_delay_gives_fewer_reclaims_and_swaps_and_fewer_late_jobs(
         shared_data, jobs) -> None:
-    static, free = scenarios_named(["static", "gpufleet"])
+    static, base = scenarios_named(["static", "gpufleet"])
+    free = base.model_copy(update={"value_of_time_usd_per_gpu_hour": 0.0})
     dear = free.model_copy(update={"name": "gpufleet-dear-delay",
                                    "value_of_time_usd_per_gpu_hour": 1000.0})
     outs = {sc.name: run_one(sc, 0, jobs) for sc in (static, free, dear)}

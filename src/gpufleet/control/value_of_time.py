@@ -5,14 +5,15 @@ Why: the expected-cost rules (``market.spot_cost``, ``control.spot_swap``,
 rate: the capacity bought again. The people waiting for the job pay too, and some pay more
 than the GPU-hour costs (a model a team waits on, an experiment due at a meeting). So each
 job has a **value of time** ``v``, in $ per GPU-hour of delay: every GPU-hour of delay a rule
-weighs is priced at the rate it already used *plus* ``v``. With ``v`` = 0 (the default) every
-rule is what it was without it.
+weighs is priced at the rate it already used *plus* ``v``. With ``v`` = 0 every rule is what
+it was without it; the scenario's default is 3 (``config.DEFAULT_VALUE_OF_TIME``: the knee of
+the cost-lateness frontier, ``sim.frontier``).
 
 A **latency-sensitive** job is one whose owner does not accept a move made for the fleet's
 sake: it is never chosen for an on-demand → spot swap, never moved by consolidation and never
 evicted for a gang's room (``control.views.may_move``, which all three ask). It goes to spot
 only where its expected cost there, delay included, beats on-demand — ``market.spot_cost``
-with its ``v`` — so a latency-sensitive job with ``v`` = 0 (no price stated for its delay)
+with its ``v`` — so a latency-sensitive job with ``v`` = 0 (its delay priced at nothing)
 never tolerates spot at all (:func:`spot_eligible`): a reclaim's delay would then count as
 free, which is what the mark says it is not. The same holds where its risk cannot be weighed
 (a live pod that states no work, ``gpufleet.io/duration``).

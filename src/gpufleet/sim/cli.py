@@ -154,8 +154,8 @@ def simulate(
         typer.Option(metavar="V1,V2,...",
                      help="the cost-lateness frontier instead of the scenario set: static, "
                      "and the gpufleet scenario (from --scenario, else built-in) once per "
-                     "value of time ($ per GPU-hour of delay; its own added), e.g. "
-                     "0,1,3,10,30,100"),
+                     "value of time ($ per GPU-hour of delay; its own and 0 added), and "
+                     "the point to choose, e.g. 0,1,3,10,30,100"),
     ] = None,
     fmt: FormatOption = OutputFormat.table,
 ) -> None:

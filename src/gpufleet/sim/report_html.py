@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.sim.books import Series
-from gpufleet.sim.frontier import FRONTIER_COLUMNS, frontier_chart
+from gpufleet.sim.frontier import FRONTIER_COLUMNS, choice_text, frontier_chart
 from gpufleet.sim.report import COLUMNS, VIEW_COLUMNS, _view_tables, side_by_side, summary_json
 from gpufleet.sim.team_report import TEAM_COLUMNS, _footer, fmt_cell
 
@@ -158,7 +158,8 @@ def teams_html(summaries: Mapping[str, Mapping[str, Any]], chart_ids: Mapping[st
 
 
 def frontier_html(front: Mapping[str, Any] | None, chart_id: str) -> str:
-    """``--frontier``: its table (cells carry ``data-frontier``, the point's scenario) and its
+    """``--frontier``: its table (cells carry ``data-frontier``, the point's scenario), the
+    choice (``sim.frontier.choose``: the smallest v meeting the targets, else the knee) and its
     chart; "" without one."""
     if front is None:
         return ""
@@ -173,6 +174,7 @@ def frontier_html(front: Mapping[str, Any] | None, chart_id: str) -> str:
             " once per value of time v ($ per GPU-hour of delay), against static; * marks the "
             "scenario's own v. A higher v buys fewer late jobs at a higher cost: choose the "
             f"point whose trade you want.</p><table><tr>{head}</tr>{body}</table>"
+            f'<p id="frontier-choice">{html.escape(choice_text(front))}</p>'
             f'<div class="chart" id="{chart_id}"></div>')
 
 

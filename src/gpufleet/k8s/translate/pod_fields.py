@@ -35,6 +35,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any, Generic, Literal, TypeVar
 
+from gpufleet.config import DEFAULT_VALUE_OF_TIME
 from gpufleet.k8s.translate import names
 
 T = TypeVar("T")
@@ -206,7 +207,7 @@ VALUE_OF_TIME: PodField[float] = PodField(
     "what a GPU-hour of the pod's delay costs its owner, $: the spot, swap and gang-room rules "
     "price its delay at the on-demand rate plus this (control.value_of_time)",
     "its team's value (the queue's value_of_time_usd_per_gpu_hour), else the scenario's "
-    "(0 by default)",
+    f"({DEFAULT_VALUE_OF_TIME:g} by default)",
     "a number of dollars per GPU-hour in [0, 1e6]", "10", dollars_per_gpu_hour)
 LATENCY_SENSITIVE: PodField[bool] = PodField(
     (("annotation", names.ANN_LATENCY_SENSITIVE),),
