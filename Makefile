@@ -23,12 +23,13 @@ system-deps:
 	  || echo "note: could not install prometheus and chromium; the tests that need them will skip"; }
 
 # The tools `make image`, the image's live test and the lab's real node (`gpufleet lab up
-# --real-node`: containerd, runc, the CNI plugins, gcc + libc6-dev for the static pause) use
-# (Debian packages; best effort like system-deps: without them those tests skip, or fail under CI).
-IMAGE_DEBS := mmdebstrap umoci podman runc containerd containernetworking-plugins gcc libc6-dev iproute2
+# --real-node`: runc, the CNI plugins, gcc + libc6-dev for the static pause; its containerd 2.x
+# comes from k8s-binaries) use (Debian packages; best effort like system-deps: without them those
+# tests skip, or fail under CI).
+IMAGE_DEBS := mmdebstrap umoci podman runc containernetworking-plugins gcc libc6-dev iproute2
 image-deps:
 	@{ command -v mmdebstrap && command -v umoci && command -v podman && command -v runc \
-	   && command -v containerd && command -v gcc && command -v ip && [ -x /usr/lib/cni/bridge ] \
+	   && command -v gcc && command -v ip && [ -x /usr/lib/cni/bridge ] \
 	   && [ -f /usr/lib/x86_64-linux-gnu/libc.a -o -f /usr/lib/aarch64-linux-gnu/libc.a ]; } >/dev/null 2>&1 || { \
 	  command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(IMAGE_DEBS) >/dev/null) \
@@ -44,9 +45,10 @@ manifests: k8s-binaries
 	bash deploy/kubernetes/generate.sh
 
 # The real Kubernetes control plane for the live tests and `gpufleet lab` (kube-apiserver,
-# kube-controller-manager, kube-scheduler, kubectl from Go modules; kine; KWOK). Cached outside the
-# repo by version (~/.cache/gpufleet/k8s-<version>/bin): a no-op once built, tens of minutes on a
-# fresh machine. Needs Go (PATH or /usr/local/go/bin).
+# kube-controller-manager, kube-scheduler, kubectl from Go modules; kine; KWOK; helm; the kubelet
+# and containerd 2.x for the lab's real node). Cached outside the repo by version
+# (~/.cache/gpufleet/k8s-<version>/bin): a no-op once built, tens of minutes on a fresh machine.
+# Needs Go (PATH or /usr/local/go/bin).
 k8s-binaries:
 	bash deploy/testcluster/build.sh
 

@@ -3,27 +3,33 @@
 #
 # Only this script and the wrapper go.mod/go.sum beside it are committed: the binaries come from
 # Go modules (k8s.io/kubernetes through the wrapper module, whose `replace` lines pin each staging
-# module to the matching v0.X.Y; kwok and kine by `go install pkg@version`) and are cached outside
-# the repository, keyed by version, in ${GPUFLEET_K8S_BIN}. Idempotent: when every binary is there
-# and the version stamp matches, it does nothing; otherwise it builds only the binaries that are
+# module to the matching v0.X.Y; kwok, kine, helm and containerd by `go install pkg@version`) and
+# are cached outside the repository, keyed by version, in ${GPUFLEET_K8S_BIN}. Idempotent: when
+# every binary is there and the version stamps match, it does nothing; otherwise it builds only
+# the binaries that are
 # missing (a cache from before helm was added gets helm alone, in a minute or two; one from before
-# the kubelet was added gets the kubelet alone).
+# the kubelet was added gets the kubelet alone; one from before containerd gets containerd alone).
 set -euo pipefail
 
 K8S_VERSION=v1.36.3
 KWOK_VERSION=v0.7.0
 KINE_VERSION=v0.17.5
 HELM_VERSION=v3.22.0
+# containerd for the lab's real node (`gpufleet lab up --real-node`): 2.x applies the CDI devices a
+# DRA driver's NodePrepareResources returns (Debian bookworm's containerd 1.6 ignores them).
+CONTAINERD_VERSION=v2.4.2
 # The stamp names versions (the kubelet is the Kubernetes version); which binaries are there is
 # checked file by file, so a cache from before the kubelet keeps its stamp and gets the kubelet.
-STAMP_TEXT="kubernetes=${K8S_VERSION} kwok=${KWOK_VERSION} kine=${KINE_VERSION} helm=${HELM_VERSION}"
+STAMP_TEXT="kubernetes=${K8S_VERSION} kwok=${KWOK_VERSION} kine=${KINE_VERSION} helm=${HELM_VERSION} containerd=${CONTAINERD_VERSION}"
 BIN="${GPUFLEET_K8S_BIN:-$HOME/.cache/gpufleet/k8s-${K8S_VERSION}/bin}"
 KUBE_COMMANDS=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet)
-BINARIES=("${KUBE_COMMANDS[@]}" kwok kine helm)
+CONTAINERD_COMMANDS=(containerd ctr containerd-shim-runc-v2)
+BINARIES=("${KUBE_COMMANDS[@]}" kwok kine helm "${CONTAINERD_COMMANDS[@]}")
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
 complete() {
   [ -f "$BIN/.version" ] && [ "$(cat "$BIN/.version")" = "$STAMP_TEXT" ] || return 1
+  [ "$(cat "$BIN/.containerd-version" 2>/dev/null)" = "$CONTAINERD_VERSION" ] || return 1
   local b
   for b in "${BINARIES[@]}"; do [ -x "$BIN/$b" ] || return 1; done
 }
@@ -74,6 +80,25 @@ if missing helm; then
   # helm for the chart tests (charts/gpufleet): lint, template, install into the lab.
   GOBIN="$BIN" CGO_ENABLED=0 go install -ldflags="-s -w" "helm.sh/helm/v3/cmd/helm@${HELM_VERSION}"
 fi
+
+# .containerd-version names the containerd the three binaries were built at: binaries of another
+# version are removed here and rebuilt (the rest of the cache is kept).
+if [ -f "$BIN/.containerd-version" ] && [ "$(cat "$BIN/.containerd-version")" != "$CONTAINERD_VERSION" ]; then
+  for b in "${CONTAINERD_COMMANDS[@]}"; do rm -f "$BIN/$b"; done
+fi
+packages=()
+for b in "${CONTAINERD_COMMANDS[@]}"; do
+  missing "$b" && packages+=("github.com/containerd/containerd/v2/cmd/$b@${CONTAINERD_VERSION}")
+done
+if [ ${#packages[@]} -gt 0 ]; then
+  # The daemon, its client and the runc shim, in one `go install` (the module has no replace
+  # lines, so `pkg@version` builds it as released). Without cgo: no_btrfs drops the one snapshotter
+  # that needs C headers (btrfs-progs); the lab uses overlayfs. urfave_cli_no_docs as upstream's
+  # Makefile builds it. runc stays the system's (Debian's 1.1.5 runs the lab's pods).
+  GOBIN="$BIN" CGO_ENABLED=0 go install -tags "no_btrfs urfave_cli_no_docs" -ldflags="-s -w" \
+    "${packages[@]}"
+fi
+echo "$CONTAINERD_VERSION" >"$BIN/.containerd-version"
 
 for b in "${BINARIES[@]}"; do
   [ -x "$BIN/$b" ] || { echo "error: $b was not built into $BIN" >&2; exit 1; }

@@ -36,7 +36,7 @@ def test_build_script_and_python_agree_on_versions() -> None:
     for part in STAMP.split():
         name, version = part.split("=")
         key = {"kubernetes": "K8S_VERSION", "kwok": "KWOK_VERSION", "kine": "KINE_VERSION",
-               "helm": "HELM_VERSION"}[name]
+               "helm": "HELM_VERSION", "containerd": "CONTAINERD_VERSION"}[name]
         assert f"{key}={version}\n" in script
     gomod = (Path(__file__).resolve().parents[2] / "deploy/testcluster/go.mod").read_text()
     assert f"k8s.io/kubernetes {STAMP.split()[0].split('=')[1]}" in gomod

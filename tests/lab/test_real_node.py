@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import tarfile
+import tomllib
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -63,8 +64,30 @@ def test_missing_tools_are_named_with_the_packages(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("PATH", str(tmp_path))  # nothing on it
     why = real_node.missing_prerequisite()
     assert why is not None and "\n" not in why
-    assert why.startswith("--real-node needs containerd, ctr, runc, gcc, umoci, ip")
-    assert "apt-get install containerd runc containernetworking-plugins" in why
+    assert why.startswith("--real-node needs runc, gcc, umoci, ip")
+    assert "apt-get install runc containernetworking-plugins" in why
+    assert "containerd" not in why  # built from its Go module, not Debian's
+
+
+@pytest.mark.parametrize("absent", ["containerd", "ctr", "containerd-shim-runc-v2", "kubelet"])
+def test_a_missing_built_binary_names_the_build(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                absent: str) -> None:
+    """containerd, its client and shim come from the build script's cache: one that is not there
+    is said, with how to build it, and no containerd on PATH stands in for it."""
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(real_node.shutil, "which", lambda _t: "/usr/bin/x")
+    monkeypatch.setattr(real_node, "CNI_BIN", tmp_path)
+    (tmp_path / "bridge").write_text("")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in real_node.BUILT:
+        if name != absent:
+            (bin_dir / name).write_text("#!/bin/sh\n")
+            (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("GPUFLEET_K8S_BIN", str(bin_dir))
+    assert real_node.missing_prerequisite() == (
+        f"no {absent} at {bin_dir / absent}: build it with `make k8s-binaries` "
+        "(bash deploy/testcluster/build.sh)")
 
 
 def test_lab_values_reach_the_api_server_on_loopback_and_pin_the_pods_to_the_node() -> None:
@@ -98,10 +121,30 @@ def test_the_kubelet_settings_this_machine_needs() -> None:
     assert set(cfg["evictionHard"].values()) == {"0%"}
     assert {"memory.available", "nodefs.available", "imagefs.available"} <= set(cfg["evictionHard"])
     assert cfg["imageGCHighThresholdPercent"] == 100
-    toml = real_node.containerd_config(Path("/w"))
-    assert "restrict_oom_score_adj = true" in toml and "SystemdCgroup = false" in toml
     bridge = real_node.cni_config(Path("/w"))["plugins"][0]
     assert bridge["ipMasq"] is False and bridge["ipam"]["dataDir"] == "/w/ipam"
+
+
+def test_the_containerd_config_is_version_3_with_the_nodes_cdi_dir(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """containerd 2.x's config: all state under the node's directory, runc on cgroupfs through the
+    shim built beside it, the CDI specs of the node's cdi directory."""
+    monkeypatch.setenv("GPUFLEET_K8S_BIN", "/b")
+    cfg = tomllib.loads(real_node.containerd_config(Path("/w")))
+    assert (cfg["version"], cfg["root"], cfg["state"], cfg["grpc"]["address"]) == (
+        3, "/w/containerd/root", "/w/containerd/state", "/w/containerd.sock")
+    images = cfg["plugins"]["io.containerd.cri.v1.images"]
+    assert images["pinned_images"]["sandbox"] == real_node.PAUSE_IMAGE
+    assert images["snapshotter"] == "overlayfs"
+    cri = cfg["plugins"]["io.containerd.cri.v1.runtime"]
+    assert cri["restrict_oom_score_adj"] is True
+    assert cri["cdi_spec_dirs"] == ["/w/cdi"]
+    runc = cri["containerd"]["runtimes"]["runc"]
+    assert (runc["runtime_type"], runc["runtime_path"], runc["options"]["SystemdCgroup"]) == (
+        "io.containerd.runc.v2", "/b/containerd-shim-runc-v2", False)
+    assert cri["cni"] == {"bin_dirs": ["/usr/lib/cni"], "conf_dir": "/w/cni"}
+    assert cfg["plugins"]["io.containerd.nri.v1.nri"]["disable"] is True
+    assert real_node.cdi_dir(Path("/lab")) == Path("/lab/real-node/cdi")
 
 
 @pytest.mark.parametrize(("args", "says"), [

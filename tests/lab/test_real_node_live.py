@@ -1,9 +1,9 @@
 """The chart installed by ``gpufleet lab up --real-node`` runs: its pods on a real kubelet.
 
 A lab of its own (so nothing here can disturb the shared lab, nor it this): the KWOK GPU fleet
-plus a real node (containerd + runc + the kubelet built by deploy/testcluster/build.sh), the image
-``make image`` builds imported into it, and the chart installed with two controller replicas and
-leader election. Then, in order (the tests share the release, as an operator's day would):
+plus a real node (containerd 2.x and the kubelet built by deploy/testcluster/build.sh, runc), the
+image ``make image`` builds imported into it, and the chart installed with two controller replicas
+and leader election. Then, in order (the tests share the release, as an operator's day would):
 
 1. the controller leads as a pod on the real node and serves /healthz and /metrics; the agent
    DaemonSet's pod stays Running there, not ready (no metadata service off-cloud);
@@ -11,8 +11,9 @@ leader election. Then, in order (the tests share the release, as an operator's d
    of the leader: the other replica takes the Lease and binds a new pod;
 3. ``helm uninstall`` leaves nothing of the release, in its namespace or cluster-wide.
 
-Needs root, containerd, runc, umoci, gcc, containernetworking-plugins and the image tools
-(``make image-deps``); skips without them, except under CI where it fails.
+Needs root, runc, umoci, gcc, containernetworking-plugins and the image tools
+(``make image-deps``), and containerd built by deploy/testcluster/build.sh; skips without them,
+except under CI where it fails.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from overcommit import assert_no_overcommit
 
 from gpufleet.k8s.translate.node_objects import KWOK_ANNOTATION
 from gpufleet.lab import release
+from gpufleet.lab.binaries import CONTAINERD_VERSION
 from gpufleet.lab.cluster import LabOptions, down, up
 from gpufleet.lab.real_node import NODE_NAME, running_tasks
 from gpufleet.lab.session import LabSession
@@ -95,7 +97,9 @@ def test_the_controller_leads_and_the_agent_runs_as_pods_on_the_real_node(
     lab = real_lab
     node = lab.core.read_node(NODE_NAME)
     assert KWOK_ANNOTATION not in (node.metadata.annotations or {})  # a kubelet's node
-    assert node.status.node_info.container_runtime_version.startswith("containerd://")
+    # the containerd built from its Go module (which applies CDI), not a distribution's
+    assert node.status.node_info.container_runtime_version.startswith(
+        f"containerd://{CONTAINERD_VERSION.removeprefix('v')}"), node.status.node_info
     assert [t.key for t in node.spec.taints or ()] == ["gpufleet.io/system-only"]
     # the kubelet took the lab's settings: no eviction threshold on the host's shared disk
     # (a host disk past 85 % would otherwise taint the node and strand the Deployment)

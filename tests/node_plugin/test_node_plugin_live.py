@@ -1,28 +1,30 @@
 """``gpufleet node-plugin`` beside a real kubelet: registration, the slice, prepare, unprepare.
 
-A lab of its own with no KWOK node, the default kube-scheduler and the real node (containerd +
-runc + the kubelet from deploy/testcluster/build.sh; no chart, no image: the pods run the pause
-image the node builds). The plugin runs as a process on the host, pointed at the kubelet's
-``plugins_registry`` and ``plugins`` directories under its ``--root-dir``, with a device file of
-two fake GPUs. Then, in order (the tests share the plugin):
+A lab of its own with no KWOK node, the default kube-scheduler and the real node (containerd 2.x and
+the kubelet from deploy/testcluster/build.sh, Debian's runc; no chart, no gpufleet image: the pods
+run a static C program that prints its environment and then waits, packed into an image here the
+way the node packs its pause image). The plugin runs as a process on the host, pointed at the
+kubelet's ``plugins_registry`` and ``plugins`` directories under its ``--root-dir``, with a device
+file of two fake GPUs. Then, in order (the tests share the plugin):
 
 1. the kubelet finds the registration socket and accepts the plugin (the plugin logs the
    kubelet's NotifyRegistrationStatus registered=true); the plugin's ResourceSlice for the real
    node is there, accepted by the API server's validation;
 2. two pods, each with a claim for a share of GPU 0 (20 Gi + 30 % and 40 Gi + 50 %), are
    allocated by kube-scheduler (consumable capacity, shareIDs) and bound to the real node; the
-   kubelet calls NodePrepareResources: each claim's CDI spec is there with its limits;
+   kubelet calls NodePrepareResources: each claim's CDI spec is there with its limits, and
+   containerd applies it: each container prints the GPU's UUID and its claim's limits in its env;
 3. the plugin is restarted: it reads its checkpoint and registers again; a third share of GPU 0,
    allocated by hand as a scheduler would, that does not fit beside the two prepared ones: the
    restarted plugin refuses it and the kubelet shows why in the pod's events;
 4. deleting the pods makes the kubelet call NodeUnprepareResources on the restarted plugin: the
    specs and the checkpoint's entries go.
 
-The lab's containerd is Debian's 1.6, which does not apply CDI edits (the kubelet sends the CDI
-device IDs in the CRI's ``CDIDevices`` field; containerd applies them from 1.7 with CDI turned on
-and by default from 2.0): the containers start without the env, so only what the plugin and the
-kubelet do is asserted here. Needs root, containerd, runc, umoci, gcc and the CNI plugins; skips
-without them, except under CI where it fails.
+The kubelet sends the claims' CDI device IDs in the CRI's ``CDIDevices`` field; the lab's
+containerd (2.x, CDI always on) reads the specs from the node's CDI directory
+(:func:`gpufleet.lab.real_node.cdi_dir`, the plugin's ``--cdi-dir``) and adds their env to the
+container. Needs root, runc, umoci, gcc and the CNI plugins, and containerd built by
+deploy/testcluster/build.sh; skips without them, except under CI where it fails.
 """
 
 from __future__ import annotations
@@ -61,6 +63,22 @@ GPUS = [
      "product": "NVIDIA H100 80GB HBM3", "memoryMiB": 81920},
 ]
 CLASS = "gpufleet-gpu-share"
+# the pods' program: its environment, one variable a line, and a last line without "=" that says
+# it is all there; then it waits like pause
+PRINTENV_C = """#include <signal.h>
+#include <stdio.h>
+#include <unistd.h>
+extern char **environ;
+static void quit(int sig) { (void)sig; _exit(0); }
+int main(void) {
+  signal(SIGINT, quit); signal(SIGTERM, quit);
+  for (char **e = environ; *e; e++) puts(*e);
+  puts("printenv: done");
+  fflush(stdout);
+  for (;;) pause();
+}
+"""
+PRINTENV_IMAGE = "localhost/gpufleet-printenv:test"
 # (claim, memory, cores): two shares of GPU 0, 20 Gi + 40 Gi ≤ 80 Gi and 30 + 50 ≤ 100 %
 SHARES = (("share-a", "20Gi", "30"), ("share-b", "40Gi", "50"))
 
@@ -98,13 +116,16 @@ def plugin(lab_binaries: Path) -> Iterator[Plugin]:
         real_node.start_node(directory, info.kubeconfig, ensure_pki(directory / "pki").ca.cert,
                              lab.api, start, timeout_s=180)
         t_node = time.monotonic() - t0
+        archive = real_node.build_static_image(real_node.work_dir(directory), "printenv",
+                                               PRINTENV_C, PRINTENV_IMAGE.rsplit(":", 1)[1])
+        real_node.import_static_image(directory, archive, PRINTENV_IMAGE)
         device_file = directory / "gpus.yaml"
         device_file.write_text(json.dumps({"gpus": GPUS}))
         kubelet_root = real_node.work_dir(directory) / "kubelet"
         argv = [
             sys.executable, "-m", "gpufleet", "node-plugin", "--node-name", real_node.NODE_NAME,
             "--kubeconfig", str(info.kubeconfig), "--device-file", str(device_file),
-            "--kubelet-root-dir", str(kubelet_root), "--cdi-dir", str(directory / "cdi"),
+            "--kubelet-root-dir", str(kubelet_root), "--cdi-dir", str(real_node.cdi_dir(directory)),
             "--state-dir", str(directory / "plugin-state"),
         ]
         proc = start("node-plugin", argv, env={"PYTHONUNBUFFERED": "1"})
@@ -120,7 +141,7 @@ def plugin(lab_binaries: Path) -> Iterator[Plugin]:
             return proc
         print(f"lab with the real node up in {t_node:.0f} s; plugin started at "
               f"{time.monotonic() - t0:.0f} s")
-        yield Plugin(lab, proc, proc.log, directory / "cdi",
+        yield Plugin(lab, proc, proc.log, real_node.cdi_dir(directory),
                      directory / "plugin-state" / "checkpoint.json",
                      directory / "logs" / "kubelet.log", restart)
     finally:
@@ -197,7 +218,7 @@ def _pod(name: str, claim: str) -> dict[str, Any]:
         "tolerations": [{"key": real_node.TAINT_KEY, "operator": "Exists",
                          "effect": "NoSchedule"}],
         "resourceClaims": [{"name": "gpu", "resourceClaimName": claim}],
-        "containers": [{"name": "main", "image": real_node.PAUSE_IMAGE,
+        "containers": [{"name": "main", "image": PRINTENV_IMAGE,
                         "imagePullPolicy": "Never", "resources": {"claims": [{"name": "gpu"}]}}]}}
 
 
@@ -230,6 +251,17 @@ def _over_allocated_pod(lab: LabSession, custom: Any, ns: str) -> str:
 def _events(lab: LabSession, ns: str, pod: str) -> list[str]:
     return [f"{e.type} {e.reason}: {e.message}" for e in lab.core.list_namespaced_event(
         ns, field_selector=f"involvedObject.name={pod}").items]
+
+
+def _printed_env(lab: LabSession, ns: str, pod: str) -> dict[str, str] | None:
+    """The environment the pod's container printed (its log, read through the kubelet), once
+    the program has printed all of it; else None."""
+    # the raw response: the client's decoded one is the repr of the bytes here ("b'PATH=…\\n…'")
+    response = lab.core.read_namespaced_pod_log(pod, ns, container="main", _preload_content=False)
+    lines = response.data.decode().splitlines()
+    if "printenv: done" not in lines:
+        return None
+    return dict(line.split("=", 1) for line in lines if "=" in line)
 
 
 def _spec_file(plugin: Plugin, uid: str) -> Path:
@@ -293,7 +325,7 @@ def test_a_pod_with_a_share_is_prepared_and_unprepared_by_the_kubelet(plugin: Pl
     checkpoint = json.loads(plugin.checkpoint.read_text())
     assert sorted(c["name"] for c in checkpoint["claims"].values()) == ["share-a", "share-b"]
 
-    # what the kubelet does with the CDI device IDs on containerd 1.6 (which ignores them)
+    # the kubelet passes the claims' CDI device IDs; containerd adds the specs' env
     def started() -> list[str] | None:
         pods = [lab.core.read_namespaced_pod(f"pod-{c}", ns) for c, _, _ in SHARES]
         return [p.status.phase for p in pods] if all(
@@ -307,6 +339,17 @@ def test_a_pod_with_a_share_is_prepared_and_unprepared_by_the_kubelet(plugin: Pl
         print(f"pod-{c}: {lab.core.read_namespaced_pod(f'pod-{c}', ns).status.phase}; "
               f"events: {_events(lab, ns, f'pod-{c}')}")
     assert phases == ["Running", "Running"], phases
+    for claim, memory, cores in SHARES:
+        env = wait_for(f"pod-{claim}'s printed environment", lambda c=claim: _printed_env(
+            lab, ns, f"pod-{c}"), 60)
+        print(f"pod-{claim} env:", *(f"{k}={v}" for k, v in sorted(env.items())
+                                     if k.startswith(("CUDA_", "NVIDIA_"))), sep="\n  ")
+        uuid = GPUS[0]["uuid"]
+        mib = int(memory.removesuffix("Gi")) * 1024
+        assert {k: v for k, v in env.items() if k.startswith(("CUDA_", "NVIDIA_"))} == {
+            "NVIDIA_VISIBLE_DEVICES": uuid, "CUDA_VISIBLE_DEVICES": uuid,
+            "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": f"{uuid}={mib}M",
+            "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": cores}
 
     # the plugin restarts (SIGTERM: it removes its sockets, the kubelet unregisters it); the new
     # process reads the checkpoint, registers again, and still counts both shares

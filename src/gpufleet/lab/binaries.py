@@ -13,8 +13,9 @@ KUBERNETES_VERSION = "v1.36.3"
 KWOK_VERSION = "v0.7.0"
 KINE_VERSION = "v0.17.5"
 HELM_VERSION = "v3.22.0"  # the chart tests' helm (charts/gpufleet)
+CONTAINERD_VERSION = "v2.4.2"  # the lab's real node (gpufleet.lab.real_node)
 STAMP = (f"kubernetes={KUBERNETES_VERSION} kwok={KWOK_VERSION} kine={KINE_VERSION} "
-         f"helm={HELM_VERSION}")
+         f"helm={HELM_VERSION} containerd={CONTAINERD_VERSION}")
 BINARIES = (
     "kube-apiserver",
     "kube-controller-manager",

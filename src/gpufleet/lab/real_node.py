@@ -1,5 +1,5 @@
-"""A real node in the lab: Debian's containerd and runc, and a kubelet built from
-``k8s.io/kubernetes`` like the control plane, registered beside the KWOK nodes.
+"""A real node in the lab: containerd 2.x and a kubelet, both built from their Go modules like the
+control plane (deploy/testcluster/build.sh), and Debian's runc, registered beside the KWOK nodes.
 
 The KWOK nodes only pretend to run pods; this one runs them, so the chart's controller and agent
 run as pods here (``gpufleet lab up --real-node``, :mod:`gpufleet.lab.release`). It is tainted
@@ -8,8 +8,10 @@ lab's values) land on it, never the GPU workloads.
 
 Every setting below is there because this kind of machine needed it (cgroup v1 controllers beside a
 cgroup2 tree, no CAP_SYS_RESOURCE, no registry reachable); docs/install.md ("A real node in the
-lab") says which failure each one avoids. Everything lives under ``DIR/real-node``: containerd's
-root, state and socket, the kubelet's root, the CNI config and IPAM state; the processes are lab
+lab") says which failure each one avoids. containerd applies the CDI devices a DRA driver's
+NodePrepareResources returns (from the specs in :func:`cdi_dir`), so a claim's env reaches its
+container. Everything lives under ``DIR/real-node``: containerd's root, state and socket, the CDI
+specs, the kubelet's root, the CNI config and IPAM state; the processes are lab
 components (``DIR/run/{containerd,kubelet}.pid``, ``DIR/logs``). :func:`stop_node` undoes all of
 it: kubelet, the pods' tasks and containers, containerd, whatever stayed mounted, the bridge.
 """
@@ -37,6 +39,7 @@ TAINT_KEY = "gpufleet.io/system-only"
 WORK = "real-node"  # under the lab directory
 COMPONENTS = ("containerd", "kubelet")  # start order
 POD_LOGS = "pod-logs"  # the containers' logs, under the node's directory
+CDI = "cdi"  # the CDI specs containerd reads, under the node's directory
 # The pods' bridge; its subnet lies outside KWOK's fake pod CIDR (10.64.0.0/10) and podman's
 # default (10.88.0.0/16). No ipMasq, no portmap: the chart's pods use the host network, and a
 # bridge without them leaves no iptables rules behind (no CNI DEL runs at `lab down`).
@@ -44,8 +47,10 @@ BRIDGE = "gfrn0"
 POD_SUBNET = "10.244.0.0/16"
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 CNI_BIN = Path("/usr/lib/cni")
-TOOLS = ("containerd", "ctr", "runc", "gcc", "umoci", "ip")
-DEBIAN_PACKAGES = "containerd runc containernetworking-plugins gcc libc6-dev umoci iproute2"
+TOOLS = ("runc", "gcc", "umoci", "ip")
+DEBIAN_PACKAGES = "runc containernetworking-plugins gcc libc6-dev umoci iproute2"
+# from the build script's cache: the kubelet, and containerd with its client and its runc shim
+BUILT = ("kubelet", "containerd", "ctr", "containerd-shim-runc-v2")
 
 # The sandbox ("pause") container: no registry is reachable from the lab, so it is built here.
 PAUSE_C = """#include <signal.h>
@@ -59,6 +64,12 @@ def work_dir(directory: Path) -> Path:
     return directory / WORK
 
 
+def cdi_dir(directory: Path) -> Path:
+    """The directory of CDI specs the node's containerd reads (``cdi_spec_dirs``): where a DRA
+    driver on this node writes them (``gpufleet node-plugin --cdi-dir``)."""
+    return work_dir(directory) / CDI
+
+
 def missing_prerequisite() -> str | None:
     """None when a real node can start here, else one line saying what is missing."""
     if os.geteuid() != 0:
@@ -69,8 +80,10 @@ def missing_prerequisite() -> str | None:
     if missing:
         return (f"--real-node needs {', '.join(missing)} (Debian: apt-get install "
                 f"{DEBIAN_PACKAGES}; or `make image-deps`)")
-    if not os.access(binary("kubelet"), os.X_OK):
-        return f"no kubelet at {binary('kubelet')}: build it with `bash {BUILD_SCRIPT}`"
+    for name in BUILT:
+        if not os.access(binary(name), os.X_OK):
+            return (f"no {name} at {binary(name)}: build it with `make k8s-binaries` "
+                    f"(bash {BUILD_SCRIPT})")
     return None
 
 
@@ -78,47 +91,70 @@ def _run(argv: list[str], what: str, timeout_s: float = 300.0) -> str:
     return processes.run_tool(argv, f"real node: {what}", timeout_s=timeout_s)
 
 
-def build_pause(work: Path) -> Path:
-    """A static C ``pause`` packed as an OCI archive with umoci; its path."""
-    d = work / "pause"
+def build_static_image(work: Path, name: str, source: str, tag: str) -> Path:
+    """A one-file image: the C program ``source`` built static as ``/name`` (its entrypoint),
+    packed as an OCI archive with umoci under ``work/name``; the archive's path. Import it with
+    :func:`import_static_image`."""
+    d = work / name
     shutil.rmtree(d, ignore_errors=True)
     d.mkdir(parents=True)
-    (d / "pause.c").write_text(PAUSE_C)
-    _run(["gcc", "-static", "-Os", "-o", str(d / "pause"), str(d / "pause.c")],
-         "building the pause binary (gcc -static; Debian: libc6-dev)")
-    layout, tag = d / "layout", PAUSE_IMAGE.rsplit(":", 1)[1]
+    (d / f"{name}.c").write_text(source)
+    _run(["gcc", "-static", "-Os", "-o", str(d / name), str(d / f"{name}.c")],
+         f"building the {name} binary (gcc -static; Debian: libc6-dev)")
+    layout = d / "layout"
     _run(["umoci", "init", "--layout", str(layout)], "umoci init")
     _run(["umoci", "new", "--image", f"{layout}:{tag}"], "umoci new")
     _run(["umoci", "unpack", "--image", f"{layout}:{tag}", str(d / "bundle")], "umoci unpack")
-    shutil.copy2(d / "pause", d / "bundle" / "rootfs" / "pause")
+    shutil.copy2(d / name, d / "bundle" / "rootfs" / name)
     _run(["umoci", "repack", "--image", f"{layout}:{tag}", str(d / "bundle")], "umoci repack")
-    _run(["umoci", "config", "--image", f"{layout}:{tag}", "--config.entrypoint", "/pause"],
+    _run(["umoci", "config", "--image", f"{layout}:{tag}", "--config.entrypoint", f"/{name}"],
          "umoci config")
-    archive = d / "pause.oci.tar"
+    archive = d / f"{name}.oci.tar"
     with tarfile.open(archive, "w") as tar:
         tar.add(layout, arcname=".")
     return archive
 
 
+def import_static_image(directory: Path, archive: Path, image: str) -> None:
+    """Import an archive of :func:`build_static_image` as ``image`` (``repository:tag``, the tag
+    the archive was built with) into the node's containerd, for the kubelet."""
+    _run(_ctr(work_dir(directory), "images", "import", "--base-name", image.rsplit(":", 1)[0],
+              str(archive)), f"importing {image}")
+
+
 def containerd_config(work: Path) -> str:
-    """containerd 1.6's config: everything under ``work``; CRI with runc on cgroupfs."""
+    """containerd 2.x's config (version 3; 2.4 migrates it to its version 4 at each start, with a
+    warning, and still reads ``[grpc]``, which version 4 moves into a plugin's section):
+    everything under ``work``; CRI with runc on cgroupfs, the CDI specs of ``work/cdi``."""
     # restrict_oom_score_adj: runc cannot give the sandbox a negative oom_score_adj without
-    # CAP_SYS_RESOURCE ("can't get final child's PID from pipe: EOF").
-    return f"""version = 2
+    # CAP_SYS_RESOURCE ("can't get final child's PID from pipe: EOF"). runtime_path: the shim
+    # built beside this containerd, not one another containerd installed on PATH. CDI is always
+    # on in 2.4 (no enable_cdi). NRI off: it would serve a socket under /var/run/nri; the opt
+    # plugin's directory (default /opt/containerd) under ``work`` too.
+    return f"""version = 3
 root = "{work}/containerd/root"
 state = "{work}/containerd/state"
 [grpc]
   address = "{work}/containerd.sock"
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "{PAUSE_IMAGE}"
+[plugins.'io.containerd.cri.v1.images']
+  snapshotter = "overlayfs"
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = "{PAUSE_IMAGE}"
+[plugins.'io.containerd.cri.v1.runtime']
   restrict_oom_score_adj = true
-  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+  cdi_spec_dirs = ["{work}/{CDI}"]
+  [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
     runtime_type = "io.containerd.runc.v2"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+    runtime_path = "{binary("containerd-shim-runc-v2")}"
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
       SystemdCgroup = false
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "{CNI_BIN}"
+  [plugins.'io.containerd.cri.v1.runtime'.cni]
+    bin_dirs = ["{CNI_BIN}"]
     conf_dir = "{work}/cni"
+[plugins.'io.containerd.nri.v1.nri']
+  disable = true
+[plugins.'io.containerd.internal.v1.opt']
+  path = "{work}/containerd/opt"
 """
 
 
@@ -169,7 +205,7 @@ def kubelet_config(work: Path, ca: Path, port: int, healthz_port: int) -> dict[s
 
 
 def _ctr(work: Path, *args: str) -> list[str]:
-    return ["ctr", "-a", str(work / "containerd.sock"), "-n", "k8s.io", *args]
+    return [str(binary("ctr")), "-a", str(work / "containerd.sock"), "-n", "k8s.io", *args]
 
 
 def image_reference(archive: Path) -> str:
@@ -220,18 +256,17 @@ def start_node(
     taken (:func:`gpufleet.lab.processes.start_on_free_ports`)."""
     work = work_dir(directory)
     stop_node(directory)  # leftovers of a run that was not taken down
-    for sub in ("cni", "containerd", "kubelet", POD_LOGS):
+    for sub in ("cni", CDI, "containerd", "kubelet", POD_LOGS):
         (work / sub).mkdir(parents=True, exist_ok=True)
-    pause = build_pause(work)
+    pause = build_static_image(work, "pause", PAUSE_C, PAUSE_IMAGE.rsplit(":", 1)[1])
     (work / "cni" / "10-bridge.conflist").write_text(json.dumps(cni_config(work), indent=2))
     config = work / "containerd.toml"
     config.write_text(containerd_config(work))
     sock = work / "containerd.sock"
-    containerd = start("containerd", ["containerd", "--config", str(config)])
+    containerd = start("containerd", [str(binary("containerd")), "--config", str(config)])
     processes.wait_until(containerd, sock.is_socket, what="serving (no socket)",
                          timeout_s=timeout_s)
-    _run(_ctr(work, "images", "import", "--base-name", PAUSE_IMAGE.rsplit(":", 1)[0],
-              str(pause)), "importing the pause image")
+    import_static_image(directory, pause, PAUSE_IMAGE)
     kubelet_yaml = work / "kubelet.yaml"
 
     def kubelet_argv(ports: Sequence[int]) -> list[str]:
