@@ -10,7 +10,9 @@ bridge: binds and evictions this replica just made are *assumed*
 until the watch shows them, so the next cycle neither places a pod twice nor gives its GPUs to
 someone else before the event arrives. A failed or 409'd bind is forgotten at once, and an
 accepted one that the informer never confirms expires ``assume_ttl_s`` later, so the API stays
-the truth.
+the truth. The pods a cycle refused for want of room are not planned again until a snapshot
+shows capacity freed (:mod:`~gpufleet.k8s.schedule.blocked`), so a cycle with a long queue of
+such pods costs what changed.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ from gpufleet.k8s.dra.claim_view import DeviceCache, DraWorld
 from gpufleet.k8s.queues.metrics import QueueCollector
 from gpufleet.k8s.queues.tracker import LiveQuota, QueueTracker
 from gpufleet.k8s.schedule.apply import ApiErrors, Applier, Outcome
+from gpufleet.k8s.schedule.blocked import BlockedPods, room_of
 from gpufleet.k8s.schedule.claim_writes import ClaimWriter
 from gpufleet.k8s.schedule.cycle import VictimMemo, gang_room_input, launch_gates, plan_cycle
 from gpufleet.k8s.schedule.telemetry import ControllerMetrics, pending_reason, serve
@@ -105,6 +108,12 @@ def offered_prices(capacity: CapacityController) -> PriceBook | None:
         log.warning("cloud %s: no offerings at start (%s); catalog prices for cost metrics",
                     capacity.provider.name, exc)
         return None
+
+
+def _quotas(queues: LiveQuota) -> object:
+    """The team queues' nominal quotas, for the room a cycle sees (``k8s.schedule.blocked``)."""
+    q = queues.input
+    return None if q is None else sorted(q.book.teams.items(), key=lambda kv: kv[0])
 
 
 def _usd(x: float | None) -> str:
@@ -204,6 +213,11 @@ class Controller:
             self.queues.snapshot_views, lambda: self.is_leader and self.ready()))
         self.applier.queue_of = self.queues.queue_of  # the disruption metrics' queue label
         self.backfill = backfill_pass(scenario)
+        # pods refused for want of room, not planned again until capacity is freed
+        # (k8s.schedule.blocked); not with a starvation limit (a skipped starving head would
+        # not stop the backfill behind it)
+        self.blocked = BlockedPods() if self.backfill.starvation_s is None else None
+        self._carry_reset = threading.Event()  # a relist or a new term: plan everything
         self.rng = np.random.default_rng(seed)
         self.resync_s = resync_s
         self.assume_ttl_s = assume_ttl_s
@@ -249,6 +263,7 @@ class Controller:
     # -- lifecycle ----------------------------------------------------------------------------
     def _relisted(self, resource: str) -> None:
         self.metrics.relists.labels(resource=resource).inc()
+        self._carry_reset.set()
 
     @property
     def is_leader(self) -> bool:
@@ -284,6 +299,7 @@ class Controller:
         if leading:
             self.assumed.clear()  # a new term starts from the API alone
             self.claims_assumed.clear()
+            self._carry_reset.set()
             self.changed.set()
 
     def stop(self, release: bool = True) -> None:
@@ -353,6 +369,8 @@ class Controller:
         if held:  # their last write failed: not planned (nor refused) until their backoff ends
             snap.pending = [p for p in snap.pending if p.key not in held]
         if snap.pending or queues.draining:
+            nominated = self.nominations.current(now)
+            everything, carried = self._carried(snap, queues, by_key, nominated, now)
             apply_levers(snap, self.scenario, delays=self.delays)
             # which pods may move: read by right-sizing (with a cloud) and by the gang room's
             # eviction plans (a pod group pending), an O(pods) walk skipped otherwise
@@ -366,10 +384,18 @@ class Controller:
                     movable if self.preemption else frozenset(), self._victim_memo,
                     lambda p: self.delays.of_pod(p).usd_per_gpu_hour)
             caps = self._caps(snap, movable, now)
+            out_of_room: dict[str, Refuse] = {}
             plan = plan_cycle(snap, self.policy, self.rng, self.backfill, now, self.preemption,
                               quota=queues, gang_room=gang_room, caps=caps,
-                              victim_memo=self._victim_memo,
-                              nominated=self.nominations.current(now))
+                              victim_memo=self._victim_memo, nominated=nominated,
+                              blocked_out=out_of_room)
+            if carried:  # the capacity loop and the queues' status see every pending pod
+                planned = {p.key: p for p in snap.pending}
+                snap.pending = [planned.get(p.key, p) for p in everything]
+                if self.capacity is not None:  # scale-up reads every pod's levers
+                    apply_levers(snap, self.scenario, delays=self.delays)
+            if self.blocked is not None:
+                self.blocked.record(out_of_room, by_key, room_of(snap, _quotas(queues)), now)
             if not self.is_leader:  # lost the lease while planning: act on nothing
                 return None
             spot = {n.name for n in snap.state.nodes if SPOT_TAINT in n.taints}
@@ -386,11 +412,14 @@ class Controller:
             self._backoff(out)
             if out.conflicts or out.errors:
                 self.changed.set()  # re-read and retry soon
-            reasons: dict[str, int] = {}
-            for r in plan.of(Refuse):
-                reason = pending_reason(r.message)
-                reasons[reason] = reasons.get(reason, 0) + 1
+            by_message: dict[str, int] = {}
+            for r in [*plan.of(Refuse), *carried]:  # a carried pod is still refused
+                by_message[r.message] = by_message.get(r.message, 0) + 1
                 refused.append(r.job_id)
+            reasons: dict[str, int] = {}
+            for msg, n in by_message.items():
+                reason = pending_reason(msg)
+                reasons[reason] = reasons.get(reason, 0) + n
             self.metrics.set_pending(reasons)
             self.metrics.cycle.observe(time.monotonic() - t0)
             self.cycles += 1
@@ -400,6 +429,22 @@ class Controller:
         self._capacity_cycle(snap, refused, nodes, pods, t0, queues, binds, caps)
         self.passes += 1
         return out
+
+    def _carried(self, snap: Snapshot, queues: LiveQuota, by_key: Mapping[str, Any],
+                 nominated: Sequence[str], now: float) -> tuple[list[Any], list[Refuse]]:
+        """Leave the pods carried as out of room (``k8s.schedule.blocked``) out of
+        ``snap.pending`` for the plan, unless capacity was freed since the last cycle; returns
+        every pending pod (to put back after the plan, with the planned pods' levers) and the
+        carried pods' refusals."""
+        everything = snap.pending
+        if self.blocked is None:
+            return everything, []
+        if self._carry_reset.is_set():
+            self._carry_reset.clear()
+            self.blocked.clear()
+        self.blocked.observe(room_of(snap, _quotas(queues)), now)
+        snap.pending, carried = self.blocked.split(everything, by_key, nominated)
+        return everything, carried
 
     def _caps(self, snap: Snapshot, movable: set[str], now: float) -> dict[str, int]:
         """Right-sized nodes (``control.right_size``) where the fleet can launch a node of the

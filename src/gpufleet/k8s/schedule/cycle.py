@@ -48,9 +48,10 @@ from gpufleet.control.gang_room import (
 )
 from gpufleet.control.right_size import rows_within
 from gpufleet.control.teams import Gate, scale_up_gates
-from gpufleet.decisions import Bind
+from gpufleet.decisions import Bind, Refuse
 from gpufleet.k8s.queues.tracker import LiveQuota
 from gpufleet.k8s.queues.usage import tag_units, tag_victims
+from gpufleet.k8s.schedule.blocked import blocked_pods
 from gpufleet.k8s.translate.node_selector import Selector, matches
 from gpufleet.k8s.translate.pods import PodInfo, tolerated_now
 from gpufleet.k8s.translate.snapshot import Allocation, Snapshot
@@ -321,6 +322,7 @@ def plan_cycle(
     caps: Mapping[str, int] | None = None,
     victim_memo: VictimMemo | None = None,
     nominated: Sequence[str] = (),
+    blocked_out: dict[str, Refuse] | None = None,
 ) -> CyclePlan:
     """Plan one cycle on ``snap``; the binds are then allocated into ``snap.state`` (the
     cycle's scratch copy), so what runs after placement this cycle — the capacity loop's node
@@ -328,7 +330,8 @@ def plan_cycle(
     ``gang_room``: price pending pod groups (:func:`gang_room_input`; None: not priced);
     ``caps``: right-sized nodes (:func:`pending_units`); ``victim_memo``: the driver's
     :func:`victims_of` memo; ``nominated``: reclaim's claimants, first in the queue
-    (``control.nominations``)."""
+    (``control.nominations``); ``blocked_out``: filled with the pods refused for want of room
+    (``k8s.schedule.blocked.blocked_pods``: what the driver carries to the next cycles)."""
     units = pending_units(snap, caps)
     victims: Sequence[Victim] = LazyVictims(lambda: victims_of(snap, victim_memo)) \
         if preemption else []
@@ -340,6 +343,8 @@ def plan_cycle(
         snap.state, units, policy, rng, backfill=backfill, now=now,
         victims=victims, evicting=evicting(snap), quota=q, gang_room=gang_room,
         nominated=nominated)
+    if blocked_out is not None:
+        blocked_out.update(blocked_pods(units, plan))
     request = {m: u.request for u in units for m in u.placed_ids}
     for b in plan.binds:
         req = request[b.job_id]

@@ -1,0 +1,189 @@
+"""Pods that cannot fit, left out of the live cycle until capacity is freed.
+
+A long queue of pods the fleet has no room for is asked the same question every cycle, and the
+answer cannot change until room appears. ``control.cycle`` answers it once per shape, but the
+driver still turns every pending pod into a unit and its refusal, each cycle — with 10,000 such
+pods that is most of a cycle that only had one new pod to place. So, as the simulator tries
+only new arrivals until capacity is freed (``sim.jobs``' ``capacity_freed``: kube-scheduler's
+queueing hints with "capacity was freed" as the one hint), the live driver carries the pods a
+cycle refused for want of room (:func:`blocked_pods`) into the next cycles: they are not
+planned again, and keep the refusal already written on them, until one of these happens —
+
+* *capacity was freed* (:func:`freed`): between the room the last cycle left (its snapshot's
+  ``FleetState`` after its binds) and the room the next snapshot shows, a node appeared, a
+  node's free CPU, memory, GPU milli, GPU memory or MIG slices grew (a pod on it deleted,
+  finished or evicted, a claim deallocated, a bind that failed and was forgotten, an assumed
+  bind that expired), a node's labels, taints or activity changed (Ready again, uncordoned,
+  relabelled), the DRA node sets changed (slices published), or a team queue's quota changed.
+  The rule reads the snapshots, not the watch events: every path by which room returns — the
+  assume cache's expiries and forgotten binds included, which no informer event reports —
+  shows as more room in the next snapshot, and a node's heartbeat does not;
+* the pod itself changed (its ``resourceVersion``), or its ``PodScheduled`` condition does not
+  say the carried refusal yet (the write is still to be made or failed);
+* the carry is older than ``max_age_s`` (a full pass at least that often: kube-scheduler
+  flushes its unschedulable pods every five minutes for the same reason), the replica's
+  term changed, or an informer relisted.
+
+Only single pods refused by placement ("0/N nodes are available: …") are carried: pod groups,
+reclaim's nominated claimants and the pods a quota verdict or budget refuses are planned every
+cycle (their answer changes with the books, not only with room), and none is carried while
+``BackfillPass.starvation_s`` is set (a skipped starving head would not stop the backfill
+behind it). A carried pod's refusal text is the one written when it was last tried — as kube-
+scheduler's, it may name node counts that have since moved — and it still counts as refused
+for the capacity loop and the pending metrics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from gpufleet.control.cycle import CyclePlan, PendingUnit
+from gpufleet.control.pending import unit_shape
+from gpufleet.decisions import Refuse
+from gpufleet.k8s.translate.pods import PodInfo
+from gpufleet.k8s.translate.snapshot import Snapshot
+
+
+@dataclass(frozen=True)
+class Room:
+    """What a snapshot's fleet has free, by node (rows in ``names`` order)."""
+
+    names: tuple[str, ...]
+    free: np.ndarray  # rows × columns that only grow when room is freed
+    used_mig: np.ndarray  # rows × GPUs: the MIG memory-slice bitmasks in use
+    attrs: tuple[Hashable, ...]  # per row: active, labels, taints
+    extra: Hashable  # the DRA node sets and the team queues' quotas
+
+
+def room_of(snap: Snapshot, quotas: Hashable = None) -> Room:
+    """The room ``snap.state`` shows now; ``quotas``: the team queues' nominal quotas (any
+    change is capacity for the pods within them)."""
+    s = snap.state
+    n = s.n
+    free = np.concatenate([s.cpu_free[:n, None], s.mem_free[:n, None],
+                           s.free_milli[:n].astype(np.int64), s.gpu_mem_free[:n],
+                           -s.mig_compute_used[:n].astype(np.int64)], axis=1)
+    attrs = tuple((bool(s.active[i]), tuple(sorted(info.labels.items())), info.taints)
+                  for i, info in enumerate(s.nodes[:n]))
+    return Room(tuple(info.name for info in s.nodes[:n]), free, s.mig_used[:n].copy(), attrs,
+                (snap.dra_nodes, snap.device_only_nodes, snap.static_mig_nodes, quotas))
+
+
+def freed(before: Room, now: Room) -> bool:
+    """Whether ``now`` has room that ``before`` did not (the module docstring's list)."""
+    if before.extra != now.extra:
+        return True
+    if before.names == now.names:
+        rows_b: Sequence[int] | slice = slice(None)
+        rows_n: Sequence[int] | slice = slice(None)
+    else:
+        at = {name: i for i, name in enumerate(before.names)}
+        if any(name not in at for name in now.names):
+            return True  # a node appeared
+        rows_n = list(range(len(now.names)))
+        rows_b = [at[name] for name in now.names]
+    if np.any(now.free[rows_n] > before.free[rows_b]):
+        return True
+    if np.any(before.used_mig[rows_b] & ~now.used_mig[rows_n]):
+        return True  # a MIG slice was released
+    attrs_b = before.attrs if isinstance(rows_b, slice) else [before.attrs[i] for i in rows_b]
+    return any(a != b for a, b in zip(attrs_b, now.attrs, strict=True))
+
+
+def blocked_pods(units: Iterable[PendingUnit], plan: CyclePlan) -> dict[str, Refuse]:
+    """The pods of ``plan`` refused for want of room: single-pod units whose shape the plan
+    left blocked and whose refusal is placement's ("0/N nodes are available: …")."""
+    refusals = {r.job_id: r for r in plan.refusals}
+    out: dict[str, Refuse] = {}
+    if not plan.blocked:
+        return out
+    for u in units:
+        if u.gang or len(u.placed_ids) != 1 or u.refusal is not None:
+            continue
+        r = refusals.get(u.placed_ids[0])
+        if r is not None and r.message.startswith("0/") and unit_shape(u) in plan.blocked:
+            out[r.job_id] = r
+    return out
+
+
+def _rv(obj: Mapping[str, Any] | None) -> str:
+    return str(((obj or {}).get("metadata") or {}).get("resourceVersion") or "")
+
+
+def _says(obj: Mapping[str, Any], message: str) -> bool:
+    """Whether the pod's ``PodScheduled`` condition already carries ``message``."""
+    for c in (obj.get("status") or {}).get("conditions") or ():
+        if c.get("type") == "PodScheduled":
+            return bool(c.get("status") == "False" and c.get("message") == message)
+    return False
+
+
+class BlockedPods:
+    """The carry across cycles (module docstring): ``observe`` each cycle's room first (it
+    clears the carry when capacity was freed), ``split`` the pending pods into those to plan
+    and the carried refusals, ``record`` what the plan refused for want of room."""
+
+    def __init__(self, max_age_s: float = 60.0) -> None:
+        self.max_age_s = max_age_s
+        self.pods: dict[str, tuple[str, Refuse]] = {}  # pod key → (resourceVersion, refusal)
+        # the informer's object each carried pod was last checked on: the informer replaces a
+        # pod's object on every event, so the same object needs no second look
+        self._checked: dict[str, Mapping[str, Any]] = {}
+        self._room: Room | None = None
+        self._since = 0.0
+        self.clears = 0
+
+    def clear(self) -> None:
+        """Forget every carried pod: the next cycle plans the whole queue."""
+        if self.pods:
+            self.clears += 1
+        self.pods = {}
+        self._checked = {}
+        self._room = None
+
+    def observe(self, room: Room, now: float) -> None:
+        """Clear the carry when ``room`` shows capacity freed since the last ``record``, or the
+        carry is older than ``max_age_s``."""
+        if self._room is None or now - self._since >= self.max_age_s or freed(self._room, room):
+            self.clear()
+
+    def split(self, pending: Sequence[PodInfo], objects: Mapping[str, Mapping[str, Any]],
+              tried_anyway: Collection[str] = ()) -> tuple[list[PodInfo], list[Refuse]]:
+        """(the pods to plan, the carried pods' refusals): a carried pod is left out while it
+        is unchanged since it was refused and its condition says that refusal."""
+        if not self.pods:
+            return list(pending), []
+        plan: list[PodInfo] = []
+        carried: list[Refuse] = []
+        keep: dict[str, tuple[str, Refuse]] = {}
+        checked = self._checked
+        now: dict[str, Mapping[str, Any]] = {}
+        for p in pending:
+            k = p.key
+            got = self.pods.get(k)
+            obj = objects.get(k)
+            if got is not None and obj is not None and k not in tried_anyway and (
+                    obj is checked.get(k) or (got[0] == _rv(obj) and _says(obj, got[1].message))):
+                carried.append(got[1])
+                keep[k] = got
+                now[k] = obj
+            else:
+                plan.append(p)
+        self.pods = keep  # pods gone or changed drop out
+        self._checked = now
+        return plan, carried
+
+    def record(self, refused: Mapping[str, Refuse], objects: Mapping[str, Mapping[str, Any]],
+               room: Room, now: float) -> None:
+        """Carry ``refused`` (:func:`blocked_pods` of this cycle's plan, at the pods'
+        ``resourceVersion`` the cycle read) from ``room``: the fleet after this cycle's
+        binds."""
+        if self._room is None:
+            self._since = now
+        for k, r in refused.items():
+            self.pods[k] = (_rv(objects.get(k)), r)
+        self._room = room
