@@ -47,14 +47,10 @@ from typing import Any
 import numpy as np
 from rich.console import Console
 
-from gpufleet.k8s.bench_packing import PodWatch, pod_manifest, wait_sa
+from gpufleet.k8s.bench_packing import PodWatch, pod_manifest, start_controller, wait_sa
 from gpufleet.k8s.translate.node_objects import GpuNodeSpec
 from gpufleet.k8s.watch.connections import release
-from gpufleet.lab import processes
 from gpufleet.lab.cluster import (
-    CLIENT_BURST,
-    CLIENT_QPS,
-    CONTROLLER_SERVING,
     LabOptions,
     api_client,
     down,
@@ -104,24 +100,6 @@ def cycle_metric(port: int) -> tuple[float, float]:
     return got["count"], got["sum"]
 
 
-def start_controller(directory: Path, kubeconfig: Path) -> tuple[processes.Running, int]:
-    """``gpufleet controller`` as its own process (``down`` stops it): its pid and port."""
-    proc = processes.start(
-        "gpufleet-controller",
-        [sys.executable, "-m", "gpufleet", "controller", "--kubeconfig", str(kubeconfig),
-         "--no-leader-elect", "--port", "0", "--log-level", "WARNING",
-         "--kube-api-qps", str(CLIENT_QPS), "--kube-api-burst", str(CLIENT_BURST)],
-        run_dir=directory / "run", log_dir=directory / "logs", env={"PYTHONUNBUFFERED": "1"})
-
-    def ready(port: int) -> bool:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as resp:
-            return bool(resp.status == 200)
-
-    port = processes.wait_own_port(proc, ready, what="ready (/readyz)", timeout_s=180.0,
-                                   reported=CONTROLLER_SERVING)
-    return proc, port
-
-
 def wait_until(what: str, done: Callable[[], bool], timeout_s: float) -> None:
     end = time.monotonic() + timeout_s
     while not done():
@@ -146,7 +124,7 @@ def run_one(nodes: Sequence[GpuNodeSpec], backlog: int, new: int, interval_s: fl
             core = client.CoreV1Api(api)
             core.create_namespace({"metadata": {"name": NS}})
             wait_sa(core, NS)
-            proc, port = start_controller(d, info.kubeconfig)
+            proc, port = start_controller(d, info.kubeconfig, timeout_s=180.0)
             watch = PodWatch(core, NS)
             watch.thread.start()
             created: dict[str, float] = {}

@@ -309,10 +309,12 @@ def claim_overcommits(resource: Any, nodes: list[dict[str, Any]], pods: list[dic
     return [f"{k}: {v}" for k, v in snap.unaccounted.items() if k.startswith("claim ")]
 
 
-def start_controller(directory: Path, kubeconfig: Path, timeout_s: float = 120.0) -> None:
+def start_controller(directory: Path, kubeconfig: Path,
+                     timeout_s: float = 120.0) -> tuple[Any, int]:
     """``gpufleet controller`` as its own process in the lab (``down`` stops it), as kube-
     scheduler is: in the benchmark's process it would share one interpreter lock with the eight
     creating threads and the watch, slowing both the submission and itself. Same client limit.
+    Returns the process (``gpufleet.lab.processes.Running``) and the port it serves on.
     """
     import sys
     import urllib.request
@@ -332,8 +334,9 @@ def start_controller(directory: Path, kubeconfig: Path, timeout_s: float = 120.0
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as resp:
             return bool(resp.status == 200)
 
-    processes.wait_own_port(proc, ready, what="ready (/readyz)", timeout_s=timeout_s,
-                            reported=CONTROLLER_SERVING)
+    port = processes.wait_own_port(proc, ready, what="ready (/readyz)", timeout_s=timeout_s,
+                                   reported=CONTROLLER_SERVING)
+    return proc, port
 
 
 def wait_sa(core: Any, ns: str, timeout_s: float = 30.0) -> None:

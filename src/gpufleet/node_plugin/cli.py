@@ -8,11 +8,10 @@ SIGTERM or SIGINT, when it removes its sockets (the kubelet then unregisters the
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import threading
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -23,24 +22,6 @@ from gpufleet.node_plugin.prepare import PrepareError, Preparer
 from gpufleet.node_plugin.protos import ProtoError
 
 log = logging.getLogger("gpufleet.node_plugin")
-
-
-def _api_client(kubeconfig: Path | None) -> Any:
-    from kubernetes import client, config
-    from kubernetes.config.config_exception import ConfigException
-
-    try:
-        if kubeconfig is not None:
-            if not kubeconfig.is_file():
-                raise InputError("kubeconfig file not found", path=kubeconfig)
-            return config.new_client_from_config(config_file=str(kubeconfig))
-        if os.environ.get("KUBERNETES_SERVICE_HOST"):
-            cfg = client.Configuration()
-            config.load_incluster_config(client_configuration=cfg)
-            return client.ApiClient(cfg)
-        return config.new_client_from_config()
-    except ConfigException as exc:
-        raise InputError(f"cannot use this kubeconfig: {exc}", path=kubeconfig) from None
 
 
 @app.command("node-plugin")
@@ -78,7 +59,9 @@ def node_plugin(
         stubs = protos.load()
     except ProtoError as exc:
         raise InputError(str(exc)) from None
-    api = _api_client(kubeconfig)
+    from gpufleet.k8s.cli import api_client  # the controller's: flag, in-cluster, kubeconfig
+
+    api = api_client(kubeconfig)
     log.info("inventory: %s", ", ".join(f"{g.device_name}={g.uuid} ({g.memory_mib} MiB)"
                                         for g in gpus))
     log.info("ResourceSlice %s: %s", slices.slice_name(node_name),
