@@ -40,7 +40,7 @@ import pytest
 from api_fault_proxy import FaultProxy
 from dra_objects import claim_body
 from kubernetes import client
-from live_objects import absent
+from live_objects import absent, create_once_admitted
 from live_wait import wait_for
 from overcommit import cluster_overcommits, listed
 
@@ -427,9 +427,9 @@ def test_kill_9_right_after_a_write_step(lab: Any, zone: str, proxy: FaultProxy,
             converge(lab.core, zone, TOTAL, time.monotonic())
             sched.create_priority_class({"metadata": {"name": pc}, "value": 1000})
             rule = proxy.kill_on_write(method, path, first.pid)
-            lab.core.create_namespaced_pod(zone, pod(f"{step}-high", zone,
-                                                     {"nvidia.com/gpu": "1"}, product=T4,
-                                                     priority_class=pc))
+            create_once_admitted(lambda: lab.core.create_namespaced_pod(
+                zone, pod(f"{step}-high", zone, {"nvidia.com/gpu": "1"}, product=T4,
+                          priority_class=pc)), f"pod {step}-high admitted with class {pc}")
         else:
             rule = proxy.kill_on_write(method, path, first.pid)
             flood(lab, zone, step)

@@ -44,3 +44,18 @@ def clean_space(api: Any, ns: str, nodes: Iterable[str] = ()) -> None:
     for n in nodes:
         core.delete_node(n)
     core.delete_namespace(ns)
+
+
+def create_once_admitted(create: Callable[[], Any], what: str, timeout_s: float = 30.0) -> Any:
+    """``create()`` (a pod naming a PriorityClass just made), repeated while the API server's
+    Priority admission has not seen that class yet: it reads classes through an informer, so
+    right after ``create_priority_class`` a pod can be refused 403 "no PriorityClass with name
+    … was found" for a moment (longer on a loaded machine). Any other error is raised."""
+    def attempt() -> Any:
+        try:
+            return create() or True
+        except ApiException as exc:
+            if exc.status == 403 and "no PriorityClass" in (exc.body or ""):
+                return None
+            raise
+    return wait_for(what, attempt, timeout_s)
