@@ -10,15 +10,11 @@ pod on a node is deleted.
 from __future__ import annotations
 
 import copy
-import json
-from types import SimpleNamespace
-from typing import Any
 
 import numpy as np
 import pytest
-from kubernetes import client
+from recording_controller import controller
 
-from gpufleet.config import default_scenario
 from gpufleet.decisions import Refuse
 from gpufleet.k8s.schedule.blocked import BlockedPods, freed, room_of
 from gpufleet.k8s.schedule.controller import Controller
@@ -177,28 +173,6 @@ def test_the_carry_upkeep() -> None:
     assert carry.pods == {} and carry.clears == 2
 
 
-class Recorder:
-    def __init__(self) -> None:
-        self.status: list[str] = []
-        self.events: list[str] = []
-
-    def patch_namespaced_pod_status(self, name: str, *_: Any, **__: Any) -> None:
-        self.status.append(name)
-
-    def create_namespaced_event(self, ns: str, body: dict, **_: Any) -> None:
-        self.events.append(body["involvedObject"]["name"])
-
-    def create_namespaced_binding(self, ns: str, body: dict, **_: Any) -> None:
-        pass
-
-
-def listed(objs: list[dict]) -> Any:
-    def call(**_: Any) -> Any:
-        return SimpleNamespace(data=json.dumps(
-            {"items": objs, "metadata": {"resourceVersion": "1"}}))
-    return call
-
-
 def event(ctl: Controller, kind: str, obj: dict) -> None:
     """One watch event, applied by the informer's own path (no relist)."""
     ctl.pods._apply({"type": kind, "object": obj})
@@ -207,15 +181,7 @@ def event(ctl: Controller, kind: str, obj: dict) -> None:
 def test_carried_pods_are_not_planned_nor_rewritten_until_a_pod_is_deleted() -> None:
     nodes, pods = full()
     bigs = [pod(f"big{i}", TWO, t=10 + i) for i in range(3)]
-    cfg = client.Configuration()
-    cfg.host = "http://127.0.0.1:9"  # never reached: the informers are filled below
-    ctl = Controller(client.ApiClient(cfg), default_scenario(), leader_elect=False, workers=1,
-                     async_binds=False)
-    rec = Recorder()
-    ctl.applier.core = rec
-    ctl.nodes._list, ctl.pods._list = listed(nodes), listed([*pods, *bigs])
-    ctl.nodes.relist()
-    ctl.pods.relist()
+    ctl, rec = controller(nodes, [*pods, *bigs])
     tried = ctl.metrics.attempts.labels(result="unschedulable")
 
     def cycle() -> float:

@@ -11,18 +11,13 @@ Eviction).
 
 from __future__ import annotations
 
-import json
 import threading
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from live_wait import wait_for
-
-from gpufleet.config import default_scenario
-from gpufleet.k8s.schedule.controller import Controller
+from recording_controller import RecordingCore, controller, inform
 
 A100 = "NVIDIA-A100-SXM4-40GB"
 
@@ -46,55 +41,6 @@ def pod(name: str, limits: dict | None = None, ann: dict | None = None, node_nam
                      "containers": [{"name": "c", "resources": {"limits": limits or {}}}],
                      **spec},
             "status": {"phase": "Running" if node_name else "Pending"}}
-
-
-class RecordingCore:
-    """The writes the Applier makes, answered as the API server answers them."""
-
-    def __init__(self) -> None:
-        self.binds: list[tuple[str, str]] = []  # (pod name, node)
-        self.evictions: list[str] = []
-
-    def create_namespaced_binding(self, ns: str, body: dict, **_: Any) -> None:
-        self.binds.append((body["metadata"]["name"], body["target"]["name"]))
-
-    def create_namespaced_pod_eviction(self, name: str, ns: str, body: dict, **_: Any) -> None:
-        self.evictions.append(name)
-
-    def patch_namespaced_pod_status(self, *_: Any, **__: Any) -> None:
-        pass
-
-    def create_namespaced_event(self, *_: Any, **__: Any) -> None:
-        pass
-
-
-def listed(objs: list[dict]) -> Any:
-    def call(**_: Any) -> Any:
-        return SimpleNamespace(data=json.dumps(
-            {"items": objs, "metadata": {"resourceVersion": "1"}}))
-    return call
-
-
-def controller(nodes: list[dict], pods: list[dict], async_binds: bool = False
-               ) -> tuple[Controller, RecordingCore]:
-    """A controller whose writes go to a recorder; binds answered within ``run_cycle`` unless
-    ``async_binds`` (then by the binding threads, as in production)."""
-    cfg = client.Configuration()
-    cfg.host = "http://127.0.0.1:9"  # never reached: the informers are filled below
-    ctl = Controller(client.ApiClient(cfg), default_scenario(), leader_elect=False, workers=1,
-                     async_binds=async_binds)
-    rec = RecordingCore()
-    ctl.applier.core = rec
-    inform(ctl, nodes, pods)
-    return ctl, rec
-
-
-def inform(ctl: Controller, nodes: list[dict], pods: list[dict]) -> None:
-    """What the informers hold now: a fresh list, through their own list path."""
-    ctl.nodes._list = listed(nodes)
-    ctl.pods._list = listed(pods)
-    ctl.nodes.relist()
-    ctl.pods.relist()
 
 
 # (case, node, the first pod's limits and annotations, the second pod's): the second pod fits
