@@ -245,7 +245,8 @@ def run(n: int, callers: int, batch_rounds: int) -> tuple[list[Timing], Memory, 
             sys.executable, "-m", "gpufleet", "node-plugin", "--node-name", node,
             "--kubeconfig", str(info.kubeconfig), "--device-file", str(device_file),
             "--kubelet-root-dir", str(root), "--cdi-dir", str(cdi_dir),
-            "--state-dir", str(state)], run_dir=d / "run", log_dir=d / "logs",
+            "--state-dir", str(state), "--no-mps-daemon", "--metrics-port", "0"],
+            run_dir=d / "run", log_dir=d / "logs",
             env={"PYTHONUNBUFFERED": "1"})
         sock = root / "plugins" / DRIVER / "dra.sock"
         running = proc

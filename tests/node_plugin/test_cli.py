@@ -22,3 +22,22 @@ def test_a_bad_device_file_stops_the_plugin_with_one_line(tmp_path: Path) -> Non
     assert f"{bad}: gpus[0].memoryMiB: Input should be greater than 0" in " ".join(
         result.output.split())
     assert not root.exists()
+
+
+def test_a_missing_mps_control_binary_stops_the_plugin_with_one_line(tmp_path: Path) -> None:
+    good = tmp_path / "gpus.yaml"
+    good.write_text("gpus:\n  - {uuid: GPU-1, index: 0, minor: 0, product: X, memoryMiB: 1024}\n")
+    gpufleet.cli._register()
+    root = tmp_path / "kubelet"
+    args = ["node-plugin", "--node-name", "n1", "--device-file", str(good),
+            "--kubelet-root-dir", str(root), "--kubeconfig", str(tmp_path / "none"),
+            "--mps-control", str(tmp_path / "nvidia-cuda-mps-control")]
+    result = CliRunner().invoke(gpufleet.cli.app, args)
+    assert result.exit_code == 2, result.output
+    out = " ".join(result.output.split())
+    assert (f"MPS control binary '{tmp_path / 'nvidia-cuda-mps-control'}' not found: install it"
+            in out and "or pass --no-mps-daemon" in out), out
+    assert "Traceback" not in result.output and not root.exists()
+    # --no-mps-daemon goes past it (to the missing kubeconfig here)
+    result = CliRunner().invoke(gpufleet.cli.app, [*args, "--no-mps-daemon"])
+    assert result.exit_code == 2 and "kubeconfig file not found" in result.output, result.output

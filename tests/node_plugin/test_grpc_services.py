@@ -14,11 +14,13 @@ from live_skip import skip_or_fail
 
 from gpufleet.node_plugin import DRIVER, protos
 from gpufleet.node_plugin.grpc_services import Servers, serve
+from gpufleet.node_plugin.health import HealthTracker
 from gpufleet.node_plugin.inventory import Gpu
 from gpufleet.node_plugin.prepare import Preparer
 
 NODE = "node-a"
 GPU0 = Gpu(uuid="GPU-0000", index=0, minor=0, product="NVIDIA H100", memoryMiB=81920)
+GPU1 = Gpu(uuid="GPU-1111", index=1, minor=1, product="NVIDIA H100", memoryMiB=81920)
 
 
 def _claim(uid: str, name: str, memory: str, cores: str) -> dict[str, Any]:
@@ -32,7 +34,7 @@ CLAIMS = {"a": _claim("ua", "a", "60Gi", "50"), "b": _claim("ub", "b", "30Gi", "
 
 
 @pytest.fixture
-def plugin(tmp_path: Path) -> Iterator[tuple[Any, Servers, Preparer]]:
+def plugin(tmp_path: Path) -> Iterator[tuple[Any, Servers, Preparer, HealthTracker]]:
     try:
         stubs = protos.load()
     except protos.ProtoError as exc:
@@ -45,15 +47,16 @@ def plugin(tmp_path: Path) -> Iterator[tuple[Any, Servers, Preparer]]:
         return CLAIMS[name]
 
     # short paths: a Unix socket path has at most 107 bytes
-    servers = serve(stubs, preparer, read, tmp_path / "reg", tmp_path / "p")
+    tracker = HealthTracker([GPU0, GPU1])
+    servers = serve(stubs, preparer, read, tmp_path / "reg", tmp_path / "p", tracker=tracker)
     try:
-        yield stubs, servers, preparer
+        yield stubs, servers, preparer, tracker
     finally:
         servers.stop()
 
 
 def test_registration_tells_the_kubelet_what_and_where_the_plugin_is(plugin: Any) -> None:
-    stubs, servers, _ = plugin
+    stubs, servers, _, _ = plugin
     reg_sock, dra_sock = servers.sockets
     assert reg_sock.name == f"{DRIVER}-reg.sock" and dra_sock.name == "dra.sock"
     with grpc.insecure_channel(f"unix://{reg_sock}") as ch:
@@ -69,7 +72,7 @@ def test_registration_tells_the_kubelet_what_and_where_the_plugin_is(plugin: Any
 
 
 def test_prepare_and_unprepare_over_the_dra_socket(plugin: Any) -> None:
-    stubs, servers, preparer = plugin
+    stubs, servers, preparer, _ = plugin
     pb = stubs.dra
     with grpc.insecure_channel(f"unix://{servers.sockets[1]}") as ch:
         dra = stubs.dra_grpc.DRAPluginStub(ch)
@@ -93,3 +96,24 @@ def test_prepare_and_unprepare_over_the_dra_socket(plugin: Any) -> None:
         assert all(r.error == "" for r in un.claims.values())
         assert preparer.claims == {}
         assert not list(preparer.cdi_dir.glob("*.json"))
+
+
+def test_the_kubelet_watches_each_devices_health_on_the_dra_socket(plugin: Any) -> None:
+    stubs, servers, _, tracker = plugin
+    pb = stubs.health
+    with grpc.insecure_channel(f"unix://{servers.sockets[1]}") as ch:
+        stream = stubs.health_grpc.DRAResourceHealthStub(ch).NodeWatchResources(
+            pb.NodeWatchResourcesRequest(), timeout=30)
+
+        def seen(resp: Any) -> list[tuple[str, str, int, str]]:
+            return [(d.device.pool_name, d.device.device_name, d.health, d.message)
+                    for d in resp.devices]
+
+        first = next(stream)  # at once: every published device, pool = the node's name
+        assert seen(first) == [(NODE, "gpu-0", pb.HEALTHY, ""), (NODE, "gpu-1", pb.HEALTHY, "")]
+        assert all(d.health_check_timeout_seconds == 60 and d.last_updated_time > 0
+                   for d in first.devices)
+        tracker.observe([GPU0], {})  # GPU 1 lost: sent on the change, not at the heartbeat
+        assert seen(next(stream)) == [(NODE, "gpu-0", pb.HEALTHY, ""),
+                                      (NODE, "gpu-1", pb.UNHEALTHY, "GPU-1111: lost")]
+        stream.cancel()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.node_plugin.inventory import InventoryError, load_device_file
+from gpufleet.node_plugin.inventory import InventoryError, load_device_file, semver
 
 GOOD = [
     {"uuid": "GPU-bbbb", "index": 1, "minor": 1, "product": "NVIDIA H100", "memoryMiB": 81559},
@@ -43,6 +43,13 @@ def _with(**change: object) -> dict[str, object]:
     ("dup.json", {"gpus": [GOOD[0], {**GOOD[1], "uuid": "GPU-bbbb"}]},
      "two GPUs share uuid GPU-bbbb"),
     ("dupidx.json", {"gpus": [GOOD[0], {**GOOD[1], "index": 1}]}, "two GPUs share index 1"),
+    ("cuda.json", _with(cudaDriverVersion="12.x"),
+     "gpus[0].cudaDriverVersion: Value error, '12.x' is not a version like 12.4"),
+    ("cc.json", _with(cudaComputeCapability="9.0.0.1"),
+     "gpus[0].cudaComputeCapability: Value error, '9.0.0.1' is not a version"),
+    ("nvl.json", _with(nvlinkDomain=-1),
+     "gpus[0].nvlinkDomain: Input should be greater than or equal to 0"),
+    ("xid.json", _with(xid=0), "gpus[0].xid: Input should be greater than or equal to 1"),
 ])
 def test_a_bad_device_file_names_the_file_and_the_field(
         tmp_path: Path, name: str, content: object, message: str) -> None:
@@ -53,3 +60,29 @@ def test_a_bad_device_file_names_the_file_and_the_field(
         load_device_file(path)
     assert str(info.value).startswith(f"{path}: ")
     assert message in str(info.value), str(info.value)
+
+
+def test_the_optional_fields_default_to_a_cuda_12_4_driver(tmp_path: Path) -> None:
+    path = tmp_path / "gpus.json"
+    path.write_text(json.dumps({"gpus": [
+        GOOD[1], {**GOOD[0], "cudaDriverVersion": "12.8", "driverVersion": "570.86.10",
+                  "cudaComputeCapability": "9.0", "nvlinkDomain": 0, "xid": 79}]}))
+    b, a = load_device_file(path)  # index order: GOOD[1] is index 0
+    assert (a.cuda_driver_version, a.driver_version, a.cuda_compute_capability,
+            a.nvlink_domain, a.xid) == ("12.8", "570.86.10", "9.0", 0, 79)
+    assert (b.cuda_driver_version, b.driver_version, b.cuda_compute_capability,
+            b.nvlink_domain, b.xid) == ("12.4", "550.54.15", None, None, None)
+
+
+@pytest.mark.parametrize(("text", "version"), [
+    ("12.4", "12.4.0"), ("9", "9.0.0"), ("550.54.15", "550.54.15"),
+    ("535.104.05", "535.104.5"),  # semver allows no leading zeros
+])
+def test_versions_become_semver(text: str, version: str) -> None:
+    assert semver(text) == version
+
+
+@pytest.mark.parametrize("text", ["", "12.4.0.1", "v12.4", "12.-4", "r550"])
+def test_what_is_no_version_is_refused(text: str) -> None:
+    with pytest.raises(ValueError, match="is not a version"):
+        semver(text)

@@ -127,6 +127,8 @@ def plugin(lab_binaries: Path) -> Iterator[Plugin]:
             "--kubeconfig", str(info.kubeconfig), "--device-file", str(device_file),
             "--kubelet-root-dir", str(kubelet_root), "--cdi-dir", str(real_node.cdi_dir(directory)),
             "--state-dir", str(directory / "plugin-state"),
+            # fake GPUs: no MPS daemon to start, the limits in the env only; no metrics port
+            "--no-mps-daemon", "--metrics-port", "0",
         ]
         proc = start("node-plugin", argv, env={"PYTHONUNBUFFERED": "1"})
 

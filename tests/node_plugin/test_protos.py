@@ -21,11 +21,15 @@ def test_stubs_are_generated_from_the_kubelets_protos(tmp_path: Path) -> None:
     print(f"generated in {time.monotonic() - t0:.2f} s from {src}")
     pkg = out / protos.PACKAGE
     assert sorted(p.name for p in pkg.glob("*.py")) == [
-        "__init__.py", "dra_v1_pb2.py", "dra_v1_pb2_grpc.py", "pluginregistration_v1_pb2.py",
+        "__init__.py", "dra_health_v1alpha1_pb2.py", "dra_health_v1alpha1_pb2_grpc.py",
+        "dra_v1_pb2.py", "dra_v1_pb2_grpc.py", "pluginregistration_v1_pb2.py",
         "pluginregistration_v1_pb2_grpc.py"]
     assert "k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin" in (pkg / "dra_v1_pb2_grpc.py").read_text()
     assert "/pluginregistration.Registration/GetInfo" in (
         pkg / "pluginregistration_v1_pb2_grpc.py").read_text()
+    # the kubelet calls /v1alpha1.DRAResourceHealth/NodeWatchResources on the DRA socket
+    assert "/v1alpha1.DRAResourceHealth/NodeWatchResources" in (
+        pkg / "dra_health_v1alpha1_pb2_grpc.py").read_text()
     stamp = (pkg / "dra_v1_pb2.py").stat().st_mtime_ns
     assert protos.generate(out) == out  # there already: left as it is
     assert (pkg / "dra_v1_pb2.py").stat().st_mtime_ns == stamp

@@ -9,7 +9,10 @@ runtime applies last:
 - ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT``: ``<uuid>=<MiB>M`` per GPU, comma-separated: the MPS
   server refuses the client's allocations past it;
 - ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``: the share of the SMs the client's kernels may use; MPS
-  takes one value per client process, so a claim on several GPUs gets the smallest.
+  takes one value per client process, so a claim on several GPUs gets the smallest;
+- ``CUDA_MPS_PIPE_DIRECTORY``, for a share run under the plugin's MPS control daemon of its GPU
+  (:mod:`.mps`): the daemon's pipe directory, bind-mounted into the container at the same path,
+  where the client finds its server.
 
 ``/dev/nvidia<minor>`` is a device node of the share's device only where it exists (not in the
 lab).
@@ -41,17 +44,25 @@ class Share:
     minor: int
     memory_mib: int
     cores: int
+    mps_pipe_dir: str | None = None  # the GPU's MPS daemon's, for a share run under it
 
     def to_json(self) -> dict[str, Any]:
-        return {"request": self.request, "pool": self.pool, "device": self.device,
-                "shareID": self.share_id, "uuid": self.uuid, "minor": self.minor,
-                "memoryMiB": self.memory_mib, "cores": self.cores}
+        out = {"request": self.request, "pool": self.pool, "device": self.device,
+               "shareID": self.share_id, "uuid": self.uuid, "minor": self.minor,
+               "memoryMiB": self.memory_mib, "cores": self.cores}
+        if self.mps_pipe_dir is not None:
+            out["mpsPipeDir"] = self.mps_pipe_dir
+        return out
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Share:
+        """A checkpointed share; one written before MPS daemons (no ``mpsPipeDir``) ran
+        without one."""
+        pipe = d.get("mpsPipeDir")
         return cls(request=d["request"], pool=d["pool"], device=d["device"],
                    share_id=d.get("shareID"), uuid=d["uuid"], minor=int(d["minor"]),
-                   memory_mib=int(d["memoryMiB"]), cores=int(d["cores"]))
+                   memory_mib=int(d["memoryMiB"]), cores=int(d["cores"]),
+                   mps_pipe_dir=None if pipe is None else str(pipe))
 
 
 def spec_path(cdi_dir: Path, claim_uid: str) -> Path:
@@ -81,12 +92,22 @@ def env(shares: Sequence[Share]) -> list[str]:
     for s in shares:
         memory[s.uuid] = memory.get(s.uuid, 0) + s.memory_mib
     visible = ",".join(uuids)
-    return [
+    out = [
         f"NVIDIA_VISIBLE_DEVICES={visible}",
         f"CUDA_VISIBLE_DEVICES={visible}",
         "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=" + ",".join(f"{u}={memory[u]}M" for u in uuids),
         f"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={min(min(s.cores for s in shares), 100)}",
     ]
+    pipes = pipe_dirs(shares)
+    if pipes:
+        out.append(f"CUDA_MPS_PIPE_DIRECTORY={pipes[0]}")
+    return out
+
+
+def pipe_dirs(shares: Sequence[Share]) -> list[str]:
+    """The MPS pipe directories the claim's shares run under (at most one: the preparer
+    refuses a claim whose shares would need two daemons)."""
+    return list(dict.fromkeys(s.mps_pipe_dir for s in shares if s.mps_pipe_dir))
 
 
 def spec(claim_uid: str, shares: Sequence[Share], dev_root: Path = Path("/dev")) -> dict[str, Any]:
@@ -97,6 +118,10 @@ def spec(claim_uid: str, shares: Sequence[Share], dev_root: Path = Path("/dev"))
         node = dev_root / f"nvidia{s.minor}"
         if node.exists():
             edits["deviceNodes"] = [{"path": str(node)}]
+        pipes = pipe_dirs(shares)
+        if pipes:
+            edits["mounts"] = [{"hostPath": p, "containerPath": p,
+                                "options": ["rw", "nosuid", "nodev", "bind"]} for p in pipes]
         devices.append({"name": name, "containerEdits": edits})
     return {"cdiVersion": CDI_VERSION, "kind": KIND, "devices": devices}
 

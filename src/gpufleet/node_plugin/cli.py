@@ -1,8 +1,15 @@
 """``gpufleet node-plugin``: run the DRA kubelet plugin of driver ``gpu.gpufleet.io`` on a node.
 
 Publishes the node's ResourceSlice (again every ``--resync-seconds``, so a slice deleted or
-edited by hand comes back), serves the kubelet's registration and DRA sockets, and runs until
-SIGTERM or SIGINT, when it removes its sockets (the kubelet then unregisters the plugin).
+edited by hand comes back), serves the kubelet's registration and DRA sockets (with the devices'
+health stream), and runs until SIGTERM or SIGINT, when it removes its sockets (the kubelet then
+unregisters the plugin).
+
+Every resync it reads the GPUs again (the device file, or NVML) and, on a GPU node, takes the
+XIDs NVML reported (a critical XID wakes it at once): an unhealthy GPU's device is tainted in the
+slice (:mod:`.health`), the metric ``gpufleet_node_plugin_device_unhealthy`` follows, and the Node
+gets an Event per transition. With ``--mps-daemon`` (the default) shares run under an MPS control
+daemon per GPU (:mod:`.mps`); the binary must be there, or the plugin stops at once.
 """
 
 from __future__ import annotations
@@ -17,7 +24,9 @@ import typer
 
 from gpufleet.cli_app import app, friendly_errors
 from gpufleet.errors import InputError
-from gpufleet.node_plugin import DRIVER, inventory, slices
+from gpufleet.node_plugin import DRIVER, events, inventory, mps, slices
+from gpufleet.node_plugin.health import DeviceHealth, HealthTracker, XidWatcher
+from gpufleet.node_plugin.metrics import DEFAULT_PORT, Metrics
 from gpufleet.node_plugin.prepare import PrepareError, Preparer
 from gpufleet.node_plugin.protos import ProtoError
 
@@ -46,15 +55,34 @@ def node_plugin(
     resync_seconds: Annotated[float, typer.Option(
         min=1.0, help="How often the ResourceSlice is made what the inventory says again.")
     ] = 60.0,
+    metrics_port: Annotated[int, typer.Option(
+        min=0, max=65535, help="Serve /metrics and /healthz on this port; 0: off.")
+    ] = DEFAULT_PORT,
+    mps_daemon: Annotated[bool, typer.Option(
+        "--mps-daemon/--no-mps-daemon",
+        help="Run an MPS control daemon per shared GPU; --no-mps-daemon: the env limits only "
+             "(the lab, or MPS run by something else).")] = True,
+    mps_control: Annotated[str, typer.Option(
+        help="The MPS control binary (a path, or a name on PATH).")] = mps.DEFAULT_CONTROL,
+    mps_dir: Annotated[Path, typer.Option(
+        help="The MPS daemons' directories: <mps-dir>/<GPU uuid>/pipe and .../log.")
+    ] = mps.DEFAULT_DIR,
 ) -> None:
     """Run the DRA kubelet plugin for GPU shares (driver gpu.gpufleet.io) on this node."""
-    from gpufleet.node_plugin import grpc_services, protos
+    from gpufleet.node_plugin import grpc_services, metrics, protos
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     try:
         gpus = inventory.load(device_file)
     except inventory.InventoryError as exc:
         raise InputError(str(exc)) from None
+    manager = None
+    if mps_daemon:
+        control = mps.find_control(mps_control)
+        if control is None:
+            raise InputError(f"MPS control binary {mps_control!r} not found: install it (it "
+                             "comes with the NVIDIA driver's utilities) or pass --no-mps-daemon")
+        manager = mps.MpsManager(control, mps_dir)
     try:
         stubs = protos.load()
     except ProtoError as exc:
@@ -64,27 +92,67 @@ def node_plugin(
     api = api_client(kubeconfig)
     log.info("inventory: %s", ", ".join(f"{g.device_name}={g.uuid} ({g.memory_mib} MiB)"
                                         for g in gpus))
-    log.info("ResourceSlice %s: %s", slices.slice_name(node_name),
-             slices.publish(api, node_name, gpus))
     try:
-        preparer = Preparer(node_name, gpus, cdi_dir, state_dir / "checkpoint.json")
+        preparer = Preparer(node_name, gpus, cdi_dir, state_dir / "checkpoint.json",
+                            mps=manager)
     except PrepareError as exc:
         raise InputError(str(exc)) from None
     if preparer.claims:
         log.info("checkpoint: %d prepared claim(s): %s", len(preparer.claims),
                  ", ".join(sorted(preparer.claims)))
+    for line in preparer.reconcile_mps():
+        log.info("MPS: %s", line)
+    stats = Metrics()
+    stats.track(lambda: len(preparer.claims), lambda: manager.running() if manager else 0)
+    http = None
+    if metrics_port:
+        try:
+            http = metrics.serve(stats, metrics_port)
+        except OSError as exc:
+            raise InputError(f"--metrics-port {metrics_port}: {exc.strerror}; pass another "
+                             "port or 0 (off)") from None
+        log.info("metrics on :%d/metrics", metrics_port)
+    wake = threading.Event()
+    watcher = XidWatcher(on_xid=wake.set).start() if device_file is None else None
+    tracker = HealthTracker([])
+
+    def observe(present: list[inventory.Gpu]) -> None:
+        for new, old in tracker.observe(present, watcher.xids() if watcher else {}):
+            stats.device(new)
+            _log_health(new, old)
+            if not (new.healthy and (old is None or old.healthy)):
+                events.post(api, node_name, new)
+        preparer.set_gpus(tracker.gpus())
+
+    observe(gpus)
+    log.info("ResourceSlice %s: %s", slices.slice_name(node_name),
+             slices.publish(api, node_name, tracker.gpus(), tracker.taints()))
     servers = grpc_services.serve(
         stubs, preparer, grpc_services.api_claim_reader(api),
         registry_dir=kubelet_root_dir / "plugins_registry",
-        plugin_dir=kubelet_root_dir / "plugins" / DRIVER)
+        plugin_dir=kubelet_root_dir / "plugins" / DRIVER, tracker=tracker, metrics=stats)
     log.info("serving %s", ", ".join(str(p) for p in servers.sockets))
     stop = threading.Event()
+
+    def on_signal(*_: object) -> None:
+        stop.set()
+        wake.set()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+        signal.signal(sig, on_signal)
     try:
-        while not stop.wait(resync_seconds):
+        while True:
+            wake.wait(resync_seconds)
+            wake.clear()
+            if stop.is_set():
+                break
             try:
-                outcome = slices.publish(api, node_name, gpus)
+                gpus = inventory.load(device_file)
+            except inventory.InventoryError as exc:  # keep the last good inventory
+                log.warning("reading the GPUs again failed (kept the last inventory): %s", exc)
+            observe(gpus)
+            try:
+                outcome = slices.publish(api, node_name, tracker.gpus(), tracker.taints())
             except Exception as exc:  # the API server away for a while: try again next time
                 log.warning("publishing the ResourceSlice failed: %r", exc)
                 continue
@@ -92,4 +160,16 @@ def node_plugin(
                 log.info("ResourceSlice %s: %s", slices.slice_name(node_name), outcome)
     finally:
         servers.stop()
+        if watcher is not None:
+            watcher.stop()
+        if http is not None:
+            http.shutdown()
         log.info("stopped")
+
+
+def _log_health(new: DeviceHealth, old: DeviceHealth | None) -> None:
+    if not new.healthy:
+        log.warning("%s (%s) unhealthy: %s, tainted %s", new.device, new.uuid, new.reason,
+                    new.effect)
+    elif old is not None and not old.healthy:
+        log.info("%s (%s) healthy again (was %s)", new.device, new.uuid, old.reason)

@@ -6,6 +6,13 @@ CDI device IDs per allocated device; a claim that cannot be prepared gets an ``e
 shows in the pod's events and retries. NodeUnprepareResources undoes it. Every claim of a request
 has an entry in the response, as the API requires.
 
+The same socket serves the resource-health stream (``v1alpha1.DRAResourceHealth``
+NodeWatchResources, ResourceHealthStatus): the kubelet opens it once the plugin is registered
+(it needs no registration entry) and gets every published device's health (pool = node name)
+at once, on every change, and every :data:`HEARTBEAT_S` seconds, so its per-device timeout
+(:data:`HEALTH_TIMEOUT_S`) never turns a quiet healthy device to Unknown. The kubelet writes it
+into the status of the pods using the device.
+
 The kubelet reaches the plugin on two Unix sockets: the registration socket in its
 ``plugins_registry`` directory and the DRA socket (``dra.sock``) in the plugin's own data
 directory (``<root-dir>/plugins/gpu.gpufleet.io``), each served by its own gRPC server.
@@ -15,7 +22,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,10 +32,15 @@ from typing import Any
 import grpc
 
 from gpufleet.node_plugin import registration
+from gpufleet.node_plugin.health import HealthTracker
+from gpufleet.node_plugin.metrics import Metrics
 from gpufleet.node_plugin.prepare import PrepareError, Preparer, allocated_results
 from gpufleet.node_plugin.protos import Stubs
 
 log = logging.getLogger(__name__)
+
+HEARTBEAT_S = 10.0
+HEALTH_TIMEOUT_S = 60  # the kubelet's own default is 30 s
 
 # (namespace, name) → the ResourceClaim as a dict (resource.k8s.io/v1)
 ClaimReader = Callable[[str, str], dict[str, Any]]
@@ -53,8 +66,13 @@ def _read_error(namespace: str, name: str, exc: Exception) -> str:
     return f"reading claim {namespace}/{name}: {exc!r}"
 
 
-def dra_servicer(stubs: Stubs, preparer: Preparer, read_claim: ClaimReader) -> Any:
+def dra_servicer(stubs: Stubs, preparer: Preparer, read_claim: ClaimReader,
+                 metrics: Metrics | None = None) -> Any:
     pb = stubs.dra
+
+    def count(counter: str, result: str) -> None:
+        if metrics is not None:
+            getattr(metrics, counter).labels(result).inc()
 
     base: Any = stubs.dra_grpc.DRAPluginServicer
 
@@ -75,7 +93,9 @@ def dra_servicer(stubs: Stubs, preparer: Preparer, read_claim: ClaimReader) -> A
                 except PrepareError as exc:
                     log.warning("prepare %s/%s (%s) failed: %s", c.namespace, c.name, c.uid, exc)
                     out[c.uid] = pb.NodePrepareResourceResponse(error=str(exc))
+                    count("prepare", "error")
                     continue
+                count("prepare", "ok")
                 log.info("prepared %s/%s (%s): %s", c.namespace, c.name, c.uid, ", ".join(ids))
                 devices = []
                 for s, cdi_id in zip(shares, ids, strict=True):
@@ -96,13 +116,49 @@ def dra_servicer(stubs: Stubs, preparer: Preparer, read_claim: ClaimReader) -> A
                 except OSError as exc:
                     out[c.uid] = pb.NodeUnprepareResourceResponse(
                         error=f"unpreparing claim {c.namespace}/{c.name}: {exc}")
+                    count("unprepare", "error")
                     continue
+                count("unprepare", "ok")
                 log.info("unprepared %s/%s (%s)%s", c.namespace, c.name, c.uid,
                          "" if was else ": was not prepared")
                 out[c.uid] = pb.NodeUnprepareResourceResponse()
             return pb.NodeUnprepareResourcesResponse(claims=out)
 
     return DRAPlugin()
+
+
+def health_servicer(stubs: Stubs, tracker: HealthTracker, pool: str,
+                    heartbeat_s: float = HEARTBEAT_S) -> Any:
+    """NodeWatchResources: every device's health now, then again on each change or heartbeat,
+    until the kubelet hangs up or the server stops."""
+    pb = stubs.health
+    base: Any = stubs.health_grpc.DRAResourceHealthServicer
+
+    def snapshot() -> Any:
+        now = int(time.time())
+        return pb.NodeWatchResourcesResponse(devices=[
+            pb.DeviceHealth(
+                device=pb.DeviceIdentifier(pool_name=pool, device_name=h.device),
+                health=pb.HEALTHY if h.healthy else pb.UNHEALTHY,
+                last_updated_time=now, health_check_timeout_seconds=HEALTH_TIMEOUT_S,
+                message="" if h.healthy else f"{h.uuid}: {h.reason}")
+            for h in tracker.health()])
+
+    class DRAResourceHealth(base):
+        def NodeWatchResources(self, request: Any, context: Any) -> Iterator[Any]:
+            log.info("kubelet watches the devices' health (NodeWatchResources)")
+            seen = tracker.version
+            yield snapshot()
+            next_beat = time.monotonic() + heartbeat_s
+            while context.is_active():
+                # short waits: a hung-up stream or a stopping server is noticed within a second
+                version = tracker.wait_change(seen, min(1.0, heartbeat_s))
+                if version != seen or time.monotonic() >= next_beat:
+                    seen = version
+                    next_beat = time.monotonic() + heartbeat_s
+                    yield snapshot()
+
+    return DRAResourceHealth()
 
 
 @dataclass
@@ -127,13 +183,18 @@ def _bind(server: grpc.Server, path: Path) -> None:
 
 
 def serve(stubs: Stubs, preparer: Preparer, read_claim: ClaimReader, registry_dir: Path,
-          plugin_dir: Path) -> Servers:
-    """Start the DRA server on ``plugin_dir/dra.sock``, then (so the kubelet finds a working
-    endpoint when it calls GetInfo) the registration server in ``registry_dir``."""
+          plugin_dir: Path, tracker: HealthTracker | None = None,
+          metrics: Metrics | None = None) -> Servers:
+    """Start the DRA server on ``plugin_dir/dra.sock`` (with the health stream of ``tracker``,
+    default: the preparer's GPUs, all healthy), then (so the kubelet finds a working endpoint
+    when it calls GetInfo) the registration server in ``registry_dir``."""
     dra_sock = plugin_dir / "dra.sock"
-    dra = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    # the kubelet's health stream holds one worker for as long as it is open
+    dra = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
     stubs.dra_grpc.add_DRAPluginServicer_to_server(
-        dra_servicer(stubs, preparer, read_claim), dra)
+        dra_servicer(stubs, preparer, read_claim, metrics), dra)
+    stubs.health_grpc.add_DRAResourceHealthServicer_to_server(
+        health_servicer(stubs, tracker or HealthTracker(preparer.gpus), preparer.node), dra)
     _bind(dra, dra_sock)
     reg_sock = registry_dir / registration.socket_name()
     reg_servicer = registration.servicer(stubs, dra_sock)

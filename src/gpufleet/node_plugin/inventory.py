@@ -3,19 +3,38 @@
 A device file (YAML or JSON) lists the GPUs a node pretends to have::
 
     gpus:
-      - {uuid: GPU-0f6e…, index: 0, minor: 0, product: NVIDIA H100 80GB HBM3, memoryMiB: 81559}
+      - {uuid: GPU-0f6e…, index: 0, minor: 0, product: NVIDIA H100 80GB HBM3, memoryMiB: 81559,
+         cudaDriverVersion: "12.4", driverVersion: 550.54.15, cudaComputeCapability: "9.0",
+         nvlinkDomain: 0}
 
-Each GPU becomes the ResourceSlice device ``gpu-<index>``.
+Each GPU becomes the ResourceSlice device ``gpu-<index>``. The versions are published as semver
+(``12.4`` → ``12.4.0``, ``535.104.05`` → ``535.104.5``: semver has no leading zeros). The file is
+read again every resync, so in the lab a GPU's health can be changed under a running plugin: an
+entry with ``xid: 79`` reports that XID, an entry removed is a GPU that was lost
+(:mod:`.health`).
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import re
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+log = logging.getLogger(__name__)
+DEFAULT_CUDA_DRIVER_VERSION = "12.4"
+DEFAULT_DRIVER_VERSION = "550.54.15"
 
 
 class InventoryError(ValueError):
@@ -30,10 +49,40 @@ class Gpu(BaseModel):
     minor: int = Field(ge=0, description="The minor number of /dev/nvidia<minor>.")
     product: str = Field(min_length=1, description="The product name NVML reports.")
     memory_mib: int = Field(gt=0, alias="memoryMiB", description="Framebuffer memory, MiB.")
+    cuda_driver_version: str = Field(
+        DEFAULT_CUDA_DRIVER_VERSION, alias="cudaDriverVersion",
+        description="The CUDA version the driver supports (NVML: 12040 → 12.4).")
+    driver_version: str = Field(DEFAULT_DRIVER_VERSION, alias="driverVersion",
+                                description="The NVIDIA driver's version.")
+    cuda_compute_capability: str | None = Field(
+        None, alias="cudaComputeCapability", description="major.minor, e.g. 9.0 for Hopper.")
+    nvlink_domain: int | None = Field(
+        None, ge=0, alias="nvlinkDomain",
+        description="The same number on every GPU of one NVLink island; none = PCIe only.")
+    xid: int | None = Field(
+        None, ge=1, description="The last critical XID the GPU reported (device file only: "
+                                "NVML's come from its event stream).")
+
+    @field_validator("cuda_driver_version", "driver_version", "cuda_compute_capability")
+    @classmethod
+    def _a_version(cls, v: str | None) -> str | None:
+        if v is not None:
+            semver(v)
+        return v
 
     @property
     def device_name(self) -> str:
         return f"gpu-{self.index}"
+
+
+def semver(text: str) -> str:
+    """``12.4`` → ``12.4.0``, ``535.104.05`` → ``535.104.5``: a DRA version attribute must be
+    semver 2.0 (three numbers, no leading zeros); ValueError for text that is no version."""
+    parts = str(text).strip().split(".")
+    if not 1 <= len(parts) <= 3 or not all(re.fullmatch(r"\d+", p) for p in parts):
+        raise ValueError(f"{text!r} is not a version like 12.4 or 550.54.15")
+    nums = [int(p) for p in parts] + [0] * (3 - len(parts))
+    return ".".join(str(n) for n in nums)
 
 
 class DeviceFile(BaseModel):
@@ -89,20 +138,39 @@ def nvml_gpus() -> list[Gpu]:
         raise InventoryError(f"NVML did not start ({exc}): no NVIDIA driver on this node? "
                              "Give --device-file to run without one") from None
     try:
+        cuda = pynvml.nvmlSystemGetCudaDriverVersion_v2()  # 12040
+        driver = _text(pynvml.nvmlSystemGetDriverVersion())
         gpus = []
         for i in range(pynvml.nvmlDeviceGetCount()):
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            uuid, name = pynvml.nvmlDeviceGetUUID(h), pynvml.nvmlDeviceGetName(h)
-            gpus.append(Gpu(
-                uuid=uuid.decode() if isinstance(uuid, bytes) else uuid,
-                index=pynvml.nvmlDeviceGetIndex(h),
-                minor=pynvml.nvmlDeviceGetMinorNumber(h),
-                product=name.decode() if isinstance(name, bytes) else name,
-                memoryMiB=pynvml.nvmlDeviceGetMemoryInfo(h).total // 2**20,
-            ))
+            try:
+                h = pynvml.nvmlDeviceGetHandleByIndex(i)
+                cc: str | None
+                try:
+                    major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(h)
+                    cc = f"{major}.{minor}"
+                except pynvml.NVMLError:
+                    cc = None
+                gpus.append(Gpu(
+                    uuid=_text(pynvml.nvmlDeviceGetUUID(h)),
+                    index=pynvml.nvmlDeviceGetIndex(h),
+                    minor=pynvml.nvmlDeviceGetMinorNumber(h),
+                    product=_text(pynvml.nvmlDeviceGetName(h)),
+                    memoryMiB=pynvml.nvmlDeviceGetMemoryInfo(h).total // 2**20,
+                    cudaDriverVersion=f"{cuda // 1000}.{cuda % 1000 // 10}",
+                    driverVersion=driver,
+                    cudaComputeCapability=cc,
+                    nvlinkDomain=None,  # NVML has no island id: a device-file/patch attribute
+                    xid=None,
+                ))
+            except pynvml.NVMLError as exc:  # e.g. fallen off the bus: that GPU is lost
+                log.warning("NVML: GPU %d unreadable (%s); left out of the inventory", i, exc)
         return gpus
     finally:
         pynvml.nvmlShutdown()
+
+
+def _text(v: str | bytes) -> str:
+    return v.decode() if isinstance(v, bytes) else v
 
 
 def load(device_file: Path | None) -> list[Gpu]:

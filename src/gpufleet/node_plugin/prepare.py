@@ -15,11 +15,20 @@ Both calls are idempotent, as kubelet retries need: preparing a prepared claim r
 first call returned (and writes its CDI spec again), unpreparing an unknown claim succeeds. The
 checkpoint (one JSON file, replaced atomically) lists every prepared claim with its shares, so a
 restarted plugin still counts them against their GPUs and unprepares them when asked.
+
+With an :class:`~gpufleet.node_plugin.mps.MpsManager`, a *share* (a result that leaves part of
+its GPU's memory or cores to others) runs under its GPU's MPS control daemon: the daemon is
+started (or adopted) before the claim's CDI spec is written, the spec mounts its pipe directory,
+and it is told to quit when the GPU's last share is unprepared. A claim whose results take a
+whole GPU never uses MPS. An MPS client connects to one server, so a claim with shares of two
+GPUs is refused. Checkpoint entries written without MPS (no ``mpsPipeDir``) stay valid: they
+ran without a daemon and still do.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import threading
 from dataclasses import dataclass, field
@@ -29,7 +38,10 @@ from typing import Any
 from gpufleet.node_plugin import DRIVER, atomic_file, cdi
 from gpufleet.node_plugin.cdi import Share
 from gpufleet.node_plugin.inventory import Gpu
+from gpufleet.node_plugin.mps import MpsError, MpsManager
 from gpufleet.node_plugin.slices import CORES
+
+log = logging.getLogger(__name__)
 
 CHECKPOINT_VERSION = 1
 MIB = 2**20
@@ -122,6 +134,7 @@ class Preparer:
     cdi_dir: Path
     checkpoint: Path
     dev_root: Path = Path("/dev")
+    mps: MpsManager | None = None
     claims: dict[str, Prepared] = field(init=False)
     _lock: threading.Lock = field(init=False, default_factory=threading.Lock)
 
@@ -159,10 +172,53 @@ class Preparer:
                 raise PrepareError(f"claim {ref}: device {r.get('device')} is not a GPU of node "
                                    f"{self.node} (it has {', '.join(by_name) or 'none'})")
             memory, cores = share_limits(r, gpu)
+            partial = memory < gpu.memory_mib or cores < CORES
+            pipe = str(self.mps.pipe_dir(gpu.uuid)) if self.mps and partial else None
             shares.append(Share(request=str(r.get("request", "")), pool=self.node,
                                 device=gpu.device_name, share_id=r.get("shareID"),
-                                uuid=gpu.uuid, minor=gpu.minor, memory_mib=memory, cores=cores))
+                                uuid=gpu.uuid, minor=gpu.minor, memory_mib=memory, cores=cores,
+                                mps_pipe_dir=pipe))
+        if len(cdi.pipe_dirs(shares)) > 1:
+            raise PrepareError(f"claim {ref}: shares of {len(cdi.pipe_dirs(shares))} GPUs; an "
+                               "MPS client uses one GPU's MPS server, so a claim may share one "
+                               "GPU (or take whole GPUs)")
         return shares
+
+    def _mps_uuids(self, shares: list[Share]) -> set[str]:
+        return {s.uuid for s in shares if s.mps_pipe_dir}
+
+    def _start_mps(self, ref: str, shares: list[Share]) -> None:
+        if self.mps is None:
+            return
+        for uuid in sorted(self._mps_uuids(shares)):
+            try:
+                self.mps.ensure(uuid)
+            except MpsError as exc:
+                raise PrepareError(f"claim {ref}: {exc}") from None
+
+    def reconcile_mps(self) -> list[str]:
+        """At start: adopt (or start again) the daemon of every GPU with a checkpointed share
+        under MPS, tell the live daemons of GPUs without one to quit; the daemons quit and the
+        failures, for the log (:mod:`.mps` logs each start and adoption). A daemon that will
+        not start is retried by the claim's next prepare."""
+        if self.mps is None:
+            return []
+        done = []
+        with self._lock:
+            wanted = self._mps_uuids([s for c in self.claims.values() for s in c.shares])
+            for uuid in sorted(wanted):
+                try:
+                    self.mps.ensure(uuid)
+                except MpsError as exc:
+                    done.append(str(exc))
+            for uuid in self.mps.live():
+                if uuid not in wanted:
+                    try:
+                        self.mps.quit(uuid)
+                        done.append(f"{uuid}: no share left, quit")
+                    except MpsError as exc:
+                        done.append(str(exc))
+        return done
 
     def prepare(self, uid: str, namespace: str, name: str,
                 results: list[dict[str, Any]]) -> tuple[list[Share], list[str]]:
@@ -179,6 +235,7 @@ class Preparer:
                     if why is not None:
                         raise PrepareError(f"claim {ref}: {why}")
                 done = Prepared(namespace, name, shares)
+            self._start_mps(ref, done.shares)
             cdi.write_spec(self.cdi_dir, uid, cdi.spec(uid, done.shares, self.dev_root))
             if uid not in self.claims:
                 self.claims[uid] = done
@@ -186,10 +243,25 @@ class Preparer:
             return done.shares, cdi.device_ids(uid, done.shares)
 
     def unprepare(self, uid: str) -> bool:
-        """Undo :meth:`prepare` (idempotent); whether the claim was prepared."""
+        """Undo :meth:`prepare` (idempotent); whether the claim was prepared. The MPS daemon of
+        a GPU whose last share this was is told to quit (a daemon that will not is logged: the
+        claim is unprepared all the same, and the next share adopts it)."""
         with self._lock:
             cdi.remove_spec(self.cdi_dir, uid)
-            if self.claims.pop(uid, None) is None:
+            gone = self.claims.pop(uid, None)
+            if gone is None:
                 return False
             self._write_checkpoint()
+            if self.mps is not None:
+                still = self._mps_uuids([s for c in self.claims.values() for s in c.shares])
+                for uuid in sorted(self._mps_uuids(gone.shares) - still):
+                    try:
+                        self.mps.quit(uuid)
+                    except MpsError as exc:
+                        log.warning("unprepared claim %s/%s: %s", gone.namespace, gone.name, exc)
             return True
+
+    def set_gpus(self, gpus: list[Gpu]) -> None:
+        """The GPUs claims may be prepared on from now (the inventory read again)."""
+        with self._lock:
+            self.gpus = list(gpus)

@@ -1,9 +1,10 @@
 """The kubelet's gRPC stubs, generated from its own ``.proto`` files into a cache directory.
 
-The two APIs (``pluginregistration.v1.Registration`` and ``k8s.io.kubelet.pkg.apis.dra.v1
-.DRAPlugin``) are defined in the ``k8s.io/kubelet`` Go module, at the version matching the lab's
-Kubernetes (:data:`gpufleet.lab.binaries.KUBERNETES_VERSION`). ``deploy/testcluster/build.sh``
-already downloads that module into Go's module cache; when it is not there and ``go`` is, this
+The three APIs (``pluginregistration.v1.Registration``, ``k8s.io.kubelet.pkg.apis.dra.v1
+.DRAPlugin`` and the resource-health stream ``v1alpha1.DRAResourceHealth``) are defined in the
+``k8s.io/kubelet`` Go module, at the version matching the lab's Kubernetes
+(:data:`gpufleet.lab.binaries.KUBERNETES_VERSION`). ``deploy/testcluster/build.sh`` already
+downloads that module into Go's module cache; when it is not there and ``go`` is, this
 module downloads it (``go mod download``). The ``.proto`` files are copied under distinct names
 into one package directory and compiled once with grpcio-tools into
 ``~/.cache/gpufleet/protos/kubelet-<version>-grpcio-tools-<version>/`` (``$GPUFLEET_PROTOS_DIR``
@@ -33,6 +34,7 @@ PACKAGE = "gpufleet_kubelet_api"  # the generated modules' package (a name nothi
 PROTOS = (
     ("dra_v1", "pkg/apis/dra/v1/api.proto"),
     ("pluginregistration_v1", "pkg/apis/pluginregistration/v1/api.proto"),
+    ("dra_health_v1alpha1", "pkg/apis/dra-health/v1alpha1/api.proto"),
 )
 _lock = threading.Lock()
 
@@ -47,6 +49,8 @@ class Stubs:
     dra_grpc: ModuleType  # DRAPluginServicer, add_DRAPluginServicer_to_server
     registration: ModuleType
     registration_grpc: ModuleType
+    health: ModuleType  # messages of dra-health/v1alpha1
+    health_grpc: ModuleType  # DRAResourceHealthServicer (NodeWatchResources)
 
 
 def _go() -> str | None:
