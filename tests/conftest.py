@@ -29,6 +29,7 @@ import pytest
 from overcommit import check_after_live_test
 
 from gpufleet.datapaths import ENV_VAR, data_dir
+from gpufleet.k8s.dra.shares import POLICY_NAME
 from gpufleet.lab.binaries import bin_dir, missing_reason
 from gpufleet.lab.session import LabSession, acquire_shared, release_shared
 
@@ -75,7 +76,9 @@ def share_policy(lab: LabSession) -> Iterator[None]:
     try:
         yield
     finally:
-        lab.kubectl("delete", "--ignore-not-found", "-f", str(policy))
+        # the policy and its binding; the DeviceClass beside them is the lab's own
+        lab.kubectl("delete", "--ignore-not-found", "mutatingadmissionpolicybinding/"
+                    f"{POLICY_NAME}", f"mutatingadmissionpolicy/{POLICY_NAME}")
 
 
 @pytest.hookimpl(wrapper=True)

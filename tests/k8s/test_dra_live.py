@@ -113,11 +113,14 @@ def test_gpu_fraction_pods_get_shares_through_the_admission_policy(
     """The path that keeps ``gpu-fraction`` working under DRA: in a namespace with the policy's
     label, pods created with ``gpu-fraction: 0.25`` and no claims get the ``gpu-share-250``
     template's claim from the API server, the controller-manager creates it, and gpufleet
-    allocates its prioritized list on g4dn.xlarge's one T4 (16 GiB): four shares, each the
-    ``gpu-16gi`` subrequest (``request: gpu/gpu-16gi``, 4 GiB, its own shareID); a fifth is
-    refused; the kubelet stand-in finds nothing wrong."""
+    allocates its prioritized list on the shared pool's g4dn.xlarge, whose one T4 (16 GiB) the
+    lab publishes as gpufleet's node plugin would (``gpu.gpufleet.io``): four shares, each the
+    ``gpu-16gi`` subrequest (``request: gpu/gpu-16gi``, 4 GiB and 25 % of the cores, its own
+    shareID); a fifth is refused; a whole-GPU node of NVIDIA's driver beside it gets none; the
+    kubelet stand-in finds nothing wrong."""
     lab = space.lab
-    (node,) = space.add("g4dn.xlarge")
+    space.add("g4dn.xlarge")  # NVIDIA's driver: no share may land here
+    (node,) = space.add("g4dn.xlarge", gpu_pool="shared")
     key, value = NAMESPACE_LABEL
     lab.core.patch_namespace(space.name, {"metadata": {"labels": {key: value}}})
     lab.kubectl("apply", "-n", space.name, "-f", str(TEMPLATES))
@@ -145,9 +148,9 @@ def test_gpu_fraction_pods_get_shares_through_the_admission_policy(
         assert claim["status"]["reservedFor"] == [
             {"resource": "pods", "name": p["metadata"]["name"], "uid": p["metadata"]["uid"]}]
         got += results(claim)
-    assert {(r["request"], r["pool"], r["device"]) for r in got} == {
-        ("gpu/gpu-16gi", node, "gpu-0")}
-    assert all(r["consumedCapacity"] == {"memory": "4Gi"} for r in got)
+    assert {(r["request"], r["driver"], r["pool"], r["device"]) for r in got} == {
+        ("gpu/gpu-16gi", "gpu.gpufleet.io", node, "gpu-0")}
+    assert all(r["consumedCapacity"] == {"memory": "4Gi", "cores": "25"} for r in got), got
     assert len({r["shareID"] for r in got}) == 4
     space.pod("q4", ann={"gpu-fraction": "0.25"})
     # first "waiting for the claim of template gpu-share-250" while the controller-manager

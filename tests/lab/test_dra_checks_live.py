@@ -25,7 +25,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from live_wait import wait_for
 
-from gpufleet.k8s.dra.shares import CLAIM_NAME, NAMESPACE_LABEL
+from gpufleet.k8s.dra.shares import CLAIM_NAME, NAMESPACE_LABEL, SHARE_CLASS
 from gpufleet.k8s.dra.slices import DRIVER, GPU_CLASS
 from gpufleet.lab.kubelet_check import check_cluster
 from gpufleet.lab.session import LabSession
@@ -98,7 +98,9 @@ def test_fraction_pod_gets_its_share_claim(lab: LabSession, share_policy: None) 
     (req,) = claim["spec"]["devices"]["requests"]
     subs = {s["name"]: s["capacity"]["requests"]["memory"] for s in req["firstAvailable"]}
     assert subs["gpu-40gi"] == "10Gi" and subs["gpu-16gi"] == "4Gi"  # 0.25 × 40Gi, × 16Gi
-    assert {s["deviceClassName"] for s in req["firstAvailable"]} == {GPU_CLASS}
+    assert {s["deviceClassName"] for s in req["firstAvailable"]} == {SHARE_CLASS}
+    # 0.22 rounds up to the 0.25 share: a quarter of the SMs on every size
+    assert {s["capacity"]["requests"]["cores"] for s in req["firstAvailable"]} == {"25"}
     lab.core.delete_collection_namespaced_pod(ns)
 
 

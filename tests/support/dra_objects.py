@@ -20,9 +20,11 @@ class Space:
         self.nodes: list[str] = []
         self.custom = client.CustomObjectsApi(lab.api)
 
-    def add(self, instance_type: str, count: int = 1, mig_config: str | None = None) -> list[str]:
+    def add(self, instance_type: str, count: int = 1, mig_config: str | None = None,
+            gpu_pool: str | None = None) -> list[str]:
         got = self.lab.add_instance_nodes(instance_type, count, zone=self.name,
-                                          mig_config=mig_config, prefix=self.name)
+                                          mig_config=mig_config, prefix=self.name,
+                                          gpu_pool=gpu_pool)
         self.nodes += got
         return got
 
@@ -59,14 +61,27 @@ class Space:
     def without_device_plugin(self, node: str) -> None:
         """Drop ``nvidia.com/gpu`` from the Node's status: a node whose GPUs are DRA devices
         only (no device plugin), where a mapped extended resource needs a claim."""
-        patch = [{"op": "remove", "path": f"/status/{f}/nvidia.com~1gpu"}
-                 for f in ("capacity", "allocatable")]
-        self.lab.core.api_client.call_api(
-            f"/api/v1/nodes/{node}/status", "PATCH", body=patch,
-            header_params={"Content-Type": "application/json-patch+json"},
-            auth_settings=["BearerToken"], _preload_content=False)
-        wait_for("the node without the device plugin's resource", lambda: "nvidia.com/gpu"
-                 not in self.lab.core.read_node(node).status.allocatable)
+        from kubernetes.client.exceptions import ApiException
+
+        def dropped() -> bool:
+            status = self.lab.core.read_node(node).status
+            fields = [f for f in ("capacity", "allocatable")
+                      if "nvidia.com/gpu" in (getattr(status, f) or {})]
+            if not fields:
+                return True
+            # again while it is there: KWOK's first status write can land after the patch
+            patch = [{"op": "remove", "path": f"/status/{f}/nvidia.com~1gpu"} for f in fields]
+            try:
+                self.lab.core.api_client.call_api(
+                    f"/api/v1/nodes/{node}/status", "PATCH", body=patch,
+                    header_params={"Content-Type": "application/json-patch+json"},
+                    auth_settings=["BearerToken"], _preload_content=False)
+            except ApiException as exc:
+                if exc.status not in (409, 422):  # a field gone in between: look again
+                    raise
+            return False
+
+        wait_for("the node without the device plugin's resource", dropped)
 
     def read_pod(self, name: str) -> dict[str, Any]:
         return dict(json.loads(self.lab.core.read_namespaced_pod(

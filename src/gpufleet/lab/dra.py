@@ -3,24 +3,32 @@
 There is no kubelet and no NVIDIA driver on a KWOK node, so the lab publishes what NVIDIA's
 kubelet plugin would (:mod:`gpufleet.k8s.dra.slices`), with an owner reference to
 the Node: deleting a node lets the garbage collector delete its slices, as on a real cluster.
+A node labelled ``gpufleet.io/gpu-pool=shared`` is in a shared-GPU pool: the lab publishes what
+gpufleet's node plugin would there instead (:func:`gpufleet.node_plugin.slices.desired_spec`, one
+shareable device per GPU with ``memory`` and ``cores``), and no NVIDIA slice.
 ``gpufleet lab up --classic`` skips all of this (GPUs only as Node labels and extended resources).
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from gpufleet.catalog.gpus import default_gpu_catalog
+from gpufleet.k8s.dra.shares import share_device_class
 from gpufleet.k8s.dra.slices import (
     device_classes,
     nvlink_domains_for,
+    nvml_product_name,
     resource_slices,
 )
 from gpufleet.k8s.translate.node_objects import GpuNodeSpec
 from gpufleet.k8s.watch.connections import release
 from gpufleet.k8s.watch.informer import list_all
 from gpufleet.lab.errors import LabError
+from gpufleet.node_plugin import POOL_LABEL, SHARED_POOL
 
 GROUP, VERSION = "resource.k8s.io", "v1"
 # Beta in 1.36 and on by default; named so that a build or flag change that turns one off
@@ -64,7 +72,7 @@ def install_device_classes(api_client: Any) -> list[str]:
     from kubernetes import client
 
     custom = client.CustomObjectsApi(api_client)
-    classes = device_classes()
+    classes = [*device_classes(), share_device_class()]
     for dc in classes:
         _create(custom, "deviceclasses", dc)
     return [dc["metadata"]["name"] for dc in classes]
@@ -77,6 +85,33 @@ def _node_uids(api_client: Any, page: int = 500) -> dict[str, str]:
     return {n["metadata"]["name"]: n["metadata"]["uid"] for n in nodes}
 
 
+def shared_pool_slices(spec: GpuNodeSpec, node_uid: str) -> list[dict[str, Any]]:
+    """The slice gpufleet's node plugin would publish for ``spec``'s node, its GPUs as a device
+    file would list them (fake UUIDs, the catalog's memory and NVML product name, the instance's
+    NVLink islands); ``[]`` for a CPU-only node."""
+    from gpufleet.node_plugin.inventory import Gpu
+    from gpufleet.node_plugin.slices import desired_spec, slice_name
+
+    if spec.gpu_model is None or spec.gpus <= 0:
+        return []
+    catalog = default_gpu_catalog()
+    model = catalog[spec.gpu_model]
+    doms = nvlink_domains_for(spec)
+    major, minor = divmod(spec.cuda_version, 1000)
+    gpus = [Gpu.model_validate({
+        "uuid": f"GPU-{uuid.uuid5(uuid.NAMESPACE_URL, f'{spec.name}/{i}')}", "index": i,
+        "minor": i, "product": nvml_product_name(model.name, catalog),
+        "memoryMiB": model.memory_mib, "cudaDriverVersion": f"{major}.{minor // 10}",
+        **({"nvlinkDomain": doms[i]} if doms[i] >= 0 else {}),
+    }) for i in range(spec.gpus)]
+    return [{
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "ResourceSlice",
+        "metadata": {"name": slice_name(spec.name), "ownerReferences": [
+            {"apiVersion": "v1", "kind": "Node", "name": spec.name, "uid": node_uid}]},
+        "spec": desired_spec(spec.name, gpus),
+    }]
+
+
 def publish_slices(api_client: Any, specs: Iterable[GpuNodeSpec], workers: int = 8) -> int:
     """Create every GPU node's ResourceSlices, owned by its Node; returns how many."""
     from kubernetes import client
@@ -87,6 +122,9 @@ def publish_slices(api_client: Any, specs: Iterable[GpuNodeSpec], workers: int =
     for spec in specs:
         if spec.name not in uids:
             raise LabError(f"node {spec.name} does not exist; create it before its slices")
+        if spec.extra_labels.get(POOL_LABEL) == SHARED_POOL:
+            bodies += shared_pool_slices(spec, uids[spec.name])
+            continue
         bodies += resource_slices(
             spec, node_uid=uids[spec.name], nvlink_domains=nvlink_domains_for(spec)
         )

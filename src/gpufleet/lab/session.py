@@ -14,7 +14,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from gpufleet.lab.cluster import LabInfo, LabOptions, api_client, down, up
 from gpufleet.lab.dra import publish_slices
 from gpufleet.lab.errors import LabError
 from gpufleet.lab.fleet import create_nodes, wait_nodes_ready
+from gpufleet.node_plugin import POOL_LABEL
 
 
 @dataclass
@@ -77,8 +78,11 @@ class LabSession:
         capacity_type: str = "on-demand",
         mig_config: str | None = None,
         zone: str | None = None,
+        gpu_pool: str | None = None,
     ) -> list[str]:
-        """``count`` nodes of a catalog instance type, uniquely named (``prefix-<hex>-<i>``)."""
+        """``count`` nodes of a catalog instance type, uniquely named (``prefix-<hex>-<i>``);
+        ``gpu_pool`` labels them ``gpufleet.io/gpu-pool`` (``shared``: their GPUs are published
+        as gpufleet's node plugin would, :func:`gpufleet.lab.dra.shared_pool_slices`)."""
         it = default_instance_catalog()[instance_type]
         tag = uuid.uuid4().hex[:6]
         base = prefix or instance_type.replace(".", "-")
@@ -92,6 +96,9 @@ class LabSession:
             )
             for i in range(count)
         ]
+        if gpu_pool is not None:
+            specs = [replace(sp, extra_labels={**sp.extra_labels, POOL_LABEL: gpu_pool})
+                     for sp in specs]
         return self.add_nodes(specs)
 
     def namespace(self, prefix: str = "t", timeout_s: float = 30.0) -> str:

@@ -30,17 +30,18 @@ from gpufleet.k8s.dra.extended_claims import (
     extended_mappings,
     extended_requests,
 )
-from gpufleet.k8s.dra.shares import share_claim_template
+from gpufleet.k8s.dra.shares import share_claim_template, share_device_class
 from gpufleet.k8s.dra.slices import device_classes, resource_slices
 from gpufleet.k8s.schedule.cycle import device_mask, pending_units
 from gpufleet.k8s.translate.node_objects import node_object, spec_from_instance
 from gpufleet.k8s.translate.quantity import memory_mib
 from gpufleet.k8s.translate.snapshot import build_snapshot
+from gpufleet.lab.dra import shared_pool_slices
 from gpufleet.state import ResourceRequest
 
 CAT = default_gpu_catalog()
 IT = default_instance_catalog()
-CLASSES = {c["metadata"]["name"]: c for c in device_classes()}
+CLASSES = {c["metadata"]["name"]: c for c in [*device_classes(), share_device_class()]}
 PROFILE = "device.attributes['gpu.nvidia.com'].profile == '{}'"
 SHAREABLE = "device.allowMultipleAllocations == true"
 MEM = "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('{}')) == 0"
@@ -77,7 +78,7 @@ ASKS = [
     (claim(cls="mig.nvidia.com", count=2, cel=PROFILE.format("1g.5gb")), 0, None, 0,
      "one MIG device per request"),
     (claim(count=2, capacity={"memory": "1Gi"}), 0, None, 0, "a share is of one GPU"),
-    (claim(capacity={"cores": "1"}), 0, None, 0, "only memory is consumable"),
+    (claim(capacity={"cores": "1"}), 0, None, 0, "consumable on gpu.nvidia.com: memory"),
     (claim(cls="nic.example.com"), 0, None, 0, "DeviceClass 'nic.example.com' does not exist"),
     # a selector placement does not read is kept and evaluated per device (test_claims_cel.py)
     (claim(cel="device.attributes['gpu.nvidia.com'].minor == 3"), 1, None, 0, None),
@@ -163,8 +164,9 @@ def test_first_available_shares(body: dict[str, Any], options: tuple[Any, ...],
         return
     assert refusal is None
     (a,) = asks
+    cls = body["spec"]["devices"]["requests"][0]["firstAvailable"][0]["deviceClassName"]
     assert (a.request, a.class_name, a.count, a.share_memory_mib, a.product) == (
-        "gpu", "gpu.nvidia.com", 1, 0, None)
+        "gpu", cls, 1, 0, None)
     assert tuple((o.name, o.device_memory_mib, o.share_memory_mib) for o in a.options) == options
 
 
@@ -362,25 +364,33 @@ def test_a_milli_share_written_as_memory_reads_back_as_that_milli(dev_mib: int) 
     assert all(math.ceil((m * dev_mib // 1000) * 1000 / dev_mib) == m for m in range(1, 1001))
 
 
-@pytest.mark.parametrize(("body", "node", "gpu", "named", "memory", "milli"), [
-    # the shipped 0.25 template: the chosen device's size picks the subrequest
-    (templated(250), "t4", 2, "gpu/gpu-16gi", "4Gi", 250),  # T4: 16 GiB / 4
-    (templated(250), "a100", 3, "gpu/gpu-40gi", "10Gi", 250),  # A100-40GB: 40 GiB / 4
-    # ceil(0.05 × 16384) = 820 MiB; booked back as ceil(820 × 1000 / 16384) = 51 milli
-    (templated(50), "t4", 0, "gpu/gpu-16gi", "820Mi", 51),
+@pytest.mark.parametrize(("body", "node", "gpu", "named", "consumed", "milli"), [
+    # the shipped 0.25 template on the node plugin's GPUs: the chosen device's size picks the
+    # subrequest, which asks a quarter of the memory and 25 % of the cores
+    (templated(250), "t4s", 2, "gpu/gpu-16gi", {"memory": "4Gi", "cores": "25"}, 250),
+    (templated(250), "a100s", 3, "gpu/gpu-40gi", {"memory": "10Gi", "cores": "25"}, 250),
+    # ceil(0.05 × 16384) = 820 MiB, raised to the plugin's 1Gi minimum (its request policy, as
+    # kube-scheduler's allocator applies it); booked back as 1024 × 1000 / 16384 = 62.5 → 63
+    (templated(50), "t4s", 0, "gpu/gpu-16gi", {"memory": "1Gi", "cores": "5"}, 63),
+    # NVIDIA-shaped shareable devices (no policy): what the subrequest asks
+    (listed(sub("gpu-16gi", "16Gi", "4Gi")), "t4", 1, "gpu/gpu-16gi", {"memory": "4Gi"}, 250),
     # no subrequest for a 16 GiB device: nothing is written
     (listed(sub("gpu-80gi", "80Gi", "20Gi")), "t4", 0, None, None, 0),
 ])
 def test_first_available_allocation(body: dict[str, Any], node: str, gpu: int,
-                                    named: str | None, memory: str | None, milli: int) -> None:
+                                    named: str | None, consumed: dict[str, str] | None,
+                                    milli: int) -> None:
     """As kube-scheduler writes a prioritized list's result: ``<request>/<subrequest>``, a
     shareID, the subrequest's capacity consumed; class configs name the same request; and
     :func:`holdings` books the written share back as milli-GPU of that device's memory."""
-    nodes, _ = devices_by_node(slices("g4dn.12xlarge", "t4") + slices("p4d.24xlarge", "a100"),
-                               CAT)
+    plugin = [s for name, itype in (("t4s", "g4dn.12xlarge"), ("a100s", "p4d.24xlarge"))
+              for s in shared_pool_slices(spec_from_instance(IT[itype], name), f"uid-{name}")]
+    nodes, _ = devices_by_node(slices("g4dn.12xlarge", "t4") + slices("p4d.24xlarge", "a100")
+                               + plugin, CAT)
     classes = copy.deepcopy(CLASSES)
     opaque = {"driver": "gpu.nvidia.com", "parameters": {"sharing": {"strategy": "MPS"}}}
-    classes["gpu.nvidia.com"]["spec"]["config"] = [{"opaque": opaque}]
+    cls = body["spec"]["devices"]["requests"][0]["firstAvailable"][0]["deviceClassName"]
+    classes[cls]["spec"]["config"] = [{"opaque": opaque}]
     (ask,) = claim_asks(body, classes)[0]
     bind = Bind("ns/p", node, (gpu,), 250)
     got = allocation(body, ask, bind, nodes[node], classes)
@@ -390,14 +400,15 @@ def test_first_available_allocation(body: dict[str, Any], node: str, gpu: int,
     assert got is not None
     (r,) = got["devices"]["results"]
     assert (r["request"], r["pool"], r["device"], r["consumedCapacity"]) == (
-        named, node, f"gpu-{gpu}", {"memory": memory})
+        named, node, f"gpu-{gpu}", consumed)
     again = allocation(body, ask, bind, nodes[node], classes)
     assert again is not None and again["devices"]["results"][0]["shareID"] != r["shareID"]
     assert got["devices"]["config"] == [{"source": "FromClass", "requests": [named],
                                          "opaque": opaque}]
     (h,) = holdings([{**body, "status": {"allocation": got}}], nodes, CAT)[0]
+    assert consumed is not None
     assert (h.bind.gpus, h.bind.milli_per_gpu, h.request.gpu_memory_mib) == (
-        (gpu,), milli, memory_mib(memory))
+        (gpu,), milli, memory_mib(consumed["memory"]))
 
 
 def test_claim_assume_overlay() -> None:

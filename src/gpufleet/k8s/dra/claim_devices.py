@@ -37,7 +37,7 @@ from fractions import Fraction
 from typing import Any
 
 from gpufleet.catalog.gpus import GpuCatalog, default_gpu_catalog
-from gpufleet.k8s.dra.slices import DRIVER, device_attribute
+from gpufleet.k8s.dra.slices import GPU_DRIVERS, device_attribute
 from gpufleet.k8s.translate.node_selector import matches_node_selector
 from gpufleet.k8s.translate.pods import TERMINAL_PHASES, pod_key
 from gpufleet.k8s.translate.quantity import quantity
@@ -198,8 +198,8 @@ def _gpu_indices(devices: Mapping[DeviceKey, _Published]) -> dict[tuple[str, int
     row numbers its GPUs."""
     minors: dict[str, set[int]] = defaultdict(set)
     for (driver, _, _), pub in devices.items():
-        m = device_attribute(pub.raw, "minor")
-        if driver == DRIVER and isinstance(m, int):
+        m = device_attribute(pub.raw, "minor", driver)
+        if driver in GPU_DRIVERS and isinstance(m, int):
             minors[pub.node].add(m)
     return {(node, m): i for node, ms in minors.items() for i, m in enumerate(sorted(ms))}
 
@@ -248,7 +248,7 @@ def judge_claims(claims: Iterable[Mapping[str, Any]], slices: Iterable[Mapping[s
 
     def gpu_of(key: DeviceKey) -> int | None:
         pub = devices.get(key)
-        m = device_attribute(pub.raw, "minor") if pub else None
+        m = device_attribute(pub.raw, "minor", key[0]) if pub else None
         return index.get((pub.node, m)) if pub and isinstance(m, int) else None
 
     def finding(key: DeviceKey, kind: str, allocs: Iterable[Allocation], detail: str) -> None:
@@ -282,7 +282,7 @@ def judge_claims(claims: Iterable[Mapping[str, Any]], slices: Iterable[Mapping[s
                 where[ck] = (pub.node, gpu_of(key))
             for cname, amount in counters.items():
                 used_counters[ck][cname] += amount
-        if key[0] == DRIVER and (g := gpu_of(key)) is not None:
+        if key[0] in GPU_DRIVERS and (g := gpu_of(key)) is not None:
             out.gpu_uses.setdefault(pub.node, {}).setdefault(g, []).extend(
                 _gpu_use(a, pub, catalog) for a in allocs)
     for ck, used in sorted(used_counters.items()):

@@ -46,6 +46,7 @@ import re
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from gpufleet.catalog.gpus import GpuCatalog
@@ -53,23 +54,31 @@ from gpufleet.decisions import Bind, MigSlot
 from gpufleet.k8s.dra import cel
 from gpufleet.k8s.dra.cel import SelectorError
 from gpufleet.k8s.dra.devices import Device, NodeDevices
-from gpufleet.k8s.dra.slices import DRIVER, device_attribute
-from gpufleet.k8s.translate.quantity import memory_mib
+from gpufleet.k8s.dra.slices import DRIVER, GPU_DRIVERS, GPUFLEET_DRIVER, device_attribute
+from gpufleet.k8s.translate.quantity import memory_mib, quantity
 from gpufleet.state import GPU_MILLI, ResourceRequest
 
 FINALIZER = "resource.kubernetes.io/delete-protection"
 
+_DOMAIN = r"""['"](gpu\.nvidia\.com|gpu\.gpufleet\.io)['"]"""  # the GPU drivers' domains
 _TERM = re.compile(
-    r"""^device\.attributes\[['"]gpu\.nvidia\.com['"]\]\.(\w+)\s*==\s*['"]([^'"]*)['"]$""")
+    rf"""^device\.attributes\[{_DOMAIN}\]\.(\w+)\s*==\s*['"]([^'"]*)['"]$""")
 _DRIVER_TERM = re.compile(r"""^device\.driver\s*==\s*['"]([^'"]*)['"]$""")
 # what shares' templates select: shareable devices of exactly one memory size
 _MEMORY_TERM = re.compile(
-    r"""^device\.capacity\[['"]gpu\.nvidia\.com['"]\]\.memory\.compareTo\("""
+    rf"""^device\.capacity\[{_DOMAIN}\]\.memory\.compareTo\("""
     r"""\s*quantity\(\s*['"]([^'"]+)['"]\s*\)\s*\)\s*==\s*0$""")
 _SHAREABLE_TERM = re.compile(r"^device\.allowMultipleAllocations\s*==\s*true$")
 _READ = ("type", "profile", "productName")
 # the terms that are no attribute (read only in a firstAvailable share's subrequests)
 MEMORY, SHAREABLE = "capacity.memory", "allowMultipleAllocations"
+# the driver a request's devices must be of: its ``device.driver ==`` term, or the domain of an
+# attribute or capacity term placement reads (those exist only on that driver's devices)
+DRIVER_KEY = "driver"
+# consumable capacities a share may ask: memory on either driver's GPU; ``cores`` (percent of
+# the SMs) on gpufleet's node plugin's
+SHARE_CAPACITIES = {DRIVER: frozenset({"memory"}),
+                    GPUFLEET_DRIVER: frozenset({"memory", "cores"})}
 
 
 def claim_key(claim: Mapping[str, Any]) -> str:
@@ -144,23 +153,28 @@ def _selector_terms(selectors: Any, where: str, label: str, share_terms: bool
             return out, (), f"{where}: a selector without a CEL expression"
         whole = True
         for term in _split_and(expr):
+            domain = None
             if (m := _DRIVER_TERM.match(term)) is not None:
-                if m.group(1) != DRIVER:
-                    return out, (), f"{where}: selects driver {m.group(1)!r}, not {DRIVER}"
-                continue
-            if share_terms and _SHAREABLE_TERM.match(term):
+                if m.group(1) not in GPU_DRIVERS:
+                    return out, (), (f"{where}: selects driver {m.group(1)!r}, not "
+                                     f"{' or '.join(GPU_DRIVERS)}")
+                key, value = DRIVER_KEY, m.group(1)
+            elif share_terms and _SHAREABLE_TERM.match(term):
                 key, value = SHAREABLE, "true"
             elif share_terms and (m := _MEMORY_TERM.match(term)) is not None \
-                    and memory_mib(m.group(1)) > 0:
-                key, value = MEMORY, str(memory_mib(m.group(1)))
-            elif (m := _TERM.match(term)) is not None and m.group(1) in _READ:
-                key, value = m.group(1), m.group(2)
+                    and memory_mib(m.group(2)) > 0:
+                key, value, domain = MEMORY, str(memory_mib(m.group(2))), m.group(1)
+            elif (m := _TERM.match(term)) is not None and m.group(2) in _READ:
+                key, value, domain = m.group(2), m.group(3), m.group(1)
             else:
                 whole = False
                 continue
-            if out.get(key, value) != value:
-                return out, (), f"{where}: {key} selected twice, differently"
-            out[key] = value
+            for k, v in ((key, value), (DRIVER_KEY, domain)):
+                if v is None:
+                    continue
+                if out.get(k, v) != v:
+                    return out, (), f"{where}: {k} selected twice, differently"
+                out[k] = v
         if not whole:
             kept.append(Selector(f"{label}: selector #{i}", expr))
     return out, tuple(kept), None
@@ -175,6 +189,7 @@ class ShareOption:
     device_memory_mib: int
     share_memory_mib: int
     cel: tuple[Selector, ...] = ()  # its class's and its own selectors placement does not read
+    capacity: tuple[tuple[str, str], ...] = ()  # its capacity requests besides memory
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +209,8 @@ class ClaimAsk:
     # the class's and the request's selectors placement does not read, evaluated per device
     # (:func:`selector_nodes`); a firstAvailable share's are its options'
     cel: tuple[Selector, ...] = ()
+    driver: str | None = None  # the GPU driver whose devices it selects (None: either)
+    capacity: tuple[tuple[str, str], ...] = ()  # capacity requests besides memory (``cores``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +222,7 @@ class _Read:
     terms: dict[str, str]
     share: int  # capacity.requests.memory in MiB (0: none)
     cel: tuple[Selector, ...] = ()
+    capacity: tuple[tuple[str, str], ...] = ()  # the other capacity requests, as written
 
 
 def _device_request(ex: Mapping[str, Any], classes: Mapping[str, Mapping[str, Any]], where: str,
@@ -228,11 +246,16 @@ def _device_request(ex: Mapping[str, Any], classes: Mapping[str, Mapping[str, An
     if (ex.get("allocationMode") or "ExactCount") != "ExactCount":
         return None, f"{where}: allocationMode {ex.get('allocationMode')!r} (only ExactCount)"
     n = int(ex.get("count") or 1)
-    kind = terms.get("type")
+    driver = terms.get(DRIVER_KEY)
+    # the node plugin publishes whole GPUs only: its devices need no type term
+    kind = terms.get("type") or ("gpu" if driver == GPUFLEET_DRIVER else None)
     cap = ((ex.get("capacity") or {}).get("requests") or {})
     share = memory_mib(cap.get("memory")) if cap.get("memory") is not None else 0
-    if set(cap) - {"memory"}:
-        return None, f"{where}: capacity {sorted(cap)} (only memory is consumable)"
+    consumable = SHARE_CAPACITIES.get(driver or DRIVER, frozenset({"memory"}))
+    if set(cap) - consumable:
+        return None, (f"{where}: capacity {sorted(cap)} (consumable on {driver or DRIVER}: "
+                      f"{', '.join(sorted(consumable))})")
+    others = tuple(sorted((str(k), str(v)) for k, v in cap.items() if k != "memory"))
     if kind == "mig":
         if "profile" not in terms:
             return None, f"{where}: a MIG device needs a profile selector"
@@ -245,7 +268,7 @@ def _device_request(ex: Mapping[str, Any], classes: Mapping[str, Mapping[str, An
             return None, f"{where}: a share is of one GPU (count 1)"
     else:
         return None, f"{where}: DeviceClass {cname} does not select one device type"
-    return _Read(cname, n, terms, share, cel + mine), None
+    return _Read(cname, n, terms, share, cel + mine, others), None
 
 
 def _first_available(key: str, name: str, subs: Any, classes: Mapping[str, Mapping[str, Any]],
@@ -258,7 +281,7 @@ def _first_available(key: str, name: str, subs: Any, classes: Mapping[str, Mappi
     shape = ("a firstAvailable gpufleet allocates lists shares of one GPU each selecting "
              "allowMultipleAllocations and exactly one memory size")
     options: list[ShareOption] = []
-    firsts: set[tuple[str, str | None]] = set()
+    firsts: set[tuple[str, str | None, str | None]] = set()
     for j, sub in enumerate(subs):
         sname = str((sub or {}).get("name", j))
         got, why = _device_request(sub or {}, classes, f"{where} subrequest {sname!r}", key,
@@ -266,18 +289,19 @@ def _first_available(key: str, name: str, subs: Any, classes: Mapping[str, Mappi
         if why or got is None:
             return None, why
         t = got.terms
-        if t.get("type") != "gpu" or not got.share or got.count != 1 or MEMORY not in t \
+        kind = t.get("type") or ("gpu" if t.get(DRIVER_KEY) == GPUFLEET_DRIVER else None)
+        if kind != "gpu" or not got.share or got.count != 1 or MEMORY not in t \
                 or t.get(SHAREABLE) != "true":
             return None, f"{where} subrequest {sname!r}: {shape}"
         size = int(t[MEMORY])
         if any(o.device_memory_mib == size for o in options):
             return None, f"{where}: two subrequests select {size} MiB devices"
-        options.append(ShareOption(sname, size, got.share, got.cel))
-        firsts.add((got.class_name, t.get("productName")))
+        options.append(ShareOption(sname, size, got.share, got.cel, got.capacity))
+        firsts.add((got.class_name, t.get("productName"), t.get(DRIVER_KEY)))
     if len(firsts) != 1:
-        return None, f"{where}: subrequests of different DeviceClasses or products"
-    ((cname, product),) = firsts
-    return ClaimAsk(key, name, cname, 1, None, 0, product, tuple(options)), None
+        return None, f"{where}: subrequests of different DeviceClasses or products, or drivers"
+    ((cname, product, driver),) = firsts
+    return ClaimAsk(key, name, cname, 1, None, 0, product, tuple(options), driver=driver), None
 
 
 def claim_asks(claim: Mapping[str, Any], classes: Mapping[str, Mapping[str, Any]]
@@ -303,7 +327,8 @@ def claim_asks(claim: Mapping[str, Any], classes: Mapping[str, Mapping[str, Any]
         if why or got is None:
             return [], why
         asks.append(ClaimAsk(key, name, got.class_name, got.count, got.terms.get("profile"),
-                             got.share, got.terms.get("productName"), cel=got.cel))
+                             got.share, got.terms.get("productName"), cel=got.cel,
+                             driver=got.terms.get(DRIVER_KEY), capacity=got.capacity))
     return asks, None
 
 
@@ -328,7 +353,10 @@ def candidate_devices(ask: ClaimAsk, node: NodeDevices
         if ask.profile is not None else [node.whole[g] for g in sorted(node.whole)]
     out: list[tuple[Device, tuple[Selector, ...]]] = []
     for d in devs:
-        if ask.product is not None and device_attribute(d.raw or {}, "productName") != ask.product:
+        if ask.driver is not None and d.driver != ask.driver:
+            continue
+        if ask.product is not None and device_attribute(
+                d.raw or {}, "productName", d.driver) != ask.product:
             continue
         if ask.options:
             opt = next((o for o in ask.options if o.device_memory_mib == d.memory_mib), None)
@@ -386,11 +414,11 @@ def selector_nodes(ask: ClaimAsk, nodes: Mapping[str, NodeDevices],
     devices are the same objects."""
     sels = _selectors_of(ask)
     if not sels:
-        return None, None
+        return _driver_nodes(ask, nodes, memo)
     for sel in sels:  # a compile error fails every device: said even where none is published
         if (text := cel.compile_selector(sel.expression).error) is not None:
             return frozenset(), f"{sel.label}: {SelectorError(sel.expression, text, compile=True)}"
-    key = (ask.profile, ask.product, tuple((o.device_memory_mib, tuple(
+    key = (ask.driver, ask.profile, ask.product, tuple((o.device_memory_mib, tuple(
         s.expression for s in o.cel)) for o in ask.options),
         tuple(s.expression for s in ask.cel))
     judged = memo.get(key) if memo is not None else None
@@ -416,6 +444,25 @@ def selector_nodes(ask: ClaimAsk, nodes: Mapping[str, NodeDevices],
                              f"{sels[0].expression!r}")
     return frozenset(), (f"claim {ask.claim}: no published {_kind(ask)} device matches its "
                          f"selectors ({'; '.join(repr(s.expression) for s in sels)})")
+
+
+def _driver_nodes(ask: ClaimAsk, nodes: Mapping[str, NodeDevices], memo: dict[Any, Any] | None
+                  ) -> tuple[frozenset[str] | None, str | None]:
+    """The nodes whose GPUs ``ask``'s driver publishes (None: every node with devices; a fleet
+    of one GPU driver needs no restriction), or why none can serve it."""
+    if ask.driver is None:
+        return None, None
+    key = ("driver", ask.driver)
+    got = memo.get(key) if memo is not None else None
+    if got is None:
+        have = frozenset(n for n, d in nodes.items() if d.driver == ask.driver)
+        got = (None if len(have) == len(nodes) else have,)
+        if memo is not None:
+            memo[key] = got
+    (admits,) = got
+    if admits is not None and not admits:
+        return admits, f"claim {ask.claim}: no node publishes {ask.driver} GPUs"
+    return admits, None
 
 
 def _kind(ask: ClaimAsk) -> str:
@@ -554,16 +601,16 @@ def holdings(claims: Iterable[Mapping[str, Any]], nodes: Mapping[str, NodeDevice
     results) that could not be read, with why (a device no slice publishes any more)."""
     out: list[Holding] = []
     bad: dict[str, str] = {}
-    by_pool = {(d.pool, d.name): (n, d) for n in nodes.values() for d in n.by_name.values()}
+    by_key = {d.key: (n, d) for n in nodes.values() for d in n.by_name.values()}
     for c in claims:
         alloc = (c.get("status") or {}).get("allocation")
         if not alloc:
             continue
         key = claim_key(c)
         for r in ((alloc.get("devices") or {}).get("results") or ()):
-            if r.get("driver") != DRIVER:
+            if r.get("driver") not in GPU_DRIVERS:
                 continue
-            found = by_pool.get((str(r.get("pool")), str(r.get("device"))))
+            found = by_key.get((str(r.get("driver")), str(r.get("pool")), str(r.get("device"))))
             if found is None:
                 bad[key] = f"device {r.get('pool')}/{r.get('device')} is not published"
                 continue
@@ -593,6 +640,28 @@ def holdings(claims: Iterable[Mapping[str, Any]], nodes: Mapping[str, NodeDevice
     return out, bad
 
 
+def taint_holdings(nodes: Mapping[str, NodeDevices], catalog: GpuCatalog) -> list[Holding]:
+    """What a tainted device (:func:`~.devices.blocking_taint`) withholds from placement: its
+    whole GPU or its MIG slot, booked as taken (the part no claim holds yet)."""
+    out: list[Holding] = []
+    for node in nodes.values():
+        for dev in node.tainted:
+            job = f"taint:{dev.driver}/{dev.pool}/{dev.name}"
+            slot: MigSlot | None = None
+            if dev.profile is not None:
+                slot = MigSlot(dev.gpu, dev.profile, dev.start)
+            elif dev.gpu in node.inventory.mig_gpus:
+                slot = _full_slot(node, dev, catalog)
+            if slot is not None:
+                out.append(Holding(job, node.node, ResourceRequest(num_gpu=1,
+                                                                   mig_profile=slot.profile),
+                                   Bind(job, node.node, (), 0, (slot,))))
+            else:
+                out.append(Holding(job, node.node, ResourceRequest(num_gpu=1),
+                                   Bind(job, node.node, (dev.gpu,), GPU_MILLI)))
+    return out
+
+
 # -- Bind → status.allocation -----------------------------------------------------------------
 
 
@@ -603,6 +672,64 @@ def node_selector(node: str) -> dict[str, Any]:
 
 def _mib_quantity(mib: int) -> str:
     return f"{mib // 1024}Gi" if mib % 1024 == 0 else f"{mib}Mi"
+
+
+def _round_up(requested: Decimal, policy: Mapping[str, Any]) -> Decimal:
+    """A capacity request as the device's ``requestPolicy`` makes it (kube's allocator): up to
+    the next valid value, or into the valid range at its step."""
+    values = sorted(q for v in policy.get("validValues") or () if (q := quantity(v)) is not None)
+    if values:
+        return next((v for v in values if v >= requested), requested)
+    rng = policy.get("validRange") or {}
+    low = quantity(rng.get("min"))
+    if low is None:
+        return requested
+    if requested <= low:
+        return low
+    step = quantity(rng.get("step"))
+    if step:
+        return low + math.ceil((requested - low) / step) * step
+    return requested
+
+
+def _quantity_text(q: Decimal, binary: bool) -> str:
+    if binary:
+        mib = q / (1 << 20)
+        if mib == int(mib):
+            return _mib_quantity(int(mib))
+    return str(int(q)) if q == int(q) else f"{q.normalize():f}"
+
+
+def consumed_capacity(device: Mapping[str, Any], memory_used_mib: int,
+                      requests: Iterable[tuple[str, str]] = ()) -> dict[str, str]:
+    """``consumedCapacity`` of one allocation of a shareable device, as kube-scheduler's
+    allocator writes it: every capacity the device has — memory ``memory_used_mib`` (what
+    placement planned), the others as requested — raised to the capacity's request policy; a
+    capacity not requested takes the policy's default, or all of it without one."""
+    asked = dict(requests)
+    out: dict[str, str] = {}
+    for name, cap in ((device.get("capacity") or {}).items()):
+        if not isinstance(cap, Mapping):
+            continue
+        policy = cap.get("requestPolicy") or {}
+        value = quantity(cap.get("value"))
+        if name == "memory":
+            want: Decimal | None = Decimal(memory_used_mib) * (1 << 20)
+        else:
+            want = quantity(asked.get(name))
+        if want is None:
+            got = quantity(policy.get("default")) if policy else None
+            got = value if got is None else got
+        else:
+            got = _round_up(want, policy) if policy else want
+        if got is None:
+            continue
+        if value is not None:
+            got = min(got, value)
+        out[str(name)] = _quantity_text(got, binary=name == "memory")
+    if "memory" not in out:  # a device publishing no memory capacity: what was planned
+        out["memory"] = _mib_quantity(memory_used_mib)
+    return out
 
 
 def allocation(claim: Mapping[str, Any], ask: ClaimAsk, bind: Bind, node: NodeDevices,
@@ -625,7 +752,10 @@ def allocation(claim: Mapping[str, Any], ask: ClaimAsk, bind: Bind, node: NodeDe
             if opt is None or len(devs) != 1:
                 return None
             request, share = f"{ask.request}/{opt.name}", opt.share_memory_mib
-        res: dict[str, Any] = {"request": request, "driver": DRIVER, "pool": d.pool,
+            others = opt.capacity
+        else:
+            others = ask.capacity
+        res: dict[str, Any] = {"request": request, "driver": d.driver, "pool": d.pool,
                                "device": d.name}
         if share and not d.shareable:
             return None
@@ -639,7 +769,7 @@ def allocation(claim: Mapping[str, Any], ask: ClaimAsk, bind: Bind, node: NodeDe
                 used = min(d.memory_mib, max(
                     share, bind.milli_per_gpu * d.memory_mib // GPU_MILLI))
             res["shareID"] = str(uuid.uuid4())
-            res["consumedCapacity"] = {"memory": _mib_quantity(used)}
+            res["consumedCapacity"] = consumed_capacity(d.raw or {}, used, others)
         results.append(res)
     config: list[dict[str, Any]] = []
     for cfg in ((classes.get(ask.class_name) or {}).get("spec") or {}).get("config") or ():

@@ -2,8 +2,11 @@
 
 A pod asks a share of one GPU with KAI's annotation ``gpu-fraction: "0.25"``
 (:mod:`gpufleet.k8s.translate.pods`). With Dynamic Resource Allocation the share must be a
-ResourceClaim — a request on a shareable ``gpu.nvidia.com`` device (``allowMultipleAllocations``)
-with a capacity request of fraction × the device's memory — and ``spec.resourceClaims`` cannot
+ResourceClaim — a request on a device of gpufleet's node plugin (``gpu.gpufleet.io``, the
+DeviceClass :data:`SHARE_CLASS` ``share.gpu.gpufleet.io``: one shareable device per GPU with
+``memory`` and ``cores`` capacity, docs/node-plugin.md) asking fraction × the device's memory and
+fraction × 100 % of its SMs, which the plugin makes MPS limits on the node — and
+``spec.resourceClaims`` cannot
 change after the pod is created. So a MutatingAdmissionPolicy (admissionregistration.k8s.io/v1, GA
 in Kubernetes 1.36; CEL in the API server, no webhook server) adds it at creation:
 
@@ -11,7 +14,8 @@ in Kubernetes 1.36; CEL in the API server, no webhook server) adds it at creatio
   get", only absolute capacities; so each template is one request with a prioritized list
   (``firstAvailable``, GA) of one subrequest per GPU memory size in the catalog (12Gi … 141Gi,
   7 sizes; the API allows 8): the subrequest selects shareable devices of exactly that memory
-  and asks ``memory: ceil(milli × size / 1000)`` MiB. Whichever GPU the scheduler picks, exactly
+  and asks ``memory: ceil(milli × size / 1000)`` MiB and ``cores: floor(milli / 10)`` percent
+  (:func:`share_cores`). Whichever GPU the scheduler picks, exactly
   one subrequest fits it. Shipped shares (:data:`SHARE_MILLIS`): every 0.05 and every eighth,
   24 templates named ``gpu-share-<milli>`` (``gpu-share-250``). ResourceClaimTemplates are
   namespaced: install them in each namespace whose pods use fractions.
@@ -23,7 +27,11 @@ in Kubernetes 1.36; CEL in the API server, no webhook server) adds it at creatio
   namespaces labelled :data:`NAMESPACE_LABEL` (``deploy/dra``) or named in the chart's values:
   a pod elsewhere, or without the annotation, is left as it was.
 
-``deploy/dra/gpu-share-*.yaml`` and the chart's ``files/`` are these functions' output (a unit
+Shared-GPU nodes run gpufleet's node plugin; whole-GPU and MIG nodes keep NVIDIA's driver
+(docs/install.md). The templates select the plugin's devices by the catalog's memory sizes.
+
+``deploy/dra/gpu-share-*.yaml`` (the DeviceClass with the policy) and the chart's ``files/`` are
+these functions' output (a unit
 test keeps them equal).
 """
 
@@ -32,13 +40,16 @@ from __future__ import annotations
 from typing import Any
 
 from gpufleet.catalog.gpus import GpuCatalog, default_gpu_catalog
-from gpufleet.k8s.dra.slices import API_VERSION, DRIVER, GPU_CLASS
+from gpufleet.k8s.dra.slices import API_VERSION, GPUFLEET_DRIVER
 from gpufleet.k8s.translate import names
 from gpufleet.k8s.translate.pod_fields import FRACTION_PATTERN
 
 ADMISSION_API = "admissionregistration.k8s.io/v1"
 POLICY_NAME = "gpufleet-gpu-fraction"
 CLAIM_NAME = "gpu-share"  # the pod's name for its share claim
+# the DeviceClass of shared GPUs: the devices gpufleet's node plugin publishes
+SHARE_CLASS = "share.gpu.gpufleet.io"
+CORES = 100  # the node plugin's ``cores`` capacity: percent of the GPU's SMs
 TEMPLATE_PREFIX = "gpu-share-"
 NAMESPACE_LABEL = ("gpufleet.io/gpu-shares", "enabled")
 # every 0.05 and every eighth of a GPU
@@ -60,6 +71,26 @@ def memory_sizes(catalog: GpuCatalog | None = None) -> list[int]:
     return sorted({m.memory_mib for m in catalog.models.values()})
 
 
+def share_cores(milli: int) -> int:
+    """The SM percentage a share of ``milli``/1000 asks: rounded down (at least 1), so shares
+    that sum to at most one GPU never ask more than 100 % between them (eight 0.125 shares ask
+    12 % each)."""
+    return max(1, milli * CORES // 1000)
+
+
+def share_device_class() -> dict[str, Any]:
+    """The DeviceClass :data:`SHARE_CLASS`: every device of gpufleet's node plugin
+    (``gpu.gpufleet.io``), a GPU several claims may share. A claim on it without capacity
+    requests takes a whole GPU (the plugin's request policy defaults to all of it)."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "DeviceClass",
+        "metadata": {"name": SHARE_CLASS, "labels": {"app.kubernetes.io/part-of": "gpufleet"}},
+        "spec": {"selectors": [{"cel": {"expression":
+                                        f"device.driver == '{GPUFLEET_DRIVER}'"}}]},
+    }
+
+
 def share_claim_template(milli: int, catalog: GpuCatalog | None = None) -> dict[str, Any]:
     """The ResourceClaimTemplate for ``milli``/1000 of one GPU (no namespace: install it into
     each namespace that uses fractions)."""
@@ -68,12 +99,13 @@ def share_claim_template(milli: int, catalog: GpuCatalog | None = None) -> dict[
         size = _mib_text(mib)
         subrequests.append({
             "name": f"gpu-{size.lower()}",
-            "deviceClassName": GPU_CLASS,
+            "deviceClassName": SHARE_CLASS,
             "selectors": [{"cel": {"expression": (
                 "device.allowMultipleAllocations == true && "
-                f"device.capacity['{DRIVER}'].memory.compareTo(quantity('{size}')) == 0"
+                f"device.capacity['{GPUFLEET_DRIVER}'].memory.compareTo(quantity('{size}')) == 0"
             )}}],
-            "capacity": {"requests": {"memory": _mib_text(-(-milli * mib // 1000))}},
+            "capacity": {"requests": {"memory": _mib_text(-(-milli * mib // 1000)),
+                                      "cores": str(share_cores(milli))}},
         })
     return {
         "apiVersion": API_VERSION,
@@ -169,12 +201,12 @@ def manifest_files(catalog: GpuCatalog | None = None) -> dict[str, str]:
                      "kubectl apply -n <namespace> -f deploy/dra/gpu-share-templates.yaml")
     return {
         "deploy/dra/gpu-share-policy.yaml": dump(
-            [fraction_policy(), fraction_policy_binding()],
+            [share_device_class(), fraction_policy(), fraction_policy_binding()],
             f"acts in the namespaces labelled {key}={value} (kubectl label namespace <ns> "
             f"{key}={value})"),
         "deploy/dra/gpu-share-templates.yaml": templates,
         "charts/gpufleet/files/gpu-share-policy.yaml": dump(
-            [fraction_policy()], "rendered by templates/80-gpu-shares.yaml"),
+            [share_device_class(), fraction_policy()], "rendered by templates/80-gpu-shares.yaml"),
         "charts/gpufleet/files/gpu-share-templates.yaml": templates,
     }
 

@@ -57,6 +57,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 from gpufleet.catalog.gpus import GpuCatalog, GpuModel, MigProfile, default_gpu_catalog
@@ -75,6 +76,10 @@ from gpufleet.k8s.translate.quantity import memory_mib
 
 API_VERSION = "resource.k8s.io/v1"
 DRIVER = "gpu.nvidia.com"
+# gpufleet's node plugin (``gpufleet node-plugin``), the driver of shared-GPU pools: one shareable
+# device per GPU with NVIDIA's attribute names, so its GPUs read as NVIDIA's do
+GPUFLEET_DRIVER = "gpu.gpufleet.io"
+GPU_DRIVERS = (DRIVER, GPUFLEET_DRIVER)
 ATTR_NVLINK_DOMAIN = "gpu.gpufleet.io/nvlinkDomain"
 ATTR_PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
 GPU_CLASS = "gpu.nvidia.com"
@@ -382,6 +387,7 @@ class SliceProblem:
 class SliceInventory:
     inventory: GpuInventory | None  # None: no usable GPU device on the node
     problems: tuple[SliceProblem, ...]
+    driver: str = DRIVER  # the GPU driver whose devices these are
 
 
 def inventory_of_node_spec(spec: NodeSpec) -> GpuInventory:
@@ -393,12 +399,17 @@ def inventory_of_node_spec(spec: NodeSpec) -> GpuInventory:
     )
 
 
-def device_attribute(device: Mapping[str, Any], name: str) -> Any:
+def device_attribute(device: Mapping[str, Any], name: str, driver: str = DRIVER) -> Any:
     """An attribute's value whether published bare (``productName``) or qualified with the
-    driver's domain (``gpu.nvidia.com/productName``, the same attribute to the API); also read
-    by :mod:`.claim_devices`."""
+    driver's domain (``gpu.nvidia.com/productName``, the same attribute to the API); a
+    qualified ``name`` in the driver's own domain also finds it bare. Also read by
+    :mod:`.claim_devices`."""
     attrs = device.get("attributes")
-    raw = _get(attrs, name) or _get(attrs, f"{DRIVER}/{name}")
+    domain, sep, ident = name.rpartition("/")
+    if sep:
+        raw = _get(attrs, name) or (_get(attrs, ident) if domain == driver else None)
+    else:
+        raw = _get(attrs, name) or _get(attrs, f"{driver}/{name}")
     if not isinstance(raw, Mapping):
         return None
     for kind in ("string", "int", "bool", "version"):
@@ -434,7 +445,10 @@ def _cuda_of(version: Any) -> int | None:
 def inventory_from_slices(
     slices: Iterable[Mapping[str, Any]], catalog: GpuCatalog | None = None
 ) -> SliceInventory:
-    """One node's GPU inventory from its ``gpu.nvidia.com`` slices (other drivers' are ignored).
+    """One node's GPU inventory from its GPU driver's slices (other drivers' are ignored):
+    NVIDIA's ``gpu.nvidia.com``, or gpufleet's node plugin ``gpu.gpufleet.io`` on a shared-GPU
+    node. A node's GPUs are one driver's: where both publish, NVIDIA's count and the other
+    driver's slices are reported as a problem (two drivers must not run on the same GPUs).
 
     GPUs are the distinct ``minor`` numbers of ``type: gpu`` devices and of MIG devices'
     parents; a GPU with MIG devices is a MIG GPU; ``mig_resources`` counts MIG devices per
@@ -442,11 +456,21 @@ def inventory_from_slices(
     of an older pool generation than the newest seen is skipped, as the scheduler does."""
     catalog = catalog or default_gpu_catalog()
     problems: list[SliceProblem] = []
-    mine = [
+    gpu_slices = [
         s for s in slices
         if isinstance(s, Mapping) and isinstance(s.get("spec"), Mapping)
-        and s["spec"].get("driver") == DRIVER
+        and s["spec"].get("driver") in GPU_DRIVERS
     ]
+    drivers = {str(s["spec"]["driver"]) for s in gpu_slices}
+    driver = DRIVER if DRIVER in drivers or not drivers else GPUFLEET_DRIVER
+    mine = [s for s in gpu_slices if s["spec"]["driver"] == driver]
+    for s in gpu_slices:
+        if s["spec"]["driver"] != driver:
+            problems.append(SliceProblem(
+                str(_get(s.get("metadata"), "name") or "?"), "", "spec.driver",
+                f"{s['spec']['driver']} publishes GPUs on a node whose GPUs {driver} publishes "
+                "(run one GPU driver per node); its devices are not counted"))
+    _attr = partial(device_attribute, driver=driver)
     newest: dict[str, int] = {}
     for s in mine:
         pool = _get(s["spec"], "pool")
@@ -539,7 +563,7 @@ def inventory_from_slices(
             elif not memory:
                 memory = memory_mib(_get(_get(dev.get("capacity"), "memory"), "value"))
     if not minors:
-        return SliceInventory(None, tuple(problems))
+        return SliceInventory(None, tuple(problems), driver)
     model = next(iter(models))
     gm = catalog[model]
     # Minors are the driver's numbering; the FleetState row indexes GPUs 0..n-1 in minor order.
@@ -557,4 +581,4 @@ def inventory_from_slices(
         mig_resources=dict(mig_counts),
         nvlink_domains=tuple(nvlink.get(m, -1) for m in sorted(minors)) if nvlink else (),
     )
-    return SliceInventory(inv, tuple(problems))
+    return SliceInventory(inv, tuple(problems), driver)

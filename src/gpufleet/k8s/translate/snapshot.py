@@ -19,7 +19,7 @@ import numpy as np
 from gpufleet.catalog.gpus import GpuCatalog, default_gpu_catalog
 from gpufleet.decisions import Bind
 from gpufleet.k8s.dra.claim_view import DraWorld, PodClaims, resolve
-from gpufleet.k8s.dra.claims import holdings
+from gpufleet.k8s.dra.claims import holdings, taint_holdings
 from gpufleet.k8s.translate.assume import AssumeCache, Overlay
 from gpufleet.k8s.translate.nodes import NodeSpec, node_spec
 from gpufleet.k8s.translate.pods import PodInfo, pod_info, requeued_keys
@@ -294,6 +294,13 @@ def _book_claims(snap: Snapshot, dra: DraWorld, cat: GpuCatalog) -> None:
             state.allocate(h.request, h.bind, bind_masks(state, h.bind, cat))
         except ValueError as exc:
             snap.unaccounted[f"claim {h.claim}"] = str(exc)
+            _book_rest(state, h.request, h.bind)
+    for h in taint_holdings(dra.devices, cat):  # tainted devices: what no claim holds yet
+        if h.node not in state.index:
+            continue
+        try:
+            state.allocate(h.request, h.bind, bind_masks(state, h.bind, cat))
+        except ValueError:
             _book_rest(state, h.request, h.bind)
 
 
