@@ -261,3 +261,183 @@ def test_gpu_share_policy(helm: Path, tmp_path: Path) -> None:
     templates = by_kind(listed, "ResourceClaimTemplate")
     assert [t["metadata"].pop("namespace") for t in templates] == ["default"] * 24
     assert templates == share_claim_templates()
+
+
+def _node_plugin(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [d for d in docs
+            if (d["metadata"].get("labels") or {}).get("app.kubernetes.io/component")
+            == "node-plugin"]
+
+
+def _node_plugin_parts(docs: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any],
+                                                             dict[str, Any]]:
+    """(the DaemonSet's pod spec, its container, name -> host path of its hostPath volumes)."""
+    (ds,) = [d for d in by_kind(docs, "DaemonSet") if d["metadata"]["name"].endswith(
+        "-node-plugin")]
+    assert ds["spec"]["updateStrategy"] == {"type": "RollingUpdate",
+                                            "rollingUpdate": {"maxUnavailable": 1}}
+    pod = ds["spec"]["template"]["spec"]
+    assert ds["spec"]["selector"]["matchLabels"].items() <= ds["spec"]["template"]["metadata"][
+        "labels"].items()
+    (c,) = pod["containers"]
+    host = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
+    # every host directory is mounted at its host path: the kubelet dials the socket path the
+    # plugin registers, and the runtime reads the CDI spec the plugin writes
+    for m in c["volumeMounts"]:
+        if m["name"] in host:
+            assert m["mountPath"] == host[m["name"]], m
+    return pod, c, host
+
+
+def test_node_plugin_is_off_by_default(helm: Path, tmp_path: Path) -> None:
+    docs = render(helm, "defaults", NS, tmp_path)
+    assert not _node_plugin(docs)
+    assert not [d for d in docs if "node-plugin" in d["metadata"]["name"]]
+
+
+def test_node_plugin_defaults(helm: Path, tmp_path: Path) -> None:
+    """nodePlugin.enabled alone: the plugin on the shared pool's nodes with the host's standard
+    directories, an MPS daemon, its metrics port probed; its own ServiceAccount and
+    least-privilege ClusterRole."""
+    docs = render(helm, "node-plugin", NS, tmp_path)
+    pod, c, host = _node_plugin_parts(docs)
+    assert c["command"] == ["gpufleet", "node-plugin"]
+    assert c["image"] == controller(docs)["image"] == "localhost/gpufleet:0.1.0"
+    assert c["args"] == ["--kubelet-root-dir=/var/lib/kubelet", "--cdi-dir=/var/run/cdi",
+                         "--state-dir=/var/lib/gpufleet/node-plugin", "--metrics-port=9402",
+                         "--mps-dir=/run/gpufleet/mps"]
+    assert c["env"] == [{"name": "NODE_NAME",
+                         "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]
+    assert c["ports"] == [{"name": "metrics", "containerPort": 9402}]
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert c[probe]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert c["securityContext"]["privileged"] is True and c["securityContext"]["runAsUser"] == 0
+    assert c["resources"]["requests"]
+    assert host == {"plugins-registry": "/var/lib/kubelet/plugins_registry",
+                    "plugins": "/var/lib/kubelet/plugins", "cdi": "/var/run/cdi",
+                    "state": "/var/lib/gpufleet/node-plugin", "mps": "/run/gpufleet/mps",
+                    "dev": "/dev"}
+    assert pod["nodeSelector"] == {"gpufleet.io/gpu-pool": "shared"}
+    assert pod["priorityClassName"] == "system-node-critical"
+    assert "tolerations" not in pod and "hostNetwork" not in pod
+    # no device file: the GPUs come from NVML
+    assert not [d for d in by_kind(docs, "ConfigMap") if "node-plugin" in d["metadata"]["name"]]
+    # RBAC: its own ServiceAccount, bound to exactly these rules
+    (sa,) = [d for d in _node_plugin(docs) if d["kind"] == "ServiceAccount"]
+    assert pod["serviceAccountName"] == sa["metadata"]["name"] == "gpufleet-node-plugin"
+    assert sa["metadata"]["namespace"] == NS
+    (role,) = [d for d in _node_plugin(docs) if d["kind"] == "ClusterRole"]
+    assert role["rules"] == [
+        {"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"],
+         "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
+        {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"],
+         "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+        {"apiGroups": ["", "events.k8s.io"], "resources": ["events"],
+         "verbs": ["create", "patch"]}]
+    (binding,) = [d for d in _node_plugin(docs) if d["kind"] == "ClusterRoleBinding"]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "gpufleet-node-plugin",
+                                    "namespace": NS}]
+    # nothing else of the release changes
+    assert {d["kind"] for d in _node_plugin(docs)} == {"ServiceAccount", "ClusterRole",
+                                                       "ClusterRoleBinding", "DaemonSet"}
+    assert len(docs) - len(_node_plugin(docs)) == len(render(helm, "defaults", NS, tmp_path))
+
+
+def test_node_plugin_lab_values(helm: Path, tmp_path: Path) -> None:
+    """Every value moved: a device file (a ConfigMap the plugin's own loader accepts, mounted
+    where --device-file points), another kubelet root dir (trailing slash dropped), other
+    directories and port, no MPS daemon, extra args last, the host network."""
+    from chart_cases import DEVICE_FILE, NODE_PLUGIN_LAB
+
+    from gpufleet.node_plugin.inventory import load_device_file
+
+    docs = render(helm, "node-plugin-lab", NS, tmp_path)
+    pod, c, host = _node_plugin_parts(docs)
+    assert c["args"] == ["--kubelet-root-dir=/var/lib/gpufleet-lab/kubelet", "--cdi-dir=/etc/cdi",
+                         "--state-dir=/var/lib/gpufleet-lab/node-plugin",
+                         "--device-file=/etc/gpufleet/node-plugin/devices.yaml",
+                         "--metrics-port=9502", "--no-mps-daemon", "--resync-seconds=5"]
+    assert host == {"plugins-registry": "/var/lib/gpufleet-lab/kubelet/plugins_registry",
+                    "plugins": "/var/lib/gpufleet-lab/kubelet/plugins", "cdi": "/etc/cdi",
+                    "state": "/var/lib/gpufleet-lab/node-plugin", "mps": "/run/gpufleet-lab/mps",
+                    "dev": "/dev"}
+    assert c["ports"] == [{"name": "metrics", "containerPort": 9502}]
+    assert {"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"} in c["env"]
+    assert pod["nodeSelector"] == {"kubernetes.io/hostname": "real-node"}
+    assert pod["tolerations"] == NODE_PLUGIN_LAB["tolerations"]
+    assert pod["hostNetwork"] is True and pod["dnsPolicy"] == "ClusterFirstWithHostNet"
+    assert "priorityClassName" not in pod
+    # the device file: its ConfigMap, mounted where --device-file points, read by the plugin's
+    # own loader
+    (cm,) = [d for d in by_kind(docs, "ConfigMap") if d["metadata"]["name"].endswith(
+        "-node-plugin-devices")]
+    (vol,) = [v for v in pod["volumes"] if v.get("configMap", {}).get("name")
+              == cm["metadata"]["name"]]
+    (mount,) = [m for m in c["volumeMounts"] if m["name"] == vol["name"]]
+    path = arg(c, "device-file") or ""
+    key = path.removeprefix(mount["mountPath"] + "/")
+    assert cm["data"][key] == DEVICE_FILE
+    (tmp_path / key).write_text(cm["data"][key])
+    (gpu,) = load_device_file(tmp_path / key)
+    assert (gpu.index, gpu.memory_mib) == (0, 81920)
+    # the same file given as a mapping instead of a string
+    values = {"nodePlugin": {**NODE_PLUGIN_LAB, "deviceFile": yaml.safe_load(DEVICE_FILE)}}
+    vfile = tmp_path / "mapping.values.yaml"
+    vfile.write_text(yaml.safe_dump(values))
+    out = subprocess.run([str(helm), "template", "gpufleet", str(CHART), "--namespace", NS,
+                          "-f", str(vfile)], capture_output=True, text=True, timeout=60,
+                         check=True)
+    (cm,) = [d for d in yaml.safe_load_all(out.stdout) if d and d["kind"] == "ConfigMap"
+             and d["metadata"]["name"].endswith("-node-plugin-devices")]
+    (tmp_path / key).write_text(cm["data"][key])
+    assert load_device_file(tmp_path / key) == [gpu]
+    assert "warning" not in out.stderr, out.stderr
+    # a new device file rolls the pods
+    (ds,) = [d for d in by_kind(docs, "DaemonSet") if d["metadata"]["name"].endswith(
+        "-node-plugin")]
+    assert ds["spec"]["template"]["metadata"]["annotations"]["checksum/devices"]
+
+
+def test_node_plugin_args_are_the_commands_options(helm: Path, tmp_path: Path) -> None:
+    """Every flag the chart passes is an option of `gpufleet node-plugin` (the typer app), so a
+    renamed flag fails here instead of crash-looping the DaemonSet."""
+    import typer.main
+
+    import gpufleet.node_plugin.cli  # noqa: F401  registers the command on the app
+    from gpufleet.cli_app import app
+
+    cmd = typer.main.get_command(app).commands["node-plugin"]  # type: ignore[attr-defined]
+    options = {o for p in cmd.params for o in (*p.opts, *p.secondary_opts)}
+    for case in ("node-plugin", "node-plugin-lab"):
+        _, c, _ = _node_plugin_parts(render(helm, case, NS, tmp_path))
+        flags = {a.split("=", 1)[0] for a in c["args"]}
+        assert flags <= options, (case, sorted(flags - options))
+
+
+def test_node_plugin_in_a_restricted_namespace_is_refused(helm: Path, tmp_path: Path) -> None:
+    """Its pods are privileged: a namespace the chart creates under restricted (or baseline) Pod
+    Security would refuse them, so the chart refuses to render that."""
+    def template(values: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+        vfile = tmp_path / "values.yaml"
+        vfile.write_text(yaml.safe_dump(values))
+        return subprocess.run([str(helm), "template", "gpufleet", str(CHART), "--namespace", NS,
+                               "-f", str(vfile)], capture_output=True, text=True, timeout=60,
+                              check=False)
+
+    for level in ("restricted", "baseline"):
+        out = template({"nodePlugin": {"enabled": True},
+                        "namespace": {"create": True, "podSecurity": level}})
+        assert out.returncode != 0 and "nodePlugin.enabled: the node plugin's pods are " \
+            "privileged" in out.stderr, out.stderr
+    out = template({"nodePlugin": {"enabled": True},
+                    "namespace": {"create": True, "podSecurity": "privileged"}})
+    assert out.returncode == 0, out.stderr
+
+
+def test_helm_lint_with_the_node_plugin(helm: Path) -> None:
+    out = subprocess.run([str(helm), "lint", "--strict", str(CHART), "--set",
+                          "nodePlugin.enabled=true"], capture_output=True, text=True,
+                         timeout=60, check=False)
+    assert out.returncode == 0, out.stdout + out.stderr

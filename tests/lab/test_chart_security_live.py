@@ -143,7 +143,7 @@ def test_every_chart_pod_passes_pod_security_restricted(lab: LabSession, lab_bin
         for what in ("allowPrivilegeEscalation", "capabilities", "runAsNonRoot",
                      "seccompProfile"):
             assert what in msg, msg
-        host_network = set()
+        host_network, privileged = set(), set()
         checked = 0
         for case in sorted(CASES):
             docs = render(binary("helm", lab_binaries), case, ns, tmp_path)
@@ -152,7 +152,13 @@ def test_every_chart_pod_passes_pod_security_restricted(lab: LabSession, lab_bin
             assert {n.split("/")[0] for n, _ in templates} == {"Deployment", "DaemonSet"}, case
             for name, tmpl in templates:
                 got = refusal(lab, ns, f"{case}-{name.split('/')[0].lower()}", tmpl)
-                if tmpl["spec"].get("hostNetwork"):
+                if name.endswith("-node-plugin"):
+                    # the DRA node plugin's pods are privileged with host paths: the chart only
+                    # creates a namespace for them at privileged (85-node-plugin.yaml)
+                    assert got is not None and "privileged" in got and "hostPath" in got, (
+                        case, name, got)
+                    privileged.add(case)
+                elif tmpl["spec"].get("hostNetwork"):
                     # host networking is refused by restricted (and baseline): the chart only
                     # creates a namespace for it at privileged (00-namespace.yaml)
                     assert got is not None and "host namespaces" in got, (case, name, got)
@@ -161,6 +167,7 @@ def test_every_chart_pod_passes_pod_security_restricted(lab: LabSession, lab_bin
                     assert got is None, f"{case}: {name}: {got}"
                     checked += 1
         assert host_network == {"lab-real-node"}
+        assert privileged == {"node-plugin", "node-plugin-lab"}
         assert checked == 2 * (len(CASES) - 1)
     finally:
         lab.core.delete_namespace(ns)

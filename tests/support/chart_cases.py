@@ -26,6 +26,19 @@ ALIYUN = {"region": "cn-hangzhou",
           "zones": {"cn-hangzhou-h": "vsw-bp1aaaaaaaaaaaaaaaaaa"},
           "image_id": "m-bp1ccccccccccccccccc", "security_group_id": "sg-bp1dddddddddddddddd"}
 BASE = {"name": "prod", "provider": "aws", "spot": True, "scale_down_unneeded_s": 600}
+DEVICE_FILE = ("gpus:\n"
+               "  - {uuid: GPU-11111111-0000-0000-0000-000000000000, index: 0, minor: 0,\n"
+               "     product: NVIDIA H100 80GB HBM3, memoryMiB: 81920}\n")
+NODE_PLUGIN_LAB = {
+    "enabled": True, "deviceFile": DEVICE_FILE, "mpsDaemon": False,
+    "kubeletRootDir": "/var/lib/gpufleet-lab/kubelet/", "cdiDir": "/etc/cdi",
+    "stateDir": "/var/lib/gpufleet-lab/node-plugin", "mpsDir": "/run/gpufleet-lab/mps",
+    "metricsPort": 9502, "hostNetwork": True, "priorityClassName": "",
+    "nodeSelector": {"gpufleet.io/gpu-pool": None, "kubernetes.io/hostname": "real-node"},
+    "tolerations": [{"key": "gpufleet.io/lab", "operator": "Exists"}],
+    "extraArgs": ["--resync-seconds=5"],
+    "env": [{"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"}],
+}
 
 # case -> (release name, values)
 CASES: dict[str, tuple[str, dict[str, Any]]] = {
@@ -54,6 +67,10 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     # helm merges maps: replacing the default selector means nulling its key
     "other-release": ("prod", {"agent": {"nodeSelector": {
         "karpenter.sh/capacity-type": None, "node.kubernetes.io/lifecycle": "spot"}}}),
+    # the DRA node plugin: the defaults, and a lab-like node (a device file instead of NVML, the
+    # kubelet under another root dir, no MPS daemon, every other value moved)
+    "node-plugin": ("gpufleet", {"nodePlugin": {"enabled": True}}),
+    "node-plugin-lab": ("gpufleet", {"nodePlugin": NODE_PLUGIN_LAB}),
     # what `gpufleet lab up --real-node` installs
     "lab-real-node": ("gpufleet", lab_values("https://127.0.0.1:6443", "real-node",
                                              "localhost/gpufleet:0.1.0")),
