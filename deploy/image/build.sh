@@ -116,6 +116,22 @@ if [ "$LOCK" = 1 ]; then
 fi
 PIP_WHEEL="$(ls "$WORK"/pip/pip-*.whl)"
 
+echo "protos: the kubelet's plugin-registration and DRA .proto files for node-plugin…" >&2
+# `gpufleet node-plugin` serves the kubelet's gRPC APIs from stubs compiled from the k8s.io/kubelet
+# Go module's .proto files (never committed). The image has no Go: the files are staged here, in
+# the module cache's layout, and compiled inside the rootfs by the image's own grpcio-tools, so
+# the stubs match the image's grpcio and protobuf; GPUFLEET_PROTOS_DIR points the plugin at them.
+PYTHONPATH="$ROOT/src" "$PYTHON" - "$WORK/gomod" <<'EOF'
+import shutil, sys
+from pathlib import Path
+from gpufleet.node_plugin.protos import KUBELET_MODULE, KUBELET_VERSION, PROTOS, kubelet_module_dir
+src = kubelet_module_dir()
+dst = Path(sys.argv[1]) / f"{KUBELET_MODULE}@{KUBELET_VERSION}"
+for _, rel in PROTOS:
+    (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(src / rel, dst / rel)
+EOF
+
 echo "rootfs: Debian $SUITE + python3 + the wheels (mmdebstrap)…" >&2
 # Hooks run outside the chroot with the rootfs as $1. pip runs from its wheel file (a zip on
 # sys.path), installs into a venv without pip, and compiles .pyc files (checked-hash ones,
@@ -132,7 +148,11 @@ mmdebstrap --quiet --mode=root --variant=essential --include=python3,libstdc++6,
       /opt/gpufleet/bin/python /tmp/wheels/$(basename "$PIP_WHEEL")/pip install --quiet \
       --no-index --find-links /tmp/wheels --disable-pip-version-check --root-user-action ignore \
       gpufleet" \
-  --customize-hook='rm -rf "$1/tmp/wheels" "$1/root/.cache"' \
+  --customize-hook="cp -r '$WORK/gomod' \"\$1/tmp/gomod\"" \
+  --customize-hook="env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin SOURCE_DATE_EPOCH=$SOURCE_DATE_EPOCH \
+      HOME=/root GOMODCACHE=/tmp/gomod GPUFLEET_PROTOS_DIR=/opt/gpufleet/protos chroot \"\$1\" \
+      /opt/gpufleet/bin/python -m gpufleet.node_plugin.protos >/dev/null" \
+  --customize-hook='rm -rf "$1/tmp/wheels" "$1/tmp/gomod" "$1/root/.cache"' \
   --customize-hook='find "$1/opt/gpufleet/lib" -depth -type d -name tests -path "*/site-packages/*" -exec rm -rf {} +' \
   --customize-hook="echo 'gpufleet:x:$UID_GID:$UID_GID:gpufleet:/home/gpufleet:/usr/sbin/nologin' >>\"\$1/etc/passwd\"" \
   --customize-hook="echo 'gpufleet:x:$UID_GID:' >>\"\$1/etc/group\"" \
@@ -155,6 +175,7 @@ umoci config --image "$LAYOUT:$TAG" --no-history --created "$CREATED" \
   --config.env HOME=/home/gpufleet \
   --config.env PYTHONDONTWRITEBYTECODE=1 \
   --config.env MPLCONFIGDIR=/tmp/matplotlib \
+  --config.env GPUFLEET_PROTOS_DIR=/opt/gpufleet/protos \
   --config.workingdir /home/gpufleet \
   --config.label "org.opencontainers.image.title=gpufleet" \
   --config.label "org.opencontainers.image.version=$VERSION" \
