@@ -76,7 +76,7 @@ def share_policy(lab: LabSession) -> Iterator[None]:
     try:
         yield
     finally:
-        # the policy and its binding; the DeviceClass beside them is the lab's own
+        # the policy and its binding; the DeviceClass stays (a class other tests' claims name)
         lab.kubectl("delete", "--ignore-not-found", "mutatingadmissionpolicybinding/"
                     f"{POLICY_NAME}", f"mutatingadmissionpolicy/{POLICY_NAME}")
 

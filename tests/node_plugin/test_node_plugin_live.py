@@ -45,6 +45,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from live_skip import skip_or_fail
 from live_wait import wait_for
+from printenv_image import IMAGE, load_into_node, printed_env
 
 from gpufleet.lab import processes, real_node
 from gpufleet.lab.cluster import LabOptions, down, up
@@ -65,20 +66,6 @@ GPUS = [
 CLASS = "gpufleet-gpu-share"
 # the pods' program: its environment, one variable a line, and a last line without "=" that says
 # it is all there; then it waits like pause
-PRINTENV_C = """#include <signal.h>
-#include <stdio.h>
-#include <unistd.h>
-extern char **environ;
-static void quit(int sig) { (void)sig; _exit(0); }
-int main(void) {
-  signal(SIGINT, quit); signal(SIGTERM, quit);
-  for (char **e = environ; *e; e++) puts(*e);
-  puts("printenv: done");
-  fflush(stdout);
-  for (;;) pause();
-}
-"""
-PRINTENV_IMAGE = "localhost/gpufleet-printenv:test"
 # (claim, memory, cores): two shares of GPU 0, 20 Gi + 40 Gi ≤ 80 Gi and 30 + 50 ≤ 100 %
 SHARES = (("share-a", "20Gi", "30"), ("share-b", "40Gi", "50"))
 
@@ -116,9 +103,7 @@ def plugin(lab_binaries: Path) -> Iterator[Plugin]:
         real_node.start_node(directory, info.kubeconfig, ensure_pki(directory / "pki").ca.cert,
                              lab.api, start, timeout_s=180)
         t_node = time.monotonic() - t0
-        archive = real_node.build_static_image(real_node.work_dir(directory), "printenv",
-                                               PRINTENV_C, PRINTENV_IMAGE.rsplit(":", 1)[1])
-        real_node.import_static_image(directory, archive, PRINTENV_IMAGE)
+        load_into_node(directory)
         device_file = directory / "gpus.yaml"
         device_file.write_text(json.dumps({"gpus": GPUS}))
         kubelet_root = real_node.work_dir(directory) / "kubelet"
@@ -223,7 +208,7 @@ def _pod(name: str, claim: str) -> dict[str, Any]:
         "tolerations": [{"key": real_node.TAINT_KEY, "operator": "Exists",
                          "effect": "NoSchedule"}],
         "resourceClaims": [{"name": "gpu", "resourceClaimName": claim}],
-        "containers": [{"name": "main", "image": PRINTENV_IMAGE,
+        "containers": [{"name": "main", "image": IMAGE,
                         "imagePullPolicy": "Never", "resources": {"claims": [{"name": "gpu"}]}}]}}
 
 
@@ -256,17 +241,6 @@ def _over_allocated_pod(lab: LabSession, custom: Any, ns: str) -> str:
 def _events(lab: LabSession, ns: str, pod: str) -> list[str]:
     return [f"{e.type} {e.reason}: {e.message}" for e in lab.core.list_namespaced_event(
         ns, field_selector=f"involvedObject.name={pod}").items]
-
-
-def _printed_env(lab: LabSession, ns: str, pod: str) -> dict[str, str] | None:
-    """The environment the pod's container printed (its log, read through the kubelet), once
-    the program has printed all of it; else None."""
-    # the raw response: the client's decoded one is the repr of the bytes here ("b'PATH=…\\n…'")
-    response = lab.core.read_namespaced_pod_log(pod, ns, container="main", _preload_content=False)
-    lines = response.data.decode().splitlines()
-    if "printenv: done" not in lines:
-        return None
-    return dict(line.split("=", 1) for line in lines if "=" in line)
 
 
 def _spec_file(plugin: Plugin, uid: str) -> Path:
@@ -345,8 +319,8 @@ def test_a_pod_with_a_share_is_prepared_and_unprepared_by_the_kubelet(plugin: Pl
               f"events: {_events(lab, ns, f'pod-{c}')}")
     assert phases == ["Running", "Running"], phases
     for claim, memory, cores in SHARES:
-        env = wait_for(f"pod-{claim}'s printed environment", lambda c=claim: _printed_env(
-            lab, ns, f"pod-{c}"), 60)
+        env = wait_for(f"pod-{claim}'s printed environment", lambda c=claim: printed_env(
+            lab.core, ns, f"pod-{c}"), 60)
         print(f"pod-{claim} env:", *(f"{k}={v}" for k, v in sorted(env.items())
                                      if k.startswith(("CUDA_", "NVIDIA_"))), sep="\n  ")
         uuid = GPUS[0]["uuid"]

@@ -17,7 +17,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from gpufleet.catalog.gpus import default_gpu_catalog
-from gpufleet.k8s.dra.shares import share_device_class
 from gpufleet.k8s.dra.slices import (
     device_classes,
     nvlink_domains_for,
@@ -72,7 +71,7 @@ def install_device_classes(api_client: Any) -> list[str]:
     from kubernetes import client
 
     custom = client.CustomObjectsApi(api_client)
-    classes = [*device_classes(), share_device_class()]
+    classes = device_classes()  # NVIDIA's; share.gpu.gpufleet.io comes with the share policy
     for dc in classes:
         _create(custom, "deviceclasses", dc)
     return [dc["metadata"]["name"] for dc in classes]
