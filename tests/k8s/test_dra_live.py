@@ -17,6 +17,7 @@ import pytest
 from dra_objects import G, Space, V, allocated, claim_body, results
 from kubernetes import client
 from live_controller import running_controller
+from live_objects import create_once_admitted
 from live_wait import wait_for
 
 from gpufleet.k8s.dra.cel import DeviceInput, matches
@@ -380,3 +381,32 @@ def test_a_regex_on_the_product_name_binds_to_a_matching_gpu_and_a_miss_waits_wi
                           f"matches {miss!r}"), msg
     assert space.bound("on-b200") is None
     assert not (space.read_claim("b200").get("status") or {}).get("allocation")
+
+
+def test_a_pod_with_a_claim_is_preempted_and_its_devices_freed_by_the_deallocation(
+        space: Space, controller: Controller) -> None:
+    """g4dn.xlarge, one T4. A low-priority pod holds it through a claim; a high-priority pod
+    asks a whole GPU through its own claim. gpufleet preempts the low pod as a victim holding
+    the claim's GPU; once the pod is gone the controller-manager unreserves and deallocates its
+    claim, and the next cycle allocates the T4 to the high pod's claim and binds it."""
+    (node,) = space.add("g4dn.xlarge")
+    sched = client.SchedulingV1Api(space.lab.api)
+    pc = f"{space.name}-high"
+    sched.create_priority_class({"metadata": {"name": pc}, "value": 1000})
+    try:
+        space.claim("low")
+        space.pod("low", claim="low")
+        wait_for("the low pod to bind", lambda: space.bound("low"))
+        assert results(space.read_claim("low"))[0]["device"] == "gpu-0"
+        space.claim("high")
+        create_once_admitted(lambda: space.pod("high", claim="high", priority_class=pc),
+                             "the high-priority pod admitted")
+        pod = wait_for("the high pod to bind on the freed T4", lambda: space.bound("high"), 120)
+        assert pod["spec"]["nodeName"] == node
+        assert results(space.read_claim("high"))[0]["device"] == "gpu-0"
+        assert allocated(space, "low") is None  # deallocated with its pod gone
+        events = space.lab.core.list_namespaced_event(
+            space.name, field_selector="involvedObject.name=low").items
+        assert any(e.reason == "Preempted" for e in events), [e.reason for e in events]
+    finally:
+        sched.delete_priority_class(pc)

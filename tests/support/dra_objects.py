@@ -39,7 +39,7 @@ class Space:
 
     def pod(self, name: str, claim: str | None = None, template: str | None = None,
             ann: dict[str, str] | None = None, scheduler: str = "gpufleet",
-            limits: dict[str, str] | None = None) -> None:
+            limits: dict[str, str] | None = None, priority_class: str | None = None) -> None:
         ref: dict[str, str] = {"name": "gpu"}
         if claim:
             ref["resourceClaimName"] = claim
@@ -54,6 +54,8 @@ class Space:
         if claim or template:
             container["resources"]["claims"] = [{"name": "gpu"}]
             spec["resourceClaims"] = [ref]
+        if priority_class:
+            spec["priorityClassName"] = priority_class
         self.lab.core.create_namespaced_pod(self.name, {
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "annotations": ann or {}}, "spec": spec})

@@ -563,3 +563,54 @@ def test_device_cache_reparses_only_changed_slices() -> None:
     sl[0]["metadata"]["resourceVersion"] = "99"
     again = cache.devices(sl, CAT)
     assert again is not first and set(again[0]) == {"t4"}
+
+
+def _running(name: str, node: str, claims: tuple[str, ...], priority: int = 0) -> dict[str, Any]:
+    p = pod(name, node, claims)
+    p["spec"]["priority"] = priority
+    return p
+
+
+def _reserved(c: dict[str, Any], *pods: str) -> dict[str, Any]:
+    c["status"]["reservedFor"] = [{"resource": "pods", "name": p, "uid": f"uid-{p}"}
+                                  for p in pods]
+    return c
+
+
+def test_pods_with_claims_are_victims_with_their_claims_devices() -> None:
+    """g4dn.12xlarge (4 T4s, 16 GiB each). A pod holding two whole GPUs through its claim, one
+    holding a 4 GiB share (250 milli) and one whose claim another pod shares too: the first two
+    are victims with their devices (what the claim controller's deallocation frees once the pod
+    is gone); the third is not (its claim stays allocated for the other pod)."""
+    from gpufleet.k8s.schedule.cycle import victims_of
+
+    node = node_object(spec_from_instance(IT["g4dn.12xlarge"], "t4"))
+    share = {"shareID": "s", "consumedCapacity": {"memory": "4Gi"}}
+    whole = {"shareID": "w", "consumedCapacity": {"memory": "16Gi"}}
+    world = DraWorld.of(slices("g4dn.12xlarge", "t4"), [
+        _reserved(allocated_claim("two", [res("t4", "gpu-0", **whole),
+                                          res("t4", "gpu-1", shareID="w2",
+                                              consumedCapacity={"memory": "16Gi"})], "t4"),
+                  "a"),
+        _reserved(allocated_claim("quarter", [res("t4", "gpu-2", **share)], "t4"), "b"),
+        _reserved(allocated_claim("both", [res("t4", "gpu-3", **whole)], "t4"), "c", "d"),
+    ], device_classes(), CAT)
+    pods = [_running("a", "t4", ("two",), 5), _running("b", "t4", ("quarter",)),
+            _running("c", "t4", ("both",)), _running("d", "t4", ("both",))]
+    snap = build_snapshot([node], pods, dra=world)
+    assert snap.unaccounted == {}
+    got = {v.job_id: v for v in victims_of(snap)}
+    assert set(got) == {"ns/a", "ns/b"}
+    a, b = got["ns/a"], got["ns/b"]
+    assert (a.priority, a.bind.gpus, a.bind.milli_per_gpu, a.request.num_gpu) == (
+        5, (0, 1), 1000, 2)
+    assert (b.bind.gpus, b.bind.milli_per_gpu, b.request.gpu_memory_mib) == ((2,), 250, 4096)
+    assert (a.request.cpu_milli, a.request.memory_mib) == (1000, 1024)  # the pod's own, too
+    # releasing a victim frees exactly what its pod and its claims booked
+    state = snap.state.copy()
+    row = state.index["t4"]
+    cpu = state.cpu_free[row]
+    state.release(a.request, a.bind, a.masks)
+    state.release(b.request, b.bind, b.masks)
+    assert list(state.free_milli[row, :4]) == [1000, 1000, 1000, 0]
+    assert state.cpu_free[row] == cpu + 2000

@@ -49,17 +49,18 @@ from gpufleet.control.gang_room import (
 from gpufleet.control.right_size import rows_within
 from gpufleet.control.teams import Gate, scale_up_gates
 from gpufleet.decisions import Bind, Refuse
+from gpufleet.k8s.dra.claims import Holding, claim_key, reserved_for
 from gpufleet.k8s.queues.tracker import LiveQuota
 from gpufleet.k8s.queues.usage import tag_units, tag_victims
 from gpufleet.k8s.schedule.blocked import blocked_pods
 from gpufleet.k8s.translate.node_selector import Selector, matches
 from gpufleet.k8s.translate.pods import PodInfo, tolerated_now
-from gpufleet.k8s.translate.snapshot import Allocation, Snapshot
+from gpufleet.k8s.translate.snapshot import Allocation, MigMasks, Snapshot
 from gpufleet.placement.mig import bind_masks
 from gpufleet.placement.policy import Policy
 from gpufleet.queueing import BackfillPass
 from gpufleet.queueing.teams.quota import QuotaBook
-from gpufleet.state import FleetState, ResourceRequest
+from gpufleet.state import GPU_MILLI, FleetState, ResourceRequest
 from gpufleet.traces.jobs import JobSpec
 
 # what a pod does not state: a checkpointing Job's checkpoint write and restart (JobSpec's
@@ -208,10 +209,58 @@ def pending_units(snap: Snapshot, caps: Mapping[str, int] | None = None) -> list
 VictimMemo = dict[str, tuple[Allocation, Victim]]
 
 
+def claim_victim(snap: Snapshot, a: Allocation) -> Victim | None:
+    """A running pod with claims as a victim: its CPU and memory and its claims' devices, or
+    None when evicting it would not free them all.
+
+    Evicting the pod frees its devices only through the controller-manager: once the pod is
+    gone it deletes a template's claim, or unreserves a standalone one and deallocates it when
+    no pod is left. So the pod is a victim only when each of its claims is allocated, reserved
+    for it alone (a claim another pod shares stays allocated) and booked whole on the pod's
+    node, and together they are one shape a request can say: whole GPUs, one share of one GPU,
+    or one MIG device. The plan's room then is what the deallocation will free; the preemptor
+    binds in a later cycle, once the snapshot shows it free."""
+    pod = a.pod
+    if snap.dra is None or pod.claims_wait or not pod.claim_names:
+        return None
+    held: list[tuple[Holding, MigMasks]] = []
+    for name in pod.claim_names:
+        c = snap.dra.claims.get(f"{pod.namespace}/{name}")
+        if c is None or reserved_for(c) != [pod.uid]:
+            return None
+        got = snap.claim_holdings.get(claim_key(c))
+        if not got:
+            return None
+        held += got
+    if any(h.node != pod.node_name for h, _ in held):
+        return None
+    binds = [h.bind for h, _ in held]
+    if all(not b.mig and b.milli_per_gpu == GPU_MILLI for b in binds):
+        gpus = tuple(sorted(g for b in binds for g in b.gpus))
+        if len(set(gpus)) != len(gpus):
+            return None
+        req = replace(a.request, num_gpu=len(gpus), gpu_milli=GPU_MILLI, gpu_memory_mib=0)
+        bind = Bind(pod.key, pod.node_name, gpus, GPU_MILLI)
+        masks: MigMasks = ()
+    elif len(held) == 1 and not binds[0].mig:  # one share of one GPU
+        (h, _), = held
+        req = replace(a.request, num_gpu=1, gpu_milli=h.bind.milli_per_gpu,
+                      gpu_memory_mib=h.request.gpu_memory_mib)
+        bind = Bind(pod.key, pod.node_name, h.bind.gpus, h.bind.milli_per_gpu)
+        masks = ()
+    elif len(held) == 1:  # one MIG device
+        (h, masks), = held
+        req = replace(a.request, num_gpu=1, mig_profile=h.request.mig_profile)
+        bind = Bind(pod.key, pod.node_name, (), 0, h.bind.mig)
+    else:
+        return None
+    return Victim(pod.key, pod.priority, pod.created_s, req, bind, a.masks + masks,
+                  workload=pod.group)
+
+
 def victims_of(snap: Snapshot, memo: VictimMemo | None = None) -> list[Victim]:
-    """Running pods preemption may evict: those without claims (a claim's devices are freed by
-    the controller-manager's deallocation, not by the eviction, so the plan could not count on
-    them), and not terminating already (evicted, or an eviction the assume cache holds: a
+    """Running pods preemption may evict — a pod with claims as :func:`claim_victim` has it —
+    and not terminating already (evicted, or an eviction the assume cache holds: a
     budget drain, ``control.cycle`` step 6, runs whatever else is evicting and must not evict
     one twice). A pod group's pods carry the group as their ``workload``: priority preemption
     leaves them alone (a gang is never torn apart) and team reclaim takes a borrowed gang whole
@@ -223,7 +272,11 @@ def victims_of(snap: Snapshot, memo: VictimMemo | None = None) -> list[Victim]:
     out: list[Victim] = []
     for a in snap.allocations.values():
         pod = a.pod
-        if pod.uses_claims or pod.terminating:
+        if pod.terminating:
+            continue
+        if pod.uses_claims:  # not memoised: its claims change while its allocation does not
+            if (cv := claim_victim(snap, a)) is not None:
+                out.append(cv)
             continue
         hit = memo.get(pod.key) if memo is not None else None
         if hit is not None and hit[0] is a:

@@ -19,7 +19,7 @@ import numpy as np
 from gpufleet.catalog.gpus import GpuCatalog, default_gpu_catalog
 from gpufleet.decisions import Bind
 from gpufleet.k8s.dra.claim_view import DraWorld, PodClaims, resolve
-from gpufleet.k8s.dra.claims import holdings, taint_holdings
+from gpufleet.k8s.dra.claims import Holding, holdings, taint_holdings
 from gpufleet.k8s.translate.assume import AssumeCache, Overlay
 from gpufleet.k8s.translate.nodes import NodeSpec, node_spec
 from gpufleet.k8s.translate.pods import PodInfo, pod_info, requeued_keys
@@ -58,6 +58,9 @@ class Snapshot:
     device_only_nodes: frozenset[str] = frozenset()
     static_mig_nodes: frozenset[str] = frozenset()  # slice nodes with static MIG instances
     dra: DraWorld | None = None
+    # each allocated claim's devices as booked whole (a claim the state could not fit, or with
+    # a result no slice publishes, is not here): what evicting its pod would free
+    claim_holdings: dict[str, list[tuple[Holding, MigMasks]]] = field(default_factory=dict)
 
 
 def mig_masks(state: FleetState, bind: Bind, catalog: GpuCatalog) -> MigMasks | None:
@@ -287,14 +290,22 @@ def _book_claims(snap: Snapshot, dra: DraWorld, cat: GpuCatalog) -> None:
     state = snap.state
     held, bad = holdings(dra.claims.values(), dra.devices, cat)
     snap.unaccounted.update({f"claim {k}": v for k, v in bad.items()})
+    partly = set(bad)
     for h in held:
         if h.node not in state.index:
+            partly.add(h.claim)
             continue
+        masks = bind_masks(state, h.bind, cat)
         try:
-            state.allocate(h.request, h.bind, bind_masks(state, h.bind, cat))
+            state.allocate(h.request, h.bind, masks)
         except ValueError as exc:
             snap.unaccounted[f"claim {h.claim}"] = str(exc)
             _book_rest(state, h.request, h.bind)
+            partly.add(h.claim)
+            continue
+        snap.claim_holdings.setdefault(h.claim, []).append((h, masks))
+    for key in partly:
+        snap.claim_holdings.pop(key, None)
     for h in taint_holdings(dra.devices, cat):  # tainted devices: what no claim holds yet
         if h.node not in state.index:
             continue
