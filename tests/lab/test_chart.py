@@ -400,6 +400,50 @@ def test_node_plugin_lab_values(helm: Path, tmp_path: Path) -> None:
     assert ds["spec"]["template"]["metadata"]["annotations"]["checksum/devices"]
 
 
+def _node_plugin_values(helm: Path, tmp_path: Path, values: dict[str, Any]
+                        ) -> subprocess.CompletedProcess[str]:
+    vfile = tmp_path / "np.values.yaml"
+    vfile.write_text(yaml.safe_dump({"nodePlugin": {"enabled": True, **values}}))
+    return subprocess.run([str(helm), "template", "gpufleet", str(CHART), "--namespace", NS,
+                           "-f", str(vfile)], capture_output=True, text=True, timeout=60,
+                          check=False)
+
+
+HAMI_CORE = {"hamiCore": "/usr/local/vgpu/libvgpu.so"}
+
+
+def test_node_plugin_with_hami_core(helm: Path, tmp_path: Path) -> None:
+    """nodePlugin.hamiCore: --hami-core and --hami-dir instead of the MPS flags (which the plugin
+    refuses beside it), the library mounted read-only at its host path (a File: a node without
+    it fails the pod's start), the HAMi directory in place of the MPS one; mpsDaemon is moot."""
+    extras: list[dict[str, Any]] = [{}, {"mpsDaemon": False}, {"hamiDir": "/run/hami/"}]
+    for extra in extras:
+        out = _node_plugin_values(helm, tmp_path, {**HAMI_CORE, **extra})
+        assert out.returncode == 0, out.stderr
+        _, c, host = _node_plugin_parts([d for d in yaml.safe_load_all(out.stdout) if d])
+        hami_dir = str(extra.get("hamiDir", "/run/gpufleet/hami/")).rstrip("/")
+        assert c["args"] == ["--kubelet-root-dir=/var/lib/kubelet", "--cdi-dir=/var/run/cdi",
+                             "--state-dir=/var/lib/gpufleet/node-plugin", "--metrics-port=9402",
+                             "--hami-core=/usr/local/vgpu/libvgpu.so",
+                             f"--hami-dir={hami_dir}"], extra
+        assert host == {"plugins-registry": "/var/lib/kubelet/plugins_registry",
+                        "plugins": "/var/lib/kubelet/plugins", "cdi": "/var/run/cdi",
+                        "state": "/var/lib/gpufleet/node-plugin",
+                        "hami-core": "/usr/local/vgpu/libvgpu.so", "hami": hami_dir,
+                        "dev": "/dev"}, extra
+        mounts = {m["name"]: m for m in c["volumeMounts"]}
+        assert mounts["hami-core"].get("readOnly") is True
+        assert not mounts["hami"].get("readOnly")
+        (pod,) = [d["spec"]["template"]["spec"] for d in yaml.safe_load_all(out.stdout)
+                  if d and d["kind"] == "DaemonSet" and d["metadata"]["name"].endswith(
+                      "-node-plugin")]
+        types = {v["name"]: v["hostPath"]["type"] for v in pod["volumes"] if "hostPath" in v}
+        assert types["hami-core"] == "File" and types["hami"] == "DirectoryOrCreate"
+    out = _node_plugin_values(helm, tmp_path, {"hamiCore": "libvgpu.so"})
+    assert out.returncode != 0 and 'nodePlugin.hamiCore: "libvgpu.so" is not an absolute path' \
+        in out.stderr, out.stderr
+
+
 def test_node_plugin_args_are_the_commands_options(helm: Path, tmp_path: Path) -> None:
     """Every flag the chart passes is an option of `gpufleet node-plugin` (the typer app), so a
     renamed flag fails here instead of crash-looping the DaemonSet."""
@@ -414,6 +458,10 @@ def test_node_plugin_args_are_the_commands_options(helm: Path, tmp_path: Path) -
         _, c, _ = _node_plugin_parts(render(helm, case, NS, tmp_path))
         flags = {a.split("=", 1)[0] for a in c["args"]}
         assert flags <= options, (case, sorted(flags - options))
+    out = _node_plugin_values(helm, tmp_path, HAMI_CORE)
+    _, c, _ = _node_plugin_parts([d for d in yaml.safe_load_all(out.stdout) if d])
+    flags = {a.split("=", 1)[0] for a in c["args"]}
+    assert {"--hami-core", "--hami-dir"} <= flags <= options, sorted(flags - options)
 
 
 def test_node_plugin_in_a_restricted_namespace_is_refused(helm: Path, tmp_path: Path) -> None:

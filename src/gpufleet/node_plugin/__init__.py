@@ -9,7 +9,8 @@ It makes a GPU share real on the node the share was allocated on:
   unhealthy ones; :mod:`.metrics` and :mod:`.events` report it;
 - :mod:`.prepare` turns a claim's allocation into MPS limits, refuses shares that would
   overcommit a GPU, and remembers what it prepared in a checkpoint file;
-- :mod:`.mps` runs one MPS control daemon per shared GPU;
+- :mod:`.mps` runs one MPS control daemon per shared GPU; :mod:`.hami` is the alternative,
+  HAMi-core's interception library preloaded into a share's containers (``--hami-core``);
 - :mod:`.cdi` writes the CDI spec the container runtime applies (the env the share runs with);
 - :mod:`.grpc_services` and :mod:`.registration` serve the kubelet's gRPC APIs (registration,
   DRA, resource health) on their Unix sockets, from stubs :mod:`.protos` generates from the

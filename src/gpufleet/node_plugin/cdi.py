@@ -14,6 +14,10 @@ runtime applies last:
   (:mod:`.mps`): the daemon's pipe directory, bind-mounted into the container at the same path,
   where the client finds its server.
 
+A claim with a share prepared under HAMi-core (``--hami-core``) gets HAMi-core's preload, limits
+and mounts instead of the ``CUDA_MPS_*`` variables (:mod:`.hami`); a claim of whole GPUs prepared
+in that mode gets the visible devices only.
+
 ``/dev/nvidia<minor>`` is a device node of the share's device only where it exists (not in the
 lab).
 """
@@ -26,10 +30,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpufleet.node_plugin import DRIVER, atomic_file
+from gpufleet.node_plugin import DRIVER, atomic_file, hami
 
 CDI_VERSION = "0.6.0"
 KIND = f"{DRIVER}/claim"
+# how a share's limits are enforced: MPS client env (what a checkpoint entry without ``limits``
+# means), HAMi-core, or none (a whole GPU prepared under HAMi-core)
+MPS, HAMI_CORE, NO_LIMITS = "mps", "hami-core", "none"
 
 
 @dataclass(frozen=True)
@@ -45,6 +52,9 @@ class Share:
     memory_mib: int
     cores: int
     mps_pipe_dir: str | None = None  # the GPU's MPS daemon's, for a share run under it
+    limits: str = MPS
+    hami_core: str | None = None  # HAMi-core: the library's host path
+    hami_dir: str | None = None  # HAMi-core: the plugin's directory (claims/, vgpulock/)
 
     def to_json(self) -> dict[str, Any]:
         out = {"request": self.request, "pool": self.pool, "device": self.device,
@@ -52,17 +62,30 @@ class Share:
                "memoryMiB": self.memory_mib, "cores": self.cores}
         if self.mps_pipe_dir is not None:
             out["mpsPipeDir"] = self.mps_pipe_dir
+        if self.limits != MPS:
+            out["limits"] = self.limits
+        if self.hami_core is not None:
+            out["hamiCore"] = self.hami_core
+        if self.hami_dir is not None:
+            out["hamiDir"] = self.hami_dir
         return out
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Share:
         """A checkpointed share; one written before MPS daemons (no ``mpsPipeDir``) ran
-        without one."""
-        pipe = d.get("mpsPipeDir")
+        without one, one written before HAMi-core (no ``limits``) under MPS env."""
+        pipe, lib, root = d.get("mpsPipeDir"), d.get("hamiCore"), d.get("hamiDir")
+        limits = str(d.get("limits", MPS))
+        if limits not in (MPS, HAMI_CORE, NO_LIMITS):
+            raise ValueError(f"limits {limits!r}")
+        if limits == HAMI_CORE and (lib is None or root is None):
+            raise ValueError("limits hami-core without hamiCore and hamiDir")
         return cls(request=d["request"], pool=d["pool"], device=d["device"],
                    share_id=d.get("shareID"), uuid=d["uuid"], minor=int(d["minor"]),
                    memory_mib=int(d["memoryMiB"]), cores=int(d["cores"]),
-                   mps_pipe_dir=None if pipe is None else str(pipe))
+                   mps_pipe_dir=None if pipe is None else str(pipe), limits=limits,
+                   hami_core=None if lib is None else str(lib),
+                   hami_dir=None if root is None else str(root))
 
 
 def spec_path(cdi_dir: Path, claim_uid: str) -> Path:
@@ -92,9 +115,19 @@ def env(shares: Sequence[Share]) -> list[str]:
     for s in shares:
         memory[s.uuid] = memory.get(s.uuid, 0) + s.memory_mib
     visible = ",".join(uuids)
-    out = [
-        f"NVIDIA_VISIBLE_DEVICES={visible}",
-        f"CUDA_VISIBLE_DEVICES={visible}",
+    out = [f"NVIDIA_VISIBLE_DEVICES={visible}", f"CUDA_VISIBLE_DEVICES={visible}"]
+    if hami_shares(shares):
+        # per GPU: its CUDA index in the container is its place in CUDA_VISIBLE_DEVICES
+        cores: dict[str, int] = {}
+        for s in shares:
+            cores[s.uuid] = cores.get(s.uuid, 0) + s.cores
+        return [*out, f"LD_PRELOAD={hami.LIBRARY}",
+                *(f"CUDA_DEVICE_MEMORY_LIMIT_{i}={memory[u]}m" for i, u in enumerate(uuids)),
+                *(f"CUDA_DEVICE_SM_LIMIT_{i}={min(cores[u], 100)}" for i, u in enumerate(uuids)),
+                f"CUDA_DEVICE_MEMORY_SHARED_CACHE={hami.CACHE_FILE}"]
+    if all(s.limits == NO_LIMITS for s in shares):
+        return out
+    out += [
         "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=" + ",".join(f"{u}={memory[u]}M" for u in uuids),
         f"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={min(min(s.cores for s in shares), 100)}",
     ]
@@ -102,6 +135,27 @@ def env(shares: Sequence[Share]) -> list[str]:
     if pipes:
         out.append(f"CUDA_MPS_PIPE_DIRECTORY={pipes[0]}")
     return out
+
+
+def hami_shares(shares: Sequence[Share]) -> list[Share]:
+    """The claim's shares limited by HAMi-core."""
+    return [s for s in shares if s.limits == HAMI_CORE]
+
+
+def hami_mounts(claim_uid: str, shares: Sequence[Share]) -> list[dict[str, Any]]:
+    """HAMi-core's mounts for the claim (none without a HAMi-core share): the library
+    read-only, the claim's cache directory and the node's lock directory read-write."""
+    mine = hami_shares(shares)
+    if not mine:
+        return []
+    lib, root = str(mine[0].hami_core), str(mine[0].hami_dir)
+    rw = ["rw", "nosuid", "nodev", "bind"]
+    return [{"hostPath": lib, "containerPath": hami.LIBRARY,
+             "options": ["ro", "nosuid", "nodev", "bind"]},
+            {"hostPath": str(hami.claim_dir(root, claim_uid)), "containerPath": hami.CACHE_DIR,
+             "options": rw},
+            {"hostPath": str(hami.lock_dir(root)), "containerPath": hami.LOCK_DIR,
+             "options": rw}]
 
 
 def pipe_dirs(shares: Sequence[Share]) -> list[str]:
@@ -122,6 +176,9 @@ def spec(claim_uid: str, shares: Sequence[Share], dev_root: Path = Path("/dev"))
         if pipes:
             edits["mounts"] = [{"hostPath": p, "containerPath": p,
                                 "options": ["rw", "nosuid", "nodev", "bind"]} for p in pipes]
+        mounts = hami_mounts(claim_uid, shares)
+        if mounts:
+            edits["mounts"] = mounts
         devices.append({"name": name, "containerEdits": edits})
     return {"cdiVersion": CDI_VERSION, "kind": KIND, "devices": devices}
 

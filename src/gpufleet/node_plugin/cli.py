@@ -9,7 +9,10 @@ Every resync it reads the GPUs again (the device file, or NVML) and, on a GPU no
 XIDs NVML reported (a critical XID wakes it at once): an unhealthy GPU's device is tainted in the
 slice (:mod:`.health`), the metric ``gpufleet_node_plugin_device_unhealthy`` follows, and the Node
 gets an Event per transition. With ``--mps-daemon`` (the default) shares run under an MPS control
-daemon per GPU (:mod:`.mps`); the binary must be there, or the plugin stops at once.
+daemon per GPU (:mod:`.mps`); the binary must be there, or the plugin stops at once. With
+``--hami-core PATH`` shares are limited by the HAMi-core library at PATH instead (:mod:`.hami`):
+it turns the MPS daemon off unless ``--mps-daemon`` is also given, which is refused (one or the
+other); the library must be there, or the plugin stops at once.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import typer
 
 from gpufleet.cli_app import app, friendly_errors
 from gpufleet.errors import InputError
-from gpufleet.node_plugin import DRIVER, events, inventory, mps, slices
+from gpufleet.node_plugin import DRIVER, events, hami, inventory, mps, slices
 from gpufleet.node_plugin.health import DeviceHealth, HealthTracker, XidWatcher
 from gpufleet.node_plugin.metrics import DEFAULT_PORT, Metrics
 from gpufleet.node_plugin.prepare import PrepareError, Preparer
@@ -58,26 +61,45 @@ def node_plugin(
     metrics_port: Annotated[int, typer.Option(
         min=0, max=65535, help="Serve /metrics and /healthz on this port; 0: off.")
     ] = DEFAULT_PORT,
-    mps_daemon: Annotated[bool, typer.Option(
+    mps_daemon: Annotated[bool | None, typer.Option(
         "--mps-daemon/--no-mps-daemon",
-        help="Run an MPS control daemon per shared GPU; --no-mps-daemon: the env limits only "
-             "(the lab, or MPS run by something else).")] = True,
+        help="Run an MPS control daemon per shared GPU (the default without --hami-core); "
+             "--no-mps-daemon: the env limits only (the lab, or MPS run by something else).",
+        show_default=False)] = None,
     mps_control: Annotated[str, typer.Option(
         help="The MPS control binary (a path, or a name on PATH).")] = mps.DEFAULT_CONTROL,
     mps_dir: Annotated[Path, typer.Option(
         help="The MPS daemons' directories: <mps-dir>/<GPU uuid>/pipe and .../log.")
     ] = mps.DEFAULT_DIR,
+    hami_core: Annotated[Path | None, typer.Option(
+        help="Limit shares with the HAMi-core library (libvgpu.so) at this host path instead of "
+             "MPS: preloaded into the share's containers with its memory and SM limits. "
+             "Excludes --mps-daemon.")] = None,
+    hami_dir: Annotated[Path, typer.Option(
+        help="With --hami-core: the claims' shared cache directories "
+             "(<hami-dir>/claims/<claim UID>) and the lock directory (<hami-dir>/vgpulock).")
+    ] = hami.DEFAULT_DIR,
 ) -> None:
     """Run the DRA kubelet plugin for GPU shares (driver gpu.gpufleet.io) on this node."""
     from gpufleet.node_plugin import grpc_services, metrics, protos
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    if hami_core is not None and mps_daemon:
+        raise InputError("--hami-core and --mps-daemon are exclusive: a share runs under one; "
+                         "leave one out")
+    core = None
+    if hami_core is not None:
+        core = hami.HamiCore(hami_core, hami_dir)
+        why = core.check()
+        if why is not None:
+            raise InputError(f"{why}: install HAMi-core's libvgpu.so there (the host path) or "
+                             "leave --hami-core out")
     try:
         gpus = inventory.load(device_file)
     except inventory.InventoryError as exc:
         raise InputError(str(exc)) from None
     manager = None
-    if mps_daemon:
+    if core is None and mps_daemon is not False:
         control = mps.find_control(mps_control)
         if control is None:
             raise InputError(f"MPS control binary {mps_control!r} not found: install it (it "
@@ -92,9 +114,11 @@ def node_plugin(
     api = api_client(kubeconfig)
     log.info("inventory: %s", ", ".join(f"{g.device_name}={g.uuid} ({g.memory_mib} MiB)"
                                         for g in gpus))
+    if core is not None:
+        log.info("shares limited by HAMi-core %s (directories under %s)", core.library, core.root)
     try:
         preparer = Preparer(node_name, gpus, cdi_dir, state_dir / "checkpoint.json",
-                            mps=manager)
+                            mps=manager, hami=core)
     except PrepareError as exc:
         raise InputError(str(exc)) from None
     if preparer.claims:

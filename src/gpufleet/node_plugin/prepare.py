@@ -23,6 +23,13 @@ and it is told to quit when the GPU's last share is unprepared. A claim whose re
 whole GPU never uses MPS. An MPS client connects to one server, so a claim with shares of two
 GPUs is refused. Checkpoint entries written without MPS (no ``mpsPipeDir``) stay valid: they
 ran without a daemon and still do.
+
+With a :class:`~gpufleet.node_plugin.hami.HamiCore` instead (never both), a share runs under
+HAMi-core (:mod:`.hami`): its claim's cache directory is made before the CDI spec is written and
+removed when the claim is unprepared; no daemon runs, so a claim may share several GPUs. A claim
+of whole GPUs gets no limits at all. The per-GPU sum check is the same in every mode. A claim
+keeps the way it was prepared (recorded per share in the checkpoint) until it is unprepared, even
+across a restart with other flags.
 """
 
 from __future__ import annotations
@@ -31,12 +38,13 @@ import json
 import logging
 import math
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from gpufleet.node_plugin import DRIVER, atomic_file, cdi
+from gpufleet.node_plugin import DRIVER, atomic_file, cdi, hami
 from gpufleet.node_plugin.cdi import Share
+from gpufleet.node_plugin.hami import HamiCore, HamiError
 from gpufleet.node_plugin.inventory import Gpu
 from gpufleet.node_plugin.mps import MpsError, MpsManager
 from gpufleet.node_plugin.slices import CORES
@@ -135,10 +143,13 @@ class Preparer:
     checkpoint: Path
     dev_root: Path = Path("/dev")
     mps: MpsManager | None = None
+    hami: HamiCore | None = None
     claims: dict[str, Prepared] = field(init=False)
     _lock: threading.Lock = field(init=False, default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
+        if self.mps is not None and self.hami is not None:
+            raise ValueError("a share runs under MPS or under HAMi-core, not both")
         self.claims = self._read_checkpoint()
 
     def _read_checkpoint(self) -> dict[str, Prepared]:
@@ -174,10 +185,15 @@ class Preparer:
             memory, cores = share_limits(r, gpu)
             partial = memory < gpu.memory_mib or cores < CORES
             pipe = str(self.mps.pipe_dir(gpu.uuid)) if self.mps and partial else None
-            shares.append(Share(request=str(r.get("request", "")), pool=self.node,
-                                device=gpu.device_name, share_id=r.get("shareID"),
-                                uuid=gpu.uuid, minor=gpu.minor, memory_mib=memory, cores=cores,
-                                mps_pipe_dir=pipe))
+            share = Share(request=str(r.get("request", "")), pool=self.node,
+                          device=gpu.device_name, share_id=r.get("shareID"), uuid=gpu.uuid,
+                          minor=gpu.minor, memory_mib=memory, cores=cores, mps_pipe_dir=pipe)
+            if self.hami is not None:
+                share = replace(share, limits=cdi.NO_LIMITS)
+                if partial:
+                    share = replace(share, limits=cdi.HAMI_CORE,
+                                    hami_core=str(self.hami.library), hami_dir=str(self.hami.root))
+            shares.append(share)
         if len(cdi.pipe_dirs(shares)) > 1:
             raise PrepareError(f"claim {ref}: shares of {len(cdi.pipe_dirs(shares))} GPUs; an "
                                "MPS client uses one GPU's MPS server, so a claim may share one "
@@ -236,6 +252,11 @@ class Preparer:
                         raise PrepareError(f"claim {ref}: {why}")
                 done = Prepared(namespace, name, shares)
             self._start_mps(ref, done.shares)
+            for root in dict.fromkeys(str(s.hami_dir) for s in cdi.hami_shares(done.shares)):
+                try:
+                    hami.ensure(root, uid)
+                except HamiError as exc:
+                    raise PrepareError(f"claim {ref}: {exc}") from None
             cdi.write_spec(self.cdi_dir, uid, cdi.spec(uid, done.shares, self.dev_root))
             if uid not in self.claims:
                 self.claims[uid] = done
@@ -252,6 +273,12 @@ class Preparer:
             if gone is None:
                 return False
             self._write_checkpoint()
+            for root in dict.fromkeys(str(s.hami_dir) for s in cdi.hami_shares(gone.shares)):
+                try:
+                    hami.remove(root, uid)
+                except OSError as exc:
+                    log.warning("unprepared claim %s/%s: removing %s: %s", gone.namespace,
+                                gone.name, hami.claim_dir(root, uid), exc)
             if self.mps is not None:
                 still = self._mps_uuids([s for c in self.claims.values() for s in c.shares])
                 for uuid in sorted(self._mps_uuids(gone.shares) - still):

@@ -86,6 +86,8 @@ def _default(param: Any) -> str:
     if callable(value):
         return "computed"
     if _is_option(param) and param.is_flag:
+        if param.secondary_opts and value is None:  # decided by other options (its help says)
+            return "—"
         if param.secondary_opts:
             return f"`{param.opts[0] if value else param.secondary_opts[0]}`"
         return "on" if value else "off"
