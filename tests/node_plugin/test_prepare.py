@@ -41,6 +41,43 @@ def test_limits_come_from_consumed_capacity(
     assert share_limits(result, GPU0) == (memory_mib, cores)
 
 
+# an H100 80GB as NVML reports it: 81,559 MiB, published as the catalog's 80 GiB
+H100_NVML = Gpu(uuid="GPU-2222", index=2, minor=2, product="NVIDIA H100 80GB HBM3",
+                memoryMiB=81559)
+
+
+@pytest.mark.parametrize(("product", "nvml_mib", "published"), [
+    ("NVIDIA H100 80GB HBM3", 81559, 81920),  # the catalog's 80 GiB
+    ("Tesla T4", 15360, 16384),  # 6.7 % under its 16 GiB
+    ("NVIDIA A100-SXM4-40GB", 40536, 40960),
+    ("NVIDIA L4", 23034, 24576),
+    ("NVIDIA Foo 9000", 12345, 12345),  # not in the catalog: what NVML says
+    ("NVIDIA H100 80GB HBM3", 40000, 40000),  # over 10 % apart: what NVML says
+])
+def test_the_slice_publishes_the_catalogs_memory_size(product: str, nvml_mib: int,
+                                                       published: int) -> None:
+    gpu = Gpu(uuid="GPU-x", index=0, minor=0, product=product, memoryMiB=nvml_mib)
+    assert gpu.published_memory_mib == published
+
+
+@pytest.mark.parametrize(("consumed", "memory_mib"), [
+    # 20480 × 81559 / 81920 = 20389.75 → 20389 MiB
+    ({"memory": "20Gi", "cores": "25"}, 20389),
+    ({"memory": "80Gi"}, 81559),  # all that is published: all there is
+    (None, 81559),
+])
+def test_limits_are_scaled_to_the_real_memory(consumed: dict[str, str] | None,
+                                              memory_mib: int) -> None:
+    result: dict[str, Any] = {"device": "gpu-2"}
+    if consumed is not None:
+        result["consumedCapacity"] = consumed
+    assert share_limits(result, H100_NVML)[0] == memory_mib
+    # four quarters of the published 80 GiB fit the real total
+    quarter = share_limits({"device": "gpu-2", "consumedCapacity": {"memory": "20Gi"}},
+                           H100_NVML)[0]
+    assert 4 * quarter <= H100_NVML.memory_mib
+
+
 def test_a_consumed_capacity_that_is_no_quantity_is_refused() -> None:
     with pytest.raises(PrepareError, match=r"consumedCapacity\.memory: 'lots' is not a quantity"):
         share_limits({"device": "gpu-0", "consumedCapacity": {"memory": "lots"}}, GPU0)

@@ -16,6 +16,7 @@ entry with ``xid: 79`` reports that XID, an entry removed is a GPU that was lost
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
@@ -73,6 +74,29 @@ class Gpu(BaseModel):
     @property
     def device_name(self) -> str:
         return f"gpu-{self.index}"
+
+    @property
+    def published_memory_mib(self) -> int:
+        """The memory the ResourceSlice publishes: the catalog's size for the product (NVML
+        reports a few percent less than the nominal size: 81,559 MiB on an H100 80GB, 15,360 on
+        a 16 GB T4), so that claims written against the nominal sizes — the gpu-fraction share
+        templates select devices of exactly those — fit; the NVML total where the product is
+        unknown or the two are more than 10 % apart. Prepare scales a share's memory back to
+        the real total (:func:`~gpufleet.node_plugin.prepare.share_limits`)."""
+        return published_memory_mib(self.product, self.memory_mib)
+
+
+@functools.cache
+def published_memory_mib(product: str, memory_mib: int) -> int:
+    """:attr:`Gpu.published_memory_mib` for a product name and its NVML memory total."""
+    from gpufleet.catalog.gpus import default_gpu_catalog
+
+    catalog = default_gpu_catalog()
+    model = catalog.resolve(product.replace(" ", "-")) or catalog.resolve(product)
+    if model is None:
+        return memory_mib
+    nominal = catalog.models[model].memory_mib
+    return nominal if memory_mib <= nominal <= memory_mib * 1.1 else memory_mib
 
 
 def semver(text: str) -> str:

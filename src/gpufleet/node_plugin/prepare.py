@@ -70,13 +70,18 @@ def _quantity(text: str, what: str) -> float:
 
 def share_limits(result: dict[str, Any], gpu: Gpu) -> tuple[int, int]:
     """(memory MiB, cores %) a result's ``consumedCapacity`` gives it; the whole GPU for what it
-    does not name. Memory rounds down to whole MiB (the MPS limit's unit: never above what was
-    allocated), cores up to a whole percent (the slice's step is 1, so it is whole already)."""
+    does not name. The slice publishes the GPU's nominal memory (``published_memory_mib``), so
+    the consumed memory is scaled to the real total: shares that sum to at most the published
+    size get limits that sum to at most the real one (a 20Gi share of an H100 80GB whose NVML
+    total is 81,559 MiB gets 20,389 MiB). Memory rounds down to whole MiB (the MPS limit's unit:
+    never above what was allocated), cores up to a whole percent (the slice's step is 1)."""
     consumed = result.get("consumedCapacity") or {}
     memory = gpu.memory_mib
     cores = CORES
     if "memory" in consumed:
-        memory = math.floor(_quantity(str(consumed["memory"]), "consumedCapacity.memory") / MIB)
+        asked = _quantity(str(consumed["memory"]), "consumedCapacity.memory") / MIB
+        memory = min(gpu.memory_mib,
+                     math.floor(asked * gpu.memory_mib / gpu.published_memory_mib))
     if "cores" in consumed:
         cores = math.ceil(_quantity(str(consumed["cores"]), "consumedCapacity.cores"))
     if memory <= 0 or cores <= 0:

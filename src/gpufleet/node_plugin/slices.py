@@ -58,7 +58,7 @@ def attributes(gpu: Gpu) -> dict[str, dict[str, Any]]:
 
 
 def device(gpu: Gpu, taints: list[dict[str, str]] | None = None) -> dict[str, Any]:
-    memory = f"{gpu.memory_mib}Mi"
+    memory = f"{gpu.published_memory_mib}Mi"  # the nominal size (Gpu.published_memory_mib)
     out: dict[str, Any] = {
         "name": gpu.device_name,
         "allowMultipleAllocations": True,
