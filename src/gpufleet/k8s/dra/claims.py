@@ -616,28 +616,34 @@ def holdings(claims: Iterable[Mapping[str, Any]], nodes: Mapping[str, NodeDevice
                 continue
             node, dev = found
             job = f"claim:{key}/{r.get('device')}"
-            if dev.profile is not None:
-                slot = MigSlot(dev.gpu, dev.profile, dev.start)
-                out.append(Holding(key, node.node,
-                                   ResourceRequest(num_gpu=1, mig_profile=dev.profile),
-                                   Bind(job, node.node, (), 0, (slot,))))
-            elif dev.gpu in node.inventory.mig_gpus:
-                full = _full_slot(node, dev, catalog)
-                if full is not None:
-                    out.append(Holding(key, node.node, ResourceRequest(num_gpu=1,
-                                                                       mig_profile=full.profile),
-                                       Bind(job, node.node, (), 0, (full,))))
-            elif r.get("shareID"):
+            if r.get("shareID") and dev.profile is None and dev.gpu not in node.inventory.mig_gpus:
                 mem = memory_mib(((r.get("consumedCapacity") or {}).get("memory")) or 0)
                 total = dev.memory_mib or node.inventory.gpu_memory_mib
                 milli = max(1, min(GPU_MILLI, math.ceil(mem * GPU_MILLI / max(total, 1))))
                 out.append(Holding(key, node.node,
                                    ResourceRequest(num_gpu=1, gpu_milli=milli, gpu_memory_mib=mem),
                                    Bind(job, node.node, (dev.gpu,), milli)))
-            else:
-                out.append(Holding(key, node.node, ResourceRequest(num_gpu=1),
-                                   Bind(job, node.node, (dev.gpu,), GPU_MILLI)))
+            elif (h := _device_holding(key, job, node, dev, catalog)) is not None:
+                out.append(h)
     return out, bad
+
+
+def _device_holding(key: str, job: str, node: NodeDevices, dev: Device, catalog: GpuCatalog
+                    ) -> Holding | None:
+    """A whole device booked: a MIG device its slot, a whole GPU of a MIG GPU all of its slices,
+    another GPU all of it (None: a MIG GPU whose model has no MIG profiles)."""
+    slot: MigSlot | None = None
+    if dev.profile is not None:
+        slot = MigSlot(dev.gpu, dev.profile, dev.start)
+    elif dev.gpu in node.inventory.mig_gpus:
+        slot = _full_slot(node, dev, catalog)
+        if slot is None:
+            return None
+    if slot is not None:
+        return Holding(key, node.node, ResourceRequest(num_gpu=1, mig_profile=slot.profile),
+                       Bind(job, node.node, (), 0, (slot,)))
+    return Holding(key, node.node, ResourceRequest(num_gpu=1),
+                   Bind(job, node.node, (dev.gpu,), GPU_MILLI))
 
 
 def taint_holdings(nodes: Mapping[str, NodeDevices], catalog: GpuCatalog) -> list[Holding]:
@@ -647,18 +653,8 @@ def taint_holdings(nodes: Mapping[str, NodeDevices], catalog: GpuCatalog) -> lis
     for node in nodes.values():
         for dev in node.tainted:
             job = f"taint:{dev.driver}/{dev.pool}/{dev.name}"
-            slot: MigSlot | None = None
-            if dev.profile is not None:
-                slot = MigSlot(dev.gpu, dev.profile, dev.start)
-            elif dev.gpu in node.inventory.mig_gpus:
-                slot = _full_slot(node, dev, catalog)
-            if slot is not None:
-                out.append(Holding(job, node.node, ResourceRequest(num_gpu=1,
-                                                                   mig_profile=slot.profile),
-                                   Bind(job, node.node, (), 0, (slot,))))
-            else:
-                out.append(Holding(job, node.node, ResourceRequest(num_gpu=1),
-                                   Bind(job, node.node, (dev.gpu,), GPU_MILLI)))
+            if (h := _device_holding(job, job, node, dev, catalog)) is not None:
+                out.append(h)
     return out
 
 
