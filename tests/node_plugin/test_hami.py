@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from plugin_results import share_result
 
 from gpufleet.node_plugin import DRIVER
 from gpufleet.node_plugin.hami import HamiCore
@@ -28,12 +29,7 @@ RW = ["rw", "nosuid", "nodev", "bind"]
 
 
 def _result(device: str, memory: str | None, cores: str | None, share: str) -> dict[str, Any]:
-    r: dict[str, Any] = {"request": "gpu", "driver": DRIVER, "pool": NODE, "device": device,
-                         "shareID": share}
-    consumed = {k: v for k, v in (("memory", memory), ("cores", cores)) if v is not None}
-    if consumed:
-        r["consumedCapacity"] = consumed
-    return r
+    return share_result(NODE, device, memory, cores, share)
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from plugin_results import share_result
 
 from gpufleet.node_plugin import DRIVER
 from gpufleet.node_plugin.inventory import Gpu
@@ -125,12 +126,7 @@ def test_a_control_binary_that_fails_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def _result(device: str, memory: str | None, cores: str | None, share: str) -> dict[str, Any]:
-    r: dict[str, Any] = {"request": "gpu", "driver": DRIVER, "pool": NODE, "device": device,
-                         "shareID": share}
-    consumed = {k: v for k, v in (("memory", memory), ("cores", cores)) if v is not None}
-    if consumed:
-        r["consumedCapacity"] = consumed
-    return r
+    return share_result(NODE, device, memory, cores, share)
 
 
 @pytest.fixture
