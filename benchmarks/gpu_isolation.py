@@ -6,10 +6,11 @@ checks that those limits hold under an MPS control daemon:
 
 1. GPU 0 from NVML (``gpufleet.node_plugin.inventory.nvml_gpus``, as the plugin reads it);
 2. two claims of ``--fraction`` (default 0.5) of it, allocated as the scheduler writes them
-   (``consumedCapacity``: fraction × its memory, rounded down to whole MiB, and fraction × 100
-   cores), prepared by the plugin's own :class:`~gpufleet.node_plugin.prepare.Preparer` into a
-   temporary CDI directory (its per-GPU sum check, its limit computation, its CDI spec); each
-   client's environment is its claim's CDI spec's;
+   (``consumedCapacity``: fraction × its published memory, rounded down to whole MiB, and
+   fraction × 100 cores), prepared by the plugin's own
+   :class:`~gpufleet.node_plugin.prepare.Preparer` into a temporary CDI directory (its per-GPU
+   sum check, its limit computation, its CDI spec); each client's environment is its claim's
+   CDI spec's;
 3. the GPU's MPS control daemon, started by the plugin's own
    :class:`~gpufleet.node_plugin.mps.MpsManager` when the first share is prepared (its pipe
    directory is in each claim's environment), under a temporary directory, so it does not meet
@@ -90,9 +91,10 @@ class ShareEnv:
 
 
 def consumed(gpu: Gpu, fraction: float) -> dict[str, str]:
-    """The ``consumedCapacity`` the scheduler writes for ``fraction`` of ``gpu``: whole MiB,
-    rounded down (two halves of a GPU with an odd MiB count still fit it), and whole cores."""
-    return {"memory": f"{math.floor(fraction * gpu.memory_mib)}Mi",
+    """The ``consumedCapacity`` the scheduler writes for ``fraction`` of ``gpu``: of the memory
+    its slice publishes (the catalog's size), whole MiB rounded down, and whole cores; the
+    plugin scales the memory to the GPU's real total."""
+    return {"memory": f"{math.floor(fraction * gpu.published_memory_mib)}Mi",
             "cores": str(math.floor(fraction * 100))}
 
 

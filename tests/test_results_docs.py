@@ -7,7 +7,6 @@ to the records, and drive the recorder on a real subprocess.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from script_module import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "results.py"
@@ -22,12 +22,7 @@ SCRIPT = ROOT / "benchmarks" / "results.py"
 
 @pytest.fixture(scope="module")
 def results() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_results", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["bench_results"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(SCRIPT, "bench_results")
 
 
 def test_readme_and_results_md_match_the_records() -> None:

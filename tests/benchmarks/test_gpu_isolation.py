@@ -8,7 +8,6 @@ live tests may never skip there, tests/support/live_skip.py).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -19,6 +18,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from script_module import load_script
 
 from gpufleet.node_plugin.inventory import Gpu
 from gpufleet.node_plugin.prepare import PrepareError
@@ -31,12 +31,7 @@ UUID = "GPU-11111111-0000-0000-0000-000000000000"
 
 @pytest.fixture(scope="module")
 def iso() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gpu_isolation", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_isolation"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(SCRIPT, "gpu_isolation")
 
 
 def gpu(memory_mib: int) -> Gpu:
@@ -47,7 +42,8 @@ def gpu(memory_mib: int) -> Gpu:
 # (GPU MiB, fraction) -> (MiB, cores %) of each share: floor(fraction × MiB), fraction × 100
 LIMITS = {
     "halves of 80 GiB": ((81920, 0.5), (40960, 50)),
-    # NVML's H100 80GB: 81,559 MiB; 40,779.5 rounds down, so both halves fit (81,558 MiB)
+    # NVML's H100 80GB: 81,559 MiB, published as 80 GiB; half of that, 40,960 MiB, scaled to
+    # the real total: 40,960 × 81,559 / 81,920 = 40,779.5 → 40,779, so both halves fit
     "halves of an odd MiB count": ((81559, 0.5), (40779, 50)),
     "quarters of 24 GiB": ((24576, 0.25), (6144, 25)),
     "an eighth of 80 GiB": ((81920, 0.125), (10240, 12)),
