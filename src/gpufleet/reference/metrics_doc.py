@@ -74,6 +74,13 @@ def _agent() -> tuple[CollectorRegistry, Iterable[object]]:
     return AgentProbes().registry, ()
 
 
+def _node_plugin() -> tuple[CollectorRegistry, Iterable[object]]:
+    from gpufleet.node_plugin.metrics import Metrics
+
+    m = Metrics()
+    return m.registry, vars(m).values()
+
+
 def _sample_world() -> FleetSnapshot:
     """One whole GPU and one MIG instance on one spot node, one tenant with one job of each
     kind: enough for every family to carry every label it has."""
@@ -101,6 +108,8 @@ PARTS: tuple[Part, ...] = (
          "and its cost, under the simulator's names", _live_fleet),
     Part("gpufleet controller", "on the leading replica: one series per GpuQueue", _queues),
     Part("gpufleet agent", "with `--port`", _agent),
+    Part("gpufleet node-plugin", "with `--metrics-port` (9402 unless 0): the node's GPUs' health "
+         "and its claims", _node_plugin),
     Part("gpufleet exporter --source sim, gpufleet simulate --serve-metrics",
          "always: the simulated fleet, and its GPUs under dcgm-exporter's names", _exporter),
 )
