@@ -22,7 +22,7 @@ from live_wait import wait_for
 
 from gpufleet.k8s.dra.cel import DeviceInput, matches
 from gpufleet.k8s.dra.claims import FINALIZER
-from gpufleet.k8s.dra.shares import CLAIM_NAME, NAMESPACE_LABEL
+from gpufleet.k8s.dra.shares import CLAIM_NAME, NAMESPACE_LABEL, SHARE_CLASS
 from gpufleet.k8s.dra.slices import ATTR_NVLINK_DOMAIN, DRIVER
 from gpufleet.k8s.schedule.controller import Controller
 from gpufleet.lab.kubelet_check import check_cluster
@@ -410,3 +410,29 @@ def test_a_pod_with_a_claim_is_preempted_and_its_devices_freed_by_the_deallocati
         assert any(e.reason == "Preempted" for e in events), [e.reason for e in events]
     finally:
         sched.delete_priority_class(pc)
+
+
+def test_tainted_devices_are_not_allocated(
+        space: Space, controller: Controller, share_policy: None) -> None:
+    """A g4dn.12xlarge of the shared pool (four T4s as the node plugin publishes them) whose
+    gpu-0, gpu-1 and gpu-2 carry the plugin's health taints (NoExecute and NoSchedule): a
+    whole-GPU claim on share.gpu.gpufleet.io gets gpu-3, and a second one is refused."""
+    (node,) = space.add("g4dn.12xlarge", gpu_pool="shared")
+    (slice_,) = space.slices(node)
+    for dev, effect in (("gpu-0", "NoExecute"), ("gpu-1", "NoSchedule"),
+                        ("gpu-2", "NoSchedule")):
+        d = next(x for x in slice_["spec"]["devices"] if x["name"] == dev)
+        d["taints"] = [{"key": "gpu.gpufleet.io/unhealthy", "value": "xid-79",
+                        "effect": effect, "timeAdded": "2026-12-07T00:00:00Z"}]
+    space.custom.replace_cluster_custom_object(G, V, "resourceslices",
+                                               slice_["metadata"]["name"], slice_)
+    space.claim("first", cls=SHARE_CLASS)
+    space.pod("first", claim="first")
+    pod = wait_for("the first pod to bind", lambda: space.bound("first"), 60)
+    assert pod["spec"]["nodeName"] == node
+    (r,) = results(space.read_claim("first"))
+    assert (r["driver"], r["device"]) == ("gpu.gpufleet.io", "gpu-3")
+    space.claim("second", cls=SHARE_CLASS)
+    space.pod("second", claim="second")
+    wait_for("the second pod to be refused", lambda: space.scheduled_message("second"), 60)
+    assert space.bound("second") is None and allocated(space, "second") is None
