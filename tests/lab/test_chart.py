@@ -282,9 +282,13 @@ def _node_plugin_parts(docs: list[dict[str, Any]]) -> tuple[dict[str, Any], dict
     (c,) = pod["containers"]
     host = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
     # every host directory is mounted at its host path: the kubelet dials the socket path the
-    # plugin registers, and the runtime reads the CDI spec the plugin writes
+    # plugin registers, and the runtime reads the CDI spec the plugin writes; but the MPS
+    # daemons' /dev/shm, a host directory the CDI specs mount as the clients' /dev/shm too
     for m in c["volumeMounts"]:
-        if m["name"] in host:
+        if m["name"] == "mps-shm":
+            assert m["mountPath"] == "/dev/shm"
+            assert f"--mps-shm-dir={host['mps-shm']}" in c["args"], c["args"]
+        elif m["name"] in host:
             assert m["mountPath"] == host[m["name"]], m
     return pod, c, host
 
@@ -305,7 +309,7 @@ def test_node_plugin_defaults(helm: Path, tmp_path: Path) -> None:
     assert c["image"] == controller(docs)["image"] == "localhost/gpufleet:0.1.0"
     assert c["args"] == ["--kubelet-root-dir=/var/lib/kubelet", "--cdi-dir=/var/run/cdi",
                          "--state-dir=/var/lib/gpufleet/node-plugin", "--metrics-port=9402",
-                         "--mps-dir=/run/gpufleet/mps"]
+                         "--mps-dir=/run/gpufleet/mps", "--mps-shm-dir=/run/gpufleet/mps/shm"]
     assert c["env"] == [{"name": "NODE_NAME",
                          "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]
     assert c["ports"] == [{"name": "metrics", "containerPort": 9402}]
@@ -316,7 +320,7 @@ def test_node_plugin_defaults(helm: Path, tmp_path: Path) -> None:
     assert host == {"plugins-registry": "/var/lib/kubelet/plugins_registry",
                     "plugins": "/var/lib/kubelet/plugins", "cdi": "/var/run/cdi",
                     "state": "/var/lib/gpufleet/node-plugin", "mps": "/run/gpufleet/mps",
-                    "dev": "/dev"}
+                    "mps-shm": "/run/gpufleet/mps/shm", "dev": "/dev"}
     assert pod["nodeSelector"] == {"gpufleet.io/gpu-pool": "shared"}
     assert pod["priorityClassName"] == "system-node-critical"
     assert "tolerations" not in pod and "hostNetwork" not in pod

@@ -151,8 +151,12 @@ def test_shares_run_under_their_gpus_daemon_until_the_last_goes(preparer: Prepar
         "NVIDIA_VISIBLE_DEVICES=GPU-0000", "CUDA_VISIBLE_DEVICES=GPU-0000",
         "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=GPU-0000=20480M",  # 20 × 1024 MiB
         "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30", f"CUDA_MPS_PIPE_DIRECTORY={pipe}"]
-    assert edits["mounts"] == [{"hostPath": pipe, "containerPath": pipe,
-                                "options": ["rw", "nosuid", "nodev", "bind"]}]
+    # the pipe directory where the client finds its server, and the daemons' /dev/shm (the
+    # host's, the plugin running on the host here), where they exchange memory
+    assert edits["mounts"] == [
+        {"hostPath": pipe, "containerPath": pipe, "options": ["rw", "nosuid", "nodev", "bind"]},
+        {"hostPath": "/dev/shm", "containerPath": "/dev/shm",
+         "options": ["rw", "nosuid", "nodev", "bind"]}]
     # a second share of the same GPU joins the same daemon; a retry starts nothing either
     preparer.prepare("u2", "ns", "b", [_result("gpu-0", "40Gi", "50", "s2")])
     preparer.prepare("u1", "ns", "a", [])

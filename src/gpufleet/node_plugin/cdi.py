@@ -12,7 +12,8 @@ runtime applies last:
   takes one value per client process, so a claim on several GPUs gets the smallest;
 - ``CUDA_MPS_PIPE_DIRECTORY``, for a share run under the plugin's MPS control daemon of its GPU
   (:mod:`.mps`): the daemon's pipe directory, bind-mounted into the container at the same path,
-  where the client finds its server.
+  where the client finds its server; and the daemons' ``/dev/shm`` (a host directory) as the
+  container's ``/dev/shm``, where client and server exchange memory.
 
 A claim with a share prepared under HAMi-core (``--hami-core``) gets HAMi-core's preload, limits
 and mounts instead of the ``CUDA_MPS_*`` variables (:mod:`.hami`); a claim of whole GPUs prepared
@@ -164,7 +165,10 @@ def pipe_dirs(shares: Sequence[Share]) -> list[str]:
     return list(dict.fromkeys(s.mps_pipe_dir for s in shares if s.mps_pipe_dir))
 
 
-def spec(claim_uid: str, shares: Sequence[Share], dev_root: Path = Path("/dev")) -> dict[str, Any]:
+def spec(claim_uid: str, shares: Sequence[Share], dev_root: Path = Path("/dev"),
+         mps_shm: str | None = None) -> dict[str, Any]:
+    """The claim's CDI spec; ``mps_shm``: the host directory that is the MPS daemons'
+    ``/dev/shm``, mounted as the container's ``/dev/shm`` when its shares run under a daemon."""
     claim_env = env(shares)
     devices = []
     for name, s in zip(device_names(claim_uid, shares), shares, strict=True):
@@ -176,6 +180,9 @@ def spec(claim_uid: str, shares: Sequence[Share], dev_root: Path = Path("/dev"))
         if pipes:
             edits["mounts"] = [{"hostPath": p, "containerPath": p,
                                 "options": ["rw", "nosuid", "nodev", "bind"]} for p in pipes]
+            if mps_shm is not None:
+                edits["mounts"].append({"hostPath": mps_shm, "containerPath": "/dev/shm",
+                                        "options": ["rw", "nosuid", "nodev", "bind"]})
         mounts = hami_mounts(claim_uid, shares)
         if mounts:
             edits["mounts"] = mounts

@@ -71,6 +71,11 @@ def node_plugin(
     mps_dir: Annotated[Path, typer.Option(
         help="The MPS daemons' directories: <mps-dir>/<GPU uuid>/pipe and .../log.")
     ] = mps.DEFAULT_DIR,
+    mps_shm_dir: Annotated[Path, typer.Option(
+        help="The host directory that is the MPS daemons' /dev/shm (where this plugin runs in "
+             "a container: the host directory mounted at its /dev/shm); mounted as /dev/shm "
+             "into each share's container, where MPS clients meet their server.")
+    ] = Path("/dev/shm"),
     hami_core: Annotated[Path | None, typer.Option(
         help="Limit shares with the HAMi-core library (libvgpu.so) at this host path instead of "
              "MPS: preloaded into the share's containers with its memory and SM limits. "
@@ -104,7 +109,7 @@ def node_plugin(
         if control is None:
             raise InputError(f"MPS control binary {mps_control!r} not found: install it (it "
                              "comes with the NVIDIA driver's utilities) or pass --no-mps-daemon")
-        manager = mps.MpsManager(control, mps_dir)
+        manager = mps.MpsManager(control, mps_dir, shm_dir=mps_shm_dir)
     try:
         stubs = protos.load()
     except ProtoError as exc:

@@ -56,6 +56,11 @@ class MpsManager:
     control: str
     root: Path = DEFAULT_DIR
     timeout_s: float = 10.0
+    # the host directory that is the daemons' /dev/shm: MPS clients exchange memory with their
+    # server through it, so each share's container gets it as its /dev/shm (the host's own
+    # /dev/shm where the plugin runs on the host; a directory the chart mounts at the plugin
+    # container's /dev/shm otherwise)
+    shm_dir: Path = Path("/dev/shm")
     _lock: threading.Lock = field(init=False, default_factory=threading.Lock)
     _running: set[str] = field(init=False, default_factory=set)
 

@@ -262,7 +262,8 @@ class Preparer:
                     hami.ensure(root, uid)
                 except HamiError as exc:
                     raise PrepareError(f"claim {ref}: {exc}") from None
-            cdi.write_spec(self.cdi_dir, uid, cdi.spec(uid, done.shares, self.dev_root))
+            shm = str(self.mps.shm_dir) if self.mps is not None else None
+            cdi.write_spec(self.cdi_dir, uid, cdi.spec(uid, done.shares, self.dev_root, shm))
             if uid not in self.claims:
                 self.claims[uid] = done
                 self._write_checkpoint()
