@@ -12,7 +12,13 @@ from gpufleet.catalog.gpus import default_gpu_catalog
 from gpufleet.catalog.instances import default_instance_catalog
 from gpufleet.decisions import Bind
 from gpufleet.k8s.dra.claim_view import DraWorld
-from gpufleet.k8s.dra.claims import allocation, claim_asks, consumed_capacity, holdings
+from gpufleet.k8s.dra.claims import (
+    allocation,
+    claim_asks,
+    consumed_capacity,
+    holdings,
+    pod_ask,
+)
 from gpufleet.k8s.dra.devices import blocking_taint, devices_by_node
 from gpufleet.k8s.dra.shares import SHARE_CLASS, share_claim_template, share_device_class
 from gpufleet.k8s.dra.slices import (
@@ -26,6 +32,7 @@ from gpufleet.k8s.translate.node_objects import node_object, spec_from_instance
 from gpufleet.k8s.translate.snapshot import build_snapshot
 from gpufleet.node_plugin.inventory import Gpu
 from gpufleet.node_plugin.slices import desired_spec
+from gpufleet.state import ResourceRequest
 
 CAT = default_gpu_catalog()
 IT = default_instance_catalog()
@@ -194,3 +201,49 @@ def test_a_tainted_gpu_is_booked_taken_and_a_share_on_it_keeps_its_room() -> Non
     row = snap.state.index["shared"]
     assert snap.unaccounted == {}
     assert list(snap.state.free_milli[row, :2]) == [0, 1000]
+
+
+def _exact_share(capacity: dict[str, str]) -> dict[str, Any]:
+    return {"metadata": {"name": "c", "namespace": "ns"}, "spec": {"devices": {"requests": [{
+        "name": "gpu", "exactly": {"deviceClassName": SHARE_CLASS, "count": 1,
+                                   "capacity": {"requests": capacity}}}]}}}
+
+
+CORES_ASKS = [
+    # the cores' fraction as milli (the memory is placed as memory: gpu_memory_mib)
+    ({"memory": "20Gi", "cores": "60"}, None, 600, None),
+    ({"memory": "20Gi", "cores": "10"}, None, 100, None),
+    ({"memory": "20Gi", "cores": "60"}, 700, 700, None),  # the pod's gpu-fraction, larger
+    # no cores asked: the policy's default, all of them — kube's allocator books it so too
+    ({"memory": "20Gi"}, None, 1000, None),
+    ({"memory": "20Gi", "cores": "101"}, None, None, "cores 101 (a GPU has 100"),
+]
+
+
+@pytest.mark.parametrize(("capacity", "hint", "milli", "why"), CORES_ASKS)
+def test_a_shares_cores_are_milli_placement_books(
+        capacity: dict[str, str], hint: int | None, milli: int | None, why: str | None) -> None:
+    """A share of the plugin's device asks memory and ``cores`` (percent of the SMs): placement
+    books the cores' fraction as milli-GPU (at least the pod's ``gpu-fraction``), so shares
+    never sum above the device's 100 cores (what kube-scheduler's allocator refuses), and a
+    share asking more than 100 is refused."""
+    req, _, got = pod_ask(ResourceRequest(), hint, [_exact_share(capacity)], CLASSES, CAT)
+    if why is not None:
+        assert req is None and got is not None and why in got
+        return
+    assert got is None and req is not None and req.gpu_milli == milli
+
+
+@pytest.mark.parametrize(("consumed", "milli"), [
+    ({"memory": "20Gi", "cores": "60"}, 600),
+    ({"memory": "40Gi", "cores": "25"}, 500),
+    ({"memory": "4Gi", "cores": "100"}, 1000),  # a memory-only share holds every core
+])
+def test_a_shares_consumed_cores_are_booked(consumed: dict[str, str], milli: int) -> None:
+    held = {"metadata": {"name": "h", "namespace": "ns", "uid": "uid-h"},
+            "spec": {}, "status": {"allocation": {"devices": {"results": [{
+                "request": "gpu", "driver": GPUFLEET_DRIVER, "pool": "shared",
+                "device": "gpu-0", "shareID": "s", "consumedCapacity": consumed}]}}}}
+    devs, _ = devices_by_node([plugin_slice("shared")], CAT)
+    (h,), bad = holdings([held], devs, CAT)
+    assert bad == {} and (h.bind.gpus, h.bind.milli_per_gpu) == ((0,), milli)

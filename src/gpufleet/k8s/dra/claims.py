@@ -33,7 +33,8 @@ Three directions, all pure (the API's JSON in, data out):
 * **What is taken** (:func:`holdings`): every claim with ``status.allocation`` — written by
   gpufleet or any other scheduler — books its devices on the state's rows: a whole device its
   GPU (all of a MIG GPU's slices), a MIG device its slot, a share (a result with ``shareID``)
-  its ``consumedCapacity`` of memory and the milli-GPU that is of the device's memory.
+  its ``consumedCapacity`` of memory and the milli-GPU that is of the device's memory (or of
+  its ``cores``, on gpufleet's node plugin's devices, where that is more).
 * **What to write** (:func:`allocation`): a ``Bind`` back as ``status.allocation`` — results
   (request, driver, pool, device; ``shareID`` and ``consumedCapacity`` for a share), the class's
   and the claim's opaque configs as kube-scheduler copies them, and the node as ``nodeSelector``.
@@ -54,6 +55,7 @@ from gpufleet.decisions import Bind, MigSlot
 from gpufleet.k8s.dra import cel
 from gpufleet.k8s.dra.cel import SelectorError
 from gpufleet.k8s.dra.devices import Device, NodeDevices
+from gpufleet.k8s.dra.shares import CORES
 from gpufleet.k8s.dra.slices import DRIVER, GPU_DRIVERS, GPUFLEET_DRIVER, device_attribute
 from gpufleet.k8s.translate.quantity import memory_mib, quantity
 from gpufleet.state import GPU_MILLI, ResourceRequest
@@ -522,6 +524,10 @@ def pod_ask(
         return _first_available_ask(req, milli_hint, a, catalog)
     if a.share_memory_mib:
         milli = milli_hint if milli_hint is not None and milli_hint < GPU_MILLI else 1
+        cores, why = _cores_milli(a.driver, a.capacity, f"claim {a.claim}")
+        if why:
+            return None, None, why
+        milli = max(milli, cores)
         return ResourceRequest(**{**_fields(req), "num_gpu": 1, "gpu_milli": milli,
                                   "gpu_memory_mib": a.share_memory_mib}), a, None
     return ResourceRequest(**{**_fields(req), "num_gpu": a.count, "gpu_milli": GPU_MILLI,
@@ -544,10 +550,34 @@ def _first_available_ask(req: ResourceRequest, milli_hint: int | None, a: ClaimA
                             f"subrequests select ({', '.join(f'{s} MiB' for s in sorted(sizes))})")
     least = max(math.ceil(o.share_memory_mib * GPU_MILLI / o.device_memory_mib)
                 for o in a.options)
+    for o in a.options:
+        cores, why = _cores_milli(a.driver, o.capacity, f"claim {a.claim} subrequest {o.name!r}")
+        if why:
+            return None, None, why
+        least = max(least, cores)
     hint = milli_hint if milli_hint is not None and milli_hint < GPU_MILLI else 0
     milli = min(GPU_MILLI, max(1, least, hint))
     return ResourceRequest(**{**_fields(req), "num_gpu": 1, "gpu_milli": milli,
                               "gpu_memory_mib": 0, "gpu_models": models}), a, None
+
+
+def _cores_milli(driver: str | None, capacity: Iterable[tuple[str, str]], where: str
+                 ) -> tuple[int, str | None]:
+    """The milli-GPU a share's ``cores`` take on gpufleet's node plugin's devices (percent of
+    the GPU's SMs, :data:`~.shares.CORES` in all): what it asks, or — asking none — the
+    capacity's default, all of them (a memory-only share there holds every core, as
+    kube-scheduler's allocator books it); 0 on other drivers' devices. Placement books the
+    larger of this and the memory's share, so shares never sum above the cores either; more
+    cores than a GPU has is why the claim cannot be allocated."""
+    if driver != GPUFLEET_DRIVER:
+        return 0, None
+    asked = dict(capacity).get("cores")
+    if asked is None:
+        return GPU_MILLI, None
+    q = quantity(asked)
+    if q is None or q < 0 or q > CORES:
+        return 0, f"{where}: cores {asked} (a GPU has {CORES}, percent of its SMs)"
+    return max(1, math.ceil(q * GPU_MILLI / CORES)), None
 
 
 def _fields(req: ResourceRequest) -> dict[str, Any]:
@@ -620,6 +650,12 @@ def holdings(claims: Iterable[Mapping[str, Any]], nodes: Mapping[str, NodeDevice
                 mem = memory_mib(((r.get("consumedCapacity") or {}).get("memory")) or 0)
                 total = dev.memory_mib or node.inventory.gpu_memory_mib
                 milli = max(1, min(GPU_MILLI, math.ceil(mem * GPU_MILLI / max(total, 1))))
+                # cores (gpufleet's node plugin): the larger fraction of the GPU is what it holds
+                cores = quantity((r.get("consumedCapacity") or {}).get("cores"))
+                have = quantity((((dev.raw or {}).get("capacity") or {}).get("cores") or {})
+                                .get("value"))
+                if cores is not None and have:
+                    milli = max(milli, min(GPU_MILLI, math.ceil(cores * GPU_MILLI / have)))
                 out.append(Holding(key, node.node,
                                    ResourceRequest(num_gpu=1, gpu_milli=milli, gpu_memory_mib=mem),
                                    Bind(job, node.node, (dev.gpu,), milli)))
