@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
-from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
+from gpufleet.k8s.schedule import telemetry
 from gpufleet.node_plugin.health import DeviceHealth
 
 DEFAULT_PORT = 9402
@@ -63,33 +63,10 @@ class Metrics:
         self.prepared.set_function(prepared)
         self.mps_daemons.set_function(mps)
 
-    def text(self) -> bytes:
-        return generate_latest(self.registry)
-
 
 def serve(metrics: Metrics, port: int, host: str = "") -> ThreadingHTTPServer:
     """Serve ``/metrics`` and ``/healthz`` on ``port`` (0 picks a free one: see
-    ``server.server_port``) in a daemon thread; ``shutdown()`` stops it."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            path = self.path.split("?", 1)[0]
-            if path == "/metrics":
-                body, ctype, code = metrics.text(), CONTENT_TYPE_LATEST, 200
-            elif path == "/healthz":
-                body, ctype, code = b"ok\n", "text/plain; charset=utf-8", 200
-            else:
-                body, ctype, code = b"not found\n", "text/plain; charset=utf-8", 404
-            self.send_response(code)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: object) -> None:  # scrapes are not news
-            pass
-
-    server = ThreadingHTTPServer((host, port), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
-    return server
+    ``server.server_port``) in a daemon thread, with the controller's and the agent's server;
+    ``shutdown()`` stops it."""
+    return telemetry.serve(metrics.registry, host, port, healthy=lambda: True,
+                           ready=lambda: True)
