@@ -227,6 +227,12 @@ class _Read:
     capacity: tuple[tuple[str, str], ...] = ()  # the other capacity requests, as written
 
 
+def _device_type(terms: Mapping[str, str]) -> str | None:
+    """The device type the terms select: their ``type``; on gpufleet's node plugin, which
+    publishes whole GPUs only, ``gpu`` without one."""
+    return terms.get("type") or ("gpu" if terms.get(DRIVER_KEY) == GPUFLEET_DRIVER else None)
+
+
 def _device_request(ex: Mapping[str, Any], classes: Mapping[str, Mapping[str, Any]], where: str,
                     claim: str, share_terms: bool = False) -> tuple[_Read | None, str | None]:
     """A device request (``exactly`` or a subrequest, same fields) checked against the shapes
@@ -249,8 +255,7 @@ def _device_request(ex: Mapping[str, Any], classes: Mapping[str, Mapping[str, An
         return None, f"{where}: allocationMode {ex.get('allocationMode')!r} (only ExactCount)"
     n = int(ex.get("count") or 1)
     driver = terms.get(DRIVER_KEY)
-    # the node plugin publishes whole GPUs only: its devices need no type term
-    kind = terms.get("type") or ("gpu" if driver == GPUFLEET_DRIVER else None)
+    kind = _device_type(terms)
     cap = ((ex.get("capacity") or {}).get("requests") or {})
     share = memory_mib(cap.get("memory")) if cap.get("memory") is not None else 0
     consumable = SHARE_CAPACITIES.get(driver or DRIVER, frozenset({"memory"}))
@@ -291,8 +296,7 @@ def _first_available(key: str, name: str, subs: Any, classes: Mapping[str, Mappi
         if why or got is None:
             return None, why
         t = got.terms
-        kind = t.get("type") or ("gpu" if t.get(DRIVER_KEY) == GPUFLEET_DRIVER else None)
-        if kind != "gpu" or not got.share or got.count != 1 or MEMORY not in t \
+        if _device_type(t) != "gpu" or not got.share or got.count != 1 or MEMORY not in t \
                 or t.get(SHAREABLE) != "true":
             return None, f"{where} subrequest {sname!r}: {shape}"
         size = int(t[MEMORY])
