@@ -74,9 +74,6 @@ NVIDIA, GPUFLEET = "gpu.nvidia.com", "gpu.gpufleet.io"
 
 # Disagreements gpufleet documents: kube-scheduler binds, gpufleet keeps the pod pending.
 EXCEPTIONS = {
-    "partial-selector": (
-        "docs/kubernetes.md, DRA allocation / CEL selectors and Limits (known): a selector that "
-        "matches only some of a node's candidate devices keeps the claim off that node"),
     "whole-gpu-of-dynamic-mig": (
         "docs/kubernetes.md, DRA allocation, 'Not supported': whole GPUs of a node in dynamic "
         "MIG mode are not offered by gpufleet"),
@@ -369,21 +366,11 @@ def check_allocation(case: Case, node: str, pod_node: str, claim: dict[str, Any]
     return bad
 
 
-def _partial(case: Case, node: str, devices: dict[tuple[str, str, str], dict[str, Any]]
-             ) -> bool:
-    cands = [d for (drv, pool, _), d in devices.items()
-             if pool == node and case.candidate(d, drv)]
-    hits = [case.sel is None or case.sel.holds(d) for d in cands]
-    return any(hits) and not all(hits)
-
-
 def exception_class(case: Case, node: str,
                     devices: dict[tuple[str, str, str], dict[str, Any]]) -> str | None:
     """The documented exception a kube-bound/gpufleet-refused case falls in, if any."""
     if case.kind == "whole" and case.mig_config is not None:
         return "whole-gpu-of-dynamic-mig"
-    if case.sel is not None and _partial(case, node, devices):
-        return "partial-selector"
     return None
 
 

@@ -436,3 +436,90 @@ def test_tainted_devices_are_not_allocated(
     space.pod("second", claim="second")
     wait_for("the second pod to be refused", lambda: space.scheduled_message("second"), 60)
     assert space.bound("second") is None and allocated(space, "second") is None
+
+
+def _nic_slice(node: str, uid: str, driver: str) -> dict[str, Any]:
+    """Two NICs on ``node`` as a network driver would publish them (no GPU attributes), owned
+    by the Node as a kubelet plugin's slices are (they go with it)."""
+    return {"apiVersion": f"{G}/{V}", "kind": "ResourceSlice",
+            "metadata": {"name": f"{node}-{driver}", "ownerReferences": [
+                {"apiVersion": "v1", "kind": "Node", "name": node, "uid": uid}]},
+            "spec": {"driver": driver, "nodeName": node,
+                     "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                     "devices": [{"name": f"nic-{i}", "attributes": {
+                         "pcieRoot": {"string": f"pci000{i}"}, "rdma": {"bool": True}}}
+                         for i in range(2)]}}
+
+
+def _claim(space: Space, name: str, requests: list[dict[str, Any]],
+           constraints: list[dict[str, Any]] | None = None) -> None:
+    devices: dict[str, Any] = {"requests": requests}
+    if constraints:
+        devices["constraints"] = constraints
+    space.custom.create_namespaced_custom_object(G, V, space.name, "resourceclaims", {
+        "apiVersion": f"{G}/{V}", "kind": "ResourceClaim", "metadata": {"name": name},
+        "spec": {"devices": devices}})
+
+
+def _pod_with_claims(space: Space, name: str, claims: list[str]) -> None:
+    space.lab.core.create_namespaced_pod(space.name, {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {"schedulerName": "gpufleet", "terminationGracePeriodSeconds": 0,
+                 "nodeSelector": {"topology.kubernetes.io/zone": space.name},
+                 "resourceClaims": [{"name": c, "resourceClaimName": c} for c in claims],
+                 "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
+                                 "resources": {"limits": {"cpu": "1", "memory": "1Gi"},
+                                               "claims": [{"name": c} for c in claims]}}]}})
+
+
+def test_claims_placement_does_not_express_are_allocated_as_kube_allocates_them(
+        space: Space, controller: Controller) -> None:
+    """p3.8xlarge (4 V100s, ``gpu.nvidia.com``) that also publishes two NICs of another driver.
+    Pod ``train`` has two claims: ``pair`` asks 2 GPUs and a NIC (two requests, a
+    ``distinctAttribute`` on the GPUs' ``minor``), ``last`` asks ``allocationMode: All`` of
+    the GPUs whose minor is 3. Pod ``fallback``'s claim is a ``firstAvailable`` of 4 GPUs,
+    then 1: it gets one GPU, written ``gpu/one``. Kube's allocator order: ``pair`` takes
+    gpu-0, gpu-1 and nic-0, ``last`` gpu-3, ``fallback`` gpu-2. A fourth pod asking a whole
+    GPU is then refused, and nothing is over-committed."""
+    (node,) = space.add("p3.8xlarge")
+    nic = f"nic-{space.name}.example.com"
+    space.custom.create_cluster_custom_object(G, V, "deviceclasses", {
+        "apiVersion": f"{G}/{V}", "kind": "DeviceClass", "metadata": {"name": nic},
+        "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{nic}'"}}]}})
+    body = _nic_slice(node, space.lab.core.read_node(node).metadata.uid, nic)
+    space.custom.create_cluster_custom_object(G, V, "resourceslices", body)
+    try:
+        minor = f"device.attributes['{DRIVER}'].minor"
+        _claim(space, "pair", [
+            {"name": "gpus", "exactly": {"deviceClassName": DRIVER, "count": 2}},
+            {"name": "nic", "exactly": {"deviceClassName": nic}}],
+            [{"distinctAttribute": f"{DRIVER}/minor", "requests": ["gpus"]}])
+        _claim(space, "last", [{"name": "gpu", "exactly": {
+            "deviceClassName": DRIVER, "allocationMode": "All",
+            "selectors": [{"cel": {"expression": f"{minor} == 3"}}]}}])
+        _pod_with_claims(space, "train", ["pair", "last"])
+        pod = wait_for("the two-claim pod to bind", lambda: space.bound("train"), 60)
+        assert pod["spec"]["nodeName"] == node
+        got = [(r["request"], r["device"]) for r in results(space.read_claim("pair"))]
+        assert got == [("gpus", "gpu-0"), ("gpus", "gpu-1"), ("nic", "nic-0")], got
+        assert [r["device"] for r in results(space.read_claim("last"))] == ["gpu-3"]
+        uid = pod["metadata"]["uid"]
+        for c in ("pair", "last"):
+            claim = space.read_claim(c)
+            assert [r["uid"] for r in claim["status"]["reservedFor"]] == [uid]
+            assert FINALIZER in claim["metadata"]["finalizers"]
+        _claim(space, "fallback", [{"name": "gpu", "firstAvailable": [
+            {"name": "four", "deviceClassName": DRIVER, "count": 4},
+            {"name": "one", "deviceClassName": DRIVER, "count": 1}]}])
+        _pod_with_claims(space, "fallback", ["fallback"])
+        wait_for("the prioritized-list pod to bind", lambda: space.bound("fallback"), 60)
+        assert [(r["request"], r["device"]) for r in results(space.read_claim("fallback"))] \
+            == [("gpu/one", "gpu-2")]
+        space.claim("more")
+        space.pod("more", claim="more")
+        wait_for("a fifth GPU's pod to be refused", lambda: space.scheduled_message("more"), 60)
+        assert allocated(space, "more") is None
+        report = check_cluster(space.lab.api)
+        assert not [line for line in report.lines() if f"{space.name}/" in line], report.lines()
+    finally:
+        space.custom.delete_cluster_custom_object(G, V, "deviceclasses", nic)

@@ -12,6 +12,7 @@ import pytest
 from gpufleet.catalog.gpus import default_gpu_catalog
 from gpufleet.catalog.instances import default_instance_catalog
 from gpufleet.decisions import Bind, MigSlot
+from gpufleet.k8s.dra.allocator import allocate
 from gpufleet.k8s.dra.claim_assume import ClaimAssume
 from gpufleet.k8s.dra.claim_view import DeviceCache, DraWorld
 from gpufleet.k8s.dra.claims import (
@@ -498,10 +499,13 @@ def test_a_claim_the_state_cannot_fit_still_holds_what_is_left_of_its_gpu() -> N
     assert list(snap.state.free_milli[row, :4]) == [0, 1000, 1000, 1000]
 
 
-def test_mig_claims_only_on_dynamic_mig_nodes() -> None:
+def test_mig_claims_where_static_mig_instances_exist_are_the_general_allocators() -> None:
     """all-balanced (static: the instances mig-parted made, no whole GPU published) vs
-    all-enabled (dynamic: every placement): a MIG claim may go to the dynamic node only, a
-    whole-GPU claim to either (it cannot fit on a static MIG node's MIG GPUs anyway)."""
+    all-enabled (dynamic: every placement): a MIG claim of a profile the static node has is
+    served by the general allocator (the instances that exist, on either node: the static
+    one first by name order is not what placement would choose, but it is kube's); a
+    whole-GPU claim is placement's, on either node's mask (it cannot fit on a static MIG
+    node's MIG GPUs anyway)."""
     nodes = [node_object(spec_from_instance(IT["p4d.24xlarge"], n, mig_config=m))
              for n, m in (("static", "all-balanced"), ("dynamic", "all-enabled"))]
     world = DraWorld.of(slices("p4d.24xlarge", "static", "all-balanced")
@@ -515,8 +519,15 @@ def test_mig_claims_only_on_dynamic_mig_nodes() -> None:
     masks = {p.key: device_mask(snap, p) for p in snap.pending}
     order = [snap.state.nodes[i].name for i in range(snap.state.n)]
     assert order == ["dynamic", "static"]
-    assert list(masks["ns/pm"]) == [True, False]
+    assert list(masks["ns/pm"]) == [True, True]
+    assert snap.claims["ns/pm"].general and snap.claims["ns/pm"].nodes == {"static", "dynamic"}
     assert list(masks["ns/pw"]) == [True, True]
+    assert not snap.claims["ns/pw"].general
+    (got,) = allocate(snap.claims["ns/pm"].general, world.classes, world.pools["static"],
+                      world.in_use())
+    (res,) = got["devices"]["results"]
+    assert res["device"] in {d.name for d in world.devices["static"].mig.values()
+                             if d.profile == "1g.5gb"}
 
 
 def test_extended_requests_and_the_claim_kube_scheduler_would_create() -> None:

@@ -13,7 +13,7 @@ import pytest
 from gpufleet.catalog.gpus import default_gpu_catalog
 from gpufleet.catalog.instances import default_instance_catalog
 from gpufleet.k8s.dra.cel import DeviceInput, matches
-from gpufleet.k8s.dra.claim_view import DraWorld
+from gpufleet.k8s.dra.claim_view import DraWorld, general_binds
 from gpufleet.k8s.dra.claims import (
     allocation,
     candidate_devices,
@@ -158,19 +158,34 @@ def test_the_device_class_selectors_are_evaluated_too() -> None:
     ([f"{NV}.productName.lowerAscii().matches('^.*b200.*$')"],
      f"claim ns/c: selector #0: no published GPU device matches "
      f"\"{NV}.productName.lowerAscii().matches('^.*b200.*$')\""),
-    # matches GPUs 4..7 of every node: placement could pick 0..3, so no node is eligible
+    # matches only some of every node's GPUs, too few of them for the count anywhere
     ([f"{NV}.index >= 2"],
      f"claim ns/c: selector #0: \"{NV}.index >= 2\" matches only some of the GPU devices on "
-     "node a100 and 2 more; gpufleet allocates a claim with such a selector only on a node "
-     "where it matches every such device"),
+     "node a100 and 2 more; cannot allocate all claims with the devices it admits"),
 ])
 def test_a_claim_whose_selectors_cannot_be_allocated_is_refused_with_why(
         cel: list[str], why: str) -> None:
-    snap, got, _ = plan([claim("c", cel)])
+    snap, got, _ = plan([claim("c", cel, count=7)])
     assert not got.binds
     (refusal,) = got.refusals
     assert refusal.job_id == "ns/p-c" and refusal.message.startswith(why), refusal.message
     assert snap.pods["ns/p-c"].refusal == refusal.message
+
+
+def test_a_selector_matching_some_gpus_of_a_node_is_allocated_on_those() -> None:
+    """``index >= 2`` admits only some of each node's GPUs, which placement (choosing GPU
+    indices, not devices) cannot honour: the general allocator serves the claim, as kube's
+    does — the first node in name order, its first two admitted GPUs."""
+    snap, got, world = plan([claim("c", [f"{NV}.index >= 2"], count=2)])
+    pc = snap.claims["ns/p-c"]
+    assert pc.general and pc.ask is None
+    (bind,) = got.binds
+    assert bind.gpus == () and bind.node in pc.nodes
+    done, failed = general_binds(world, got.binds, snap.claims)
+    assert not failed
+    ((key, alloc),) = done["ns/p-c"].allocations
+    assert key == "ns/c"
+    assert [r["device"] for r in alloc["devices"]["results"]] == ["gpu-2", "gpu-3"]
 
 
 @pytest.mark.parametrize(("itype", "mig"), [

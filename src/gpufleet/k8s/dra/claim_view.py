@@ -11,22 +11,33 @@ cycle needs:
   predecessor, killed between allocation and binding — allocated them): *pinned* to the node
   the allocation names; it is bound there, not planned (kube-scheduler does the same: an
   allocated claim restricts the pod to its node);
-* a pod still **waiting** for its template's claim, or whose claims gpufleet cannot allocate:
-  a refusal that says why;
+* a **pending** pod whose claims placement does not express (several requests or claims,
+  ``allocationMode: All``, constraints, a ``firstAvailable`` of other subrequests, another
+  driver's devices, tolerations, a selector matching only some of a node's GPUs…), or whose
+  claims are partly allocated: *general* — the nodes where the general allocator
+  (:mod:`.allocator`, kube's own rules) fits all of its unallocated claims beside what is
+  allocated, its request without GPUs. After the plan picks one of those nodes,
+  :func:`general_binds` allocates the claims there, counting the devices this cycle's other
+  binds take;
+* a pod still **waiting** for its template's claim, or whose claims cannot be allocated on any
+  node: a refusal that says why;
 * a **bound** pod with claims: its CPU and memory as usual, its GPUs from its allocated claims
   (:func:`.claims.holdings`), never from annotations, so nothing is counted twice.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpufleet.catalog.gpus import GpuCatalog
+from gpufleet.decisions import Bind
+from gpufleet.k8s.dra.allocator import AllocationError, InUse, NodePools, allocate, node_pools
 from gpufleet.k8s.dra.claims import (
     ClaimAsk,
     allocated,
+    allocation,
     allocation_node,
     claim_asks,
     claim_key,
@@ -55,6 +66,18 @@ class DraWorld:
     extended_claims: dict[str, dict[str, Any]] = field(default_factory=dict)  # pod uid → claim
     # CEL selectors judged over ``devices`` (:func:`.claims.selector_nodes`), kept with them
     selector_memo: dict[Any, Any] = field(default_factory=dict)
+    # every driver's devices by node, for the general allocator (:mod:`.allocator`)
+    pools: dict[str, NodePools] = field(default_factory=dict)
+    _used: InUse | None = None
+
+    def in_use(self) -> InUse:
+        """What the allocated claims hold (computed once)."""
+        if self._used is None:
+            used = InUse()
+            for c in self.claims.values():
+                used.add((c.get("status") or {}).get("allocation"))
+            self._used = used
+        return self._used
 
     @classmethod
     def of(cls, slices: Iterable[Mapping[str, Any]], claims: Iterable[dict[str, Any]],
@@ -73,7 +96,9 @@ class DraWorld:
                     if o.get("kind") == "Pod" and o.get("controller"):
                         owned[str(o.get("uid"))] = c
         memo = cache.selector_memo if cache is not None else {}
-        return cls(devices, by_key, by_name, problems, extended_classes(by_name), owned, memo)
+        pools = cache.pools(slices) if cache is not None else node_pools(slices)
+        return cls(devices, by_key, by_name, problems, extended_classes(by_name), owned, memo,
+                   pools)
 
 
 class DeviceCache:
@@ -83,7 +108,14 @@ class DeviceCache:
     def __init__(self) -> None:
         self._key: frozenset[tuple[str, str]] | None = None
         self._got: tuple[dict[str, NodeDevices], list[SliceProblem]] = ({}, [])
+        self._pools: dict[str, NodePools] | None = None
         self.selector_memo: dict[Any, Any] = {}  # emptied with the devices
+
+    def pools(self, slices: list[Mapping[str, Any]]) -> dict[str, NodePools]:
+        """Every driver's devices by node, for the slices :meth:`devices` was last given."""
+        if self._pools is None:
+            self._pools = node_pools(slices)
+        return self._pools
 
     def devices(self, slices: list[Mapping[str, Any]], catalog: GpuCatalog
                 ) -> tuple[dict[str, NodeDevices], list[SliceProblem]]:
@@ -92,6 +124,7 @@ class DeviceCache:
         if key != self._key:
             self._got = devices_by_node(slices, catalog)
             self._key = key
+            self._pools = None
             self.selector_memo = {}
         return self._got
 
@@ -111,8 +144,14 @@ class PodClaims:
     # plugin serves its extended resource as before.
     extended: tuple[ExtendedRequest, ...] = ()
     create: dict[str, Any] | None = None
-    # the nodes whose devices the ask's CEL selectors admit (None: no such selector)
+    # the nodes whose devices the ask's CEL selectors admit (None: no such selector); a
+    # general pod's: where the general allocator fits its claims
     nodes: frozenset[str] | None = None
+    # allocated by the general allocator (:mod:`.allocator`), not placed by placement: its
+    # claims (those not allocated yet) and, once :func:`general_binds` ran on the plan, each
+    # one's allocation on the bind's node, as (namespace/name, status.allocation)
+    general: tuple[dict[str, Any], ...] = ()
+    allocations: tuple[tuple[str, dict[str, Any]], ...] = ()
 
     def through_claims(self, node: str, device_only: frozenset[str]) -> bool:
         """Whether binding the pod to ``node`` goes through its claims."""
@@ -155,23 +194,114 @@ def resolve(info: PodInfo, world: DraWorld, catalog: GpuCatalog
     done = [c for c in claims if allocated(c)]
     if done:
         nodes = {allocation_node(c) for c in done}
-        if len(done) < len(claims) or len(nodes) != 1 or None in nodes:
+        if len(nodes) != 1 or None in nodes:
             return replace(info, request=None, refusal=(
-                "claims partly allocated or on different nodes (gpufleet allocates all of a "
-                "pod's claims together)")), None
+                "claims allocated on different nodes (or on no single node): no node can run "
+                "the pod")), None
         (node,) = nodes
-        return info, PodClaims(tuple(claims), pinned=node)
+        if len(done) == len(claims):
+            return info, PodClaims(tuple(claims), pinned=node)
+        return _general(info, base, claims, world, node)  # the rest beside them, there
     hint = info.request.gpu_milli if info.request is not None and info.request.is_shared \
         else None
     req, ask, why = pod_ask(base, hint, claims, world.classes, catalog)
-    if why or req is None or ask is None:
-        return replace(info, request=None,
-                       refusal=why or "its claims ask for no gpu.nvidia.com device"), None
+    if why or req is None or ask is None:  # a shape placement does not express
+        return _general(info, base, claims, world)
     admits, why = selector_nodes(ask, world.devices, world.selector_memo)
-    if why:
-        return replace(info, request=None, refusal=why), None
+    if why:  # a selector matching some GPUs of a node, or none: said if nothing fits
+        return _general(info, base, claims, world, why=why)
+    if _tolerates(claims):  # placement books tainted devices as taken
+        return _general(info, base, claims, world)
+    if ask.profile is not None and _static_mig(world, ask.profile):
+        return _general(info, base, claims, world)
     claim = next(c for c in claims if claim_key(c) == ask.claim)
     return replace(info, request=req), PodClaims(tuple(claims), claim, ask, nodes=admits)
+
+
+def _static_mig(world: DraWorld, profile: str) -> bool:
+    """Whether a node with static MIG instances publishes devices of ``profile``: placement
+    chooses start slices as if it could create them, so MIG claims there are the general
+    allocator's, which gives the instances that exist."""
+    key = ("static-mig", profile)
+    got = world.selector_memo.get(key)
+    if got is None:
+        got = world.selector_memo[key] = any(
+            d.static_mig and any(p == profile for (_, p, _) in d.mig)
+            for d in world.devices.values())
+    return bool(got)
+
+
+def _tolerates(claims: Iterable[Mapping[str, Any]]) -> bool:
+    """Whether any request of ``claims`` carries device tolerations."""
+    for c in claims:
+        for r in ((c.get("spec") or {}).get("devices") or {}).get("requests") or ():
+            for ex in [r.get("exactly") or {}, *(r.get("firstAvailable") or ())]:
+                if ex.get("tolerations"):
+                    return True
+    return False
+
+
+def _general(info: PodInfo, base: ResourceRequest, claims: list[dict[str, Any]],
+             world: DraWorld, only: str | None = None, why: str | None = None
+             ) -> tuple[PodInfo, PodClaims | None]:
+    """The pod as the general allocator serves it: its request without GPUs, limited to the
+    nodes where its unallocated claims all fit now (``only``: the node its allocated claims
+    are on), or refused with kube-scheduler's reason (``why``, when no node fits: what the
+    selectors' reading found, more telling than that)."""
+    todo = tuple(c for c in claims if not allocated(c))
+    used = world.in_use()
+    nodes: set[str] = set()
+    try:
+        for name in sorted(world.pools) if only is None else [only]:
+            pools = world.pools.get(name)
+            if pools is not None and allocate(todo, world.classes, pools, used,
+                                              share_id=str) is not None:
+                nodes.add(name)
+    except AllocationError as e:
+        return replace(info, request=None, refusal=str(e)), None
+    if not nodes:
+        where = f"on node {only}, where its allocated claims are" if only else "on any node"
+        return replace(info, request=None,
+                       refusal=why or f"cannot allocate all claims {where}"), None
+    return replace(info, request=base), PodClaims(tuple(claims), nodes=frozenset(nodes),
+                                                  general=todo)
+
+
+def general_binds(world: DraWorld, binds: Sequence[Bind], claims: Mapping[str, PodClaims]
+                  ) -> tuple[dict[str, PodClaims], list[str]]:
+    """Allocate the general pods' claims on the nodes the plan bound them to (``binds``, in
+    order), beside what is allocated and what the cycle's other binds take (their devices
+    as :func:`.claims.allocation` will write them). Returns each such pod's claims with its
+    allocations, and the pods whose claims no longer fit there (another bind of the cycle
+    took the devices): they are not bound this cycle."""
+    used = world.in_use().copy()
+    for b in binds:  # placement's choices first: they hold their devices whatever comes after
+        pc = claims.get(b.job_id)
+        if pc is None or pc.general or pc.ask is None or pc.pinned is not None:
+            continue
+        claim = pc.claim if pc.create is None else pc.create
+        devices = world.devices.get(b.node)
+        if claim is not None and devices is not None:
+            used.add(allocation(claim, pc.ask, b, devices, world.classes))
+    out: dict[str, PodClaims] = {}
+    failed: list[str] = []
+    for b in binds:
+        pc = claims.get(b.job_id)
+        if pc is None or not pc.general:
+            continue
+        pools = world.pools.get(b.node)
+        try:
+            got = allocate(pc.general, world.classes, pools, used) if pools else None
+        except AllocationError:
+            got = None
+        if got is None:
+            failed.append(b.job_id)
+            continue
+        for a in got:
+            used.add(a)
+        out[b.job_id] = replace(pc, allocations=tuple(
+            (claim_key(c), a) for c, a in zip(pc.general, got, strict=True)))
+    return out, failed
 
 
 def _extended(info: PodInfo, world: DraWorld) -> PodClaims | None:

@@ -18,18 +18,21 @@ Three directions, all pure (the API's JSON in, data out):
     of exactly one memory size (``device.capacity['gpu.nvidia.com'].memory.compareTo(
     quantity('80Gi')) == 0``). Placement gets any GPU model of those sizes; the device it picks
     picks the subrequest, written as kube-scheduler writes a prioritized list's result
-    (``request: gpu/gpu-80gi``, that subrequest's capacity consumed). Any other
-    ``firstAvailable`` is refused with the reason.
+    (``request: gpu/gpu-80gi``, that subrequest's capacity consumed).
+
+  Any other shape — another ``firstAvailable``, several requests or claims, another driver —
+  is why placement cannot place the pod; :mod:`.claim_view` then gives it to the general
+  allocator (:mod:`.allocator`).
 
   Selectors (the class's and the request's): the ``&&`` operands placement reads —
   ``device.driver == 'gpu.nvidia.com'``, equality on the driver's ``type``, ``profile`` and
   ``productName`` attributes (and, in a ``firstAvailable`` share, the two terms above) — give
   the request's kind, MIG profile and GPU model. Every other selector is kept whole and
   evaluated per device as Kubernetes does (:mod:`gpufleet.k8s.dra.cel`, :func:`selector_nodes`):
-  a node is eligible only where it matches every device placement may choose for the request
-  there (placement picks GPU indices without knowing the selectors, so a node where it
-  matches only some is left out, and the refusal says so when no node is left); a selector
-  that cannot be evaluated refuses the claim with the CEL error.
+  placement places the claim only on nodes where it matches every device placement may
+  choose (it picks GPU indices without knowing the selectors); one that matches only some of
+  a node's is the general allocator's; a selector that cannot be evaluated refuses the claim
+  with the CEL error.
 * **What is taken** (:func:`holdings`): every claim with ``status.allocation`` — written by
   gpufleet or any other scheduler — books its devices on the state's rows: a whole device its
   GPU (all of a MIG GPU's slices), a MIG device its slot, a share (a result with ``shareID``)
@@ -408,14 +411,16 @@ def _selectors_of(ask: ClaimAsk) -> tuple[Selector, ...]:
 def selector_nodes(ask: ClaimAsk, nodes: Mapping[str, NodeDevices],
                    memo: dict[Any, Any] | None = None) -> tuple[frozenset[str] | None, str | None]:
     """The nodes where ``ask``'s CEL selectors (those placement does not read) match every
-    device placement may choose for it, or why the claim cannot be allocated; None: it has no
-    such selector (no restriction).
+    device placement may choose for it, or why placement cannot place the claim; None: it has
+    no such selector (no restriction).
 
     Placement picks a node's GPU indices (or MIG start slices) without knowing which devices a
     selector admits, so a node is eligible only where the selectors match all of its candidate
-    devices; a node where they match some is left out, and when no node is eligible the
-    refusal names the selector and those nodes. A selector that cannot be evaluated (a compile
-    error, a missing attribute) refuses the claim with the CEL error, as kube-scheduler's
+    devices; where a node has some but not all, the claim goes to the general allocator
+    (:mod:`.allocator`), which picks devices one by one, as it does when no node is eligible,
+    and the reason given here is the pod's refusal if that finds no node either. A selector
+    that cannot be evaluated (a compile error, a missing attribute) refuses the claim with
+    the CEL error, as kube-scheduler's
     allocator stops at it. ``memo``: results by the ask's shape and selectors, valid while the
     devices are the same objects."""
     sels = _selectors_of(ask)
@@ -435,16 +440,15 @@ def selector_nodes(ask: ClaimAsk, nodes: Mapping[str, NodeDevices],
     if judged.error is not None:
         sel, err = judged.error
         return frozenset(), f"{sel.label}: {err}"
-    if judged.nodes:
+    if judged.nodes and not judged.partly:
         return judged.nodes, None
-    if judged.partly:
+    if judged.partly:  # placement would keep the claim off those nodes; kube's allocator not
         where = sorted(judged.partly)
         sel = judged.partly[where[0]]
         more = f" and {len(where) - 1} more" if len(where) > 1 else ""
         return frozenset(), (
             f"{sel.label}: {sel.expression!r} matches only some of the {_kind(ask)} devices "
-            f"on node {where[0]}{more}; gpufleet allocates a claim with such a selector only "
-            "on a node where it matches every such device")
+            f"on node {where[0]}{more}; cannot allocate all claims with the devices it admits")
     if len(sels) == 1:
         return frozenset(), (f"{sels[0].label}: no published {_kind(ask)} device matches "
                              f"{sels[0].expression!r}")

@@ -1,6 +1,7 @@
 """A DRA pod's claims written before its Binding — kube-scheduler's PreBind (``bindClaim``).
 
-For a pod planned onto a node, the one claim holding its GPU request gets, in this order:
+For a pod planned onto a node, the one claim holding its GPU request (a general pod: each of its
+unallocated claims, with the allocation the general allocator made) gets, in this order:
 
 1. the finalizer ``resource.kubernetes.io/delete-protection`` in a normal update (skipped when
    already there: a predecessor killed after this step left it, and the claim controller only
@@ -77,6 +78,8 @@ class ClaimWriter:
                         body["status"].setdefault("reservedFor", []).append(ref)
                         self._write_status(body)
                 return self._extended_status(pod, claims.claims[0], claims)
+            if claims.general:
+                return self._general(d, pod, claims, ref)
             assert claims.ask is not None
             devices = world.devices.get(d.node)
             claim = claims.claim if claims.create is None else claims.create
@@ -108,6 +111,38 @@ class ClaimWriter:
                          meta["name"], exc.status)
                 return CONFLICT
             return f"claims of {meta['namespace']}/{meta['name']}: {exc.status} {exc.reason}"
+
+    def _general(self, d: Bind, pod: Mapping[str, Any], claims: PodClaims,
+                 ref: dict[str, Any]) -> str | None:
+        """A general pod's claims (``dra.claim_view.general_binds``): each unallocated one
+        gets the finalizer, then its allocation on ``d.node`` and the pod in
+        ``reservedFor`` in one guarded status update, in the pod's order; an allocated one
+        (shared, or written by a predecessor) only the reservation."""
+        meta = pod["metadata"]
+        planned = dict(claims.allocations)
+        if len(planned) != len(claims.general):
+            return f"bind {meta['name']} → {d.node}: its claims were not allocated there"
+        for c in claims.claims:
+            key = f"{c['metadata'].get('namespace')}/{c['metadata'].get('name')}"
+            body = copy.deepcopy(c)
+            status = body.setdefault("status", None) or {}
+            body["status"] = status
+            if key in planned:
+                if status.get("allocation"):
+                    return CONFLICT
+                m = body["metadata"]
+                if FINALIZER not in (m.get("finalizers") or ()):
+                    m["finalizers"] = [*(m.get("finalizers") or ()), FINALIZER]
+                    body = self._call(self.resource.replace_namespaced_resource_claim,
+                                      m["name"], m["namespace"], body)
+                    status = body.setdefault("status", None) or {}
+                    body["status"] = status
+                status["allocation"] = planned[key]
+            elif str(meta.get("uid")) in reserved_for(c):
+                continue
+            status["reservedFor"] = [*(status.get("reservedFor") or ()), ref]
+            self._write_status(body)
+        return None
 
     def release(self, pod: Mapping[str, Any], claims: PodClaims) -> None:
         """The pod's claims are allocated on a node that no longer exists: deallocate those

@@ -50,7 +50,7 @@ from gpufleet.k8s.capacity.setup import build_capacity, capacity_types
 from gpufleet.k8s.disruption.consolidation_mark import movable_keys
 from gpufleet.k8s.disruption.drain import PROVIDER_FAULTS, Drainer
 from gpufleet.k8s.dra.claim_assume import ClaimAssume
-from gpufleet.k8s.dra.claim_view import DeviceCache, DraWorld
+from gpufleet.k8s.dra.claim_view import DeviceCache, DraWorld, general_binds
 from gpufleet.k8s.queues.metrics import QueueCollector
 from gpufleet.k8s.queues.tracker import LiveQuota, QueueTracker
 from gpufleet.k8s.schedule.apply import ApiErrors, Applier, Outcome
@@ -405,10 +405,11 @@ class Controller:
             for k, c in snap.claims.items():  # allocated on a node that is gone: release
                 if c.pinned is not None and c.pinned not in snap.state.index and k in by_key:
                     self.claim_writer.release(by_key[k], c)
-            binds = [*pinned, *plan.of(Bind)]
+            decisions = self._general_claims(snap, plan.decisions)
+            binds = [*pinned, *(d for d in decisions if isinstance(d, Bind))]
             self._gang_room_chosen(plan, snap, now)
             self.nominations.apply(plan.started, plan.nominated, now)
-            out = self._apply([*pinned, *plan.decisions], binds, by_key, spot)
+            out = self._apply([*pinned, *decisions], binds, by_key, spot)
             self._backoff(out)
             if out.conflicts or out.errors:
                 self.changed.set()  # re-read and retry soon
@@ -429,6 +430,23 @@ class Controller:
         self._capacity_cycle(snap, refused, nodes, pods, t0, queues, binds, caps)
         self.passes += 1
         return out
+
+    def _general_claims(self, snap: Snapshot, decisions: list[Any]) -> list[Any]:
+        """The plan's decisions with the general pods' claims allocated on their binds' nodes
+        (``dra.claim_view.general_binds``); a bind whose claims no longer fit there beside the
+        cycle's other binds is left out (planned again next cycle)."""
+        if snap.dra is None or not any(c.general for c in snap.claims.values()):
+            return decisions
+        got, failed = general_binds(snap.dra, [d for d in decisions if isinstance(d, Bind)],
+                                    snap.claims)
+        snap.claims.update(got)
+        if not failed:
+            return decisions
+        log.info("claims of %s: taken by this cycle's other binds; planned again",
+                 ", ".join(failed))
+        self.changed.set()
+        drop = set(failed)
+        return [d for d in decisions if not (isinstance(d, Bind) and d.job_id in drop)]
 
     def _carried(self, snap: Snapshot, queues: LiveQuota, by_key: Mapping[str, Any],
                  nominated: Sequence[str], now: float) -> tuple[list[Any], list[Refuse]]:

@@ -107,10 +107,15 @@ def _device_source_mask(snap: Snapshot, pod: PodInfo) -> np.ndarray | None:
     ``nvidia.com/gpu`` not from nodes that publish their GPUs only as devices (no device plugin
     there would honour the assignment) unless a DeviceClass maps its resource (then its claim
     is created there); a MIG device through a claim not from nodes with static MIG instances
-    (:attr:`~gpufleet.k8s.dra.devices.NodeDevices.static_mig`). None: no restriction."""
+    (:attr:`~gpufleet.k8s.dra.devices.NodeDevices.static_mig`); a pod the general allocator
+    serves, any node (:func:`device_mask` keeps it to where its claims fit). None: no
+    restriction."""
     if snap.dra is None:
         return None
     mig = pod.request is not None and pod.request.mig_profile is not None
+    pc = snap.claims.get(pod.key)
+    if pc is not None and pc.general:  # any driver's node: the general allocator's nodes
+        return None
     if pod.uses_claims:
         return _rows_named(snap.state, snap.dra_nodes - snap.static_mig_nodes if mig
                            else snap.dra_nodes)
