@@ -262,7 +262,7 @@ def drawn_cases(n: int) -> list[Case]:
 def kube_lab(lab_binaries: Path) -> Iterator[LabSession]:
     with tempfile.TemporaryDirectory(prefix="gpufleet-dra-diff-") as tmp:
         info = up(LabOptions(directory=Path(tmp), nodes=[], controller=False,
-                             kube_scheduler=True))
+                             kube_scheduler=True, device_plugin=True))
         try:
             session = LabSession(info)
             share_class = next(d for d in yaml.safe_load_all(POLICY.read_text())

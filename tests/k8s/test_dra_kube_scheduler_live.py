@@ -33,7 +33,7 @@ MINOR = "device.attributes['gpu.nvidia.com'].minor == {}"
 def kube_lab(lab_binaries: Path) -> Iterator[LabSession]:
     with tempfile.TemporaryDirectory(prefix="gpufleet-dra-kube-") as tmp:
         info = up(LabOptions(directory=Path(tmp), nodes=[], controller=False,
-                             kube_scheduler=True))
+                             kube_scheduler=True, device_plugin=True))
         try:
             yield LabSession(info)
         finally:

@@ -98,7 +98,7 @@ def fault_lab(lab_binaries: Path, tmp_path_factory: pytest.TempPathFactory
               ) -> Iterator[LabSession]:
     """A lab of this module's own, no nodes and no controller: each cell adds its fleet."""
     d = tmp_path_factory.mktemp("faults") / "lab"
-    info = up(LabOptions(directory=d, nodes=[], controller=False))
+    info = up(LabOptions(directory=d, nodes=[], controller=False, device_plugin=True))
     try:
         yield LabSession(info)
     finally:

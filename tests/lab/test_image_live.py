@@ -121,7 +121,7 @@ def own_lab(lab_binaries: Path, tmp_path: Path) -> Iterator[LabSession]:
     onto this test's node, which only a label selector "reserved", and the test's pod then had
     nowhere to go; the controller logs neither at INFO. The node is now tainted for this pod
     alone; the image is what this test checks, so it keeps a clean cluster too."""
-    info = up(LabOptions(directory=tmp_path / "lab", controller=False))
+    info = up(LabOptions(directory=tmp_path / "lab", controller=False, device_plugin=True))
     try:
         yield LabSession(info)
     finally:

@@ -160,7 +160,7 @@ def test_a_real_node_whose_ports_are_taken_still_comes_up(
     # a short directory: the kubelet's sockets under it must fit a socket path's 107 bytes
     d = tmp_path_factory.mktemp("rn") / "lab"
     try:
-        info = up(LabOptions(directory=d, controller=False, real_node=True,
+        info = up(LabOptions(directory=d, controller=False, real_node=True, device_plugin=True,
                              image=Path(prebuilt) if prebuilt else None), log=notes.append)
         healthz, agent = (s.getsockname()[1] for s in held)
         assert f"kubelet: port {healthz} was taken by another process; starting it again on " \

@@ -61,6 +61,7 @@ def real_lab(lab_binaries: Path, tmp_path_factory: pytest.TempPathFactory) -> It
     t0 = time.monotonic()
     try:
         info = up(LabOptions(directory=directory, controller=False, real_node=True,
+                             device_plugin=True,
                              image=Path(prebuilt) if prebuilt else None))
     except BaseException:
         down(directory)

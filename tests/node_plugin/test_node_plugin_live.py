@@ -93,7 +93,7 @@ def plugin(lab_binaries: Path) -> Iterator[Plugin]:
     proc = None
     try:
         info = up(LabOptions(directory=directory, nodes=[], controller=False,
-                             kube_scheduler=True))
+                             kube_scheduler=True, device_plugin=True))
         lab = LabSession(info)
 
         def start(name: str, argv: Any, **kw: Any) -> processes.Running:

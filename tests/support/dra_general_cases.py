@@ -280,9 +280,16 @@ class Case:
     claims: tuple[ClaimSpec, ...]
     # a hand-written case's expected kube-scheduler outcome (bind / refuse); None: drawn
     expect: str | None = None
+    # a claim (``h``) of another pod that kube-scheduler allocates on the node first
+    holder: ClaimSpec | None = None
 
     def claim_names(self) -> list[str]:
         return [f"c{i}" for i in range(len(self.claims))]
+
+    def named_claims(self) -> list[tuple[ClaimSpec, str]]:
+        """The holder's claim (``h``), if any, then the pod's."""
+        held = [(self.holder, "h")] if self.holder is not None else []
+        return held + list(zip(self.claims, self.claim_names(), strict=True))
 
     def features(self) -> set[str]:
         f: set[str] = set()
@@ -297,6 +304,8 @@ class Case:
             f.add("taint")
         if len(self.claims) > 1:
             f.add("2-claims")
+        if self.holder is not None:
+            f.add("held-before")
         for c in self.claims:
             if len(c.requests) > 1:
                 f.add("n-requests")
@@ -316,7 +325,7 @@ class Case:
 
     def yaml(self, node: str) -> str:
         docs = self.inventory.slices(node) + [
-            c.body(n) for c, n in zip(self.claims, self.claim_names(), strict=True)]
+            c.body(n) for c, n in self.named_claims()]
         return yaml.safe_dump_all(docs, sort_keys=False)
 
 
@@ -376,13 +385,14 @@ def fits(asked: str | None, d: Dev) -> bool:
 def check_pod(case: Case, node: str, pod_node: str | None,
               claims: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """What is wrong with the allocations of the bound pod's claims (``claims``: name → the
-    claim object read back) against ``case``'s devices on ``node``."""
+    claim object read back) against ``case``'s devices on ``node``, the holder's claim
+    included (exclusive devices, shares and counters are checked across both pods)."""
     bad: list[str] = []
     if pod_node != node:
         bad.append(f"bound to {pod_node}, not its zone's node {node}")
     devs = {(d.driver, d.name): d for d in case.inventory.devices}
     uses: list[tuple[Dev, str, dict[str, Any]]] = []  # device, claim, result
-    for spec, cname in zip(case.claims, case.claim_names(), strict=True):
+    for spec, cname in case.named_claims():
         alloc = ((claims.get(cname) or {}).get("status") or {}).get("allocation")
         if not alloc:
             bad.append(f"{cname}: the pod is bound but the claim is not allocated")
@@ -588,7 +598,7 @@ def drawn(draw: st.DrawFn) -> Case:
     inv = draw(inventories())
     classes = (GPU, NIC) if any(d.driver == NIC for d in inv.devices) else (GPU,)
     claims = tuple(draw(claim_specs(classes)) for _ in range(draw(st.integers(1, 2))))
-    return Case("drawn", inv, claims)
+    return Case("drawn", inv, claims, holder=draw(st.sampled_from([None, None, *HOLDERS])))
 
 
 # -- hand-written cases: each feature at least once, with kube-scheduler's expected outcome ----
@@ -628,6 +638,9 @@ def _x(name: str, cls: str = GPU, count: int | None = 1, **kw: Any) -> Req:
     return Req(name, exactly=Ask("", cls, count, **kw))
 
 
+# claims every drawn node can meet (its first GPU fits either, whatever its taint)
+HOLDERS = (ClaimSpec((_x("h", tolerate=True),)),
+           ClaimSpec((_x("h", capacity="10Gi", tolerate=True),)))
 RANGE = POLICIES[2]
 VALUES = POLICIES[1]
 MIXED = Inventory(tuple(_gpus(4) + _nics(2)))
@@ -705,6 +718,20 @@ ALWAYS: list[Case] = [
                          for i, n in enumerate((0, 1, 0)))),
          _one(_x("g", count=3), constraints=(Constraint("distinct", f"{GPU}/numa"),)),
          "refuse"),
+    Case("held: a GPU another pod holds is not given again", MIXED, _one(_x("g", count=4)),
+         "refuse", holder=HOLDERS[0]),
+    Case("held: the GPUs left", MIXED, _one(_x("g", count=3)), "bind", holder=HOLDERS[0]),
+    Case("held: All with a held GPU", MIXED, _one(_x("g", count=None)), "refuse",
+         holder=HOLDERS[0]),
+    Case("held: a share's capacity is taken", Inventory(tuple(_gpus(1, shared=POLICIES[0]))),
+         _one(_x("g", capacity="31Gi")), "refuse", holder=HOLDERS[1]),
+    Case("held: the capacity left", Inventory(tuple(_gpus(1, shared=POLICIES[0]))),
+         _one(_x("g", capacity="30Gi")), "bind", holder=HOLDERS[1]),
+    Case("held: counters of a held whole GPU", _partitioned(2),
+         _one(_x("half", sels=(Sel("index-lt", "1"),), capacity="20Gi")), "refuse",
+         holder=HOLDERS[0]),
+    Case("held: counters of the other GPU", _partitioned(2),
+         _one(_x("half", count=2, capacity="20Gi")), "bind", holder=HOLDERS[0]),
     Case("taint: untolerated GPU skipped", Inventory(tuple(_gpus(2, tainted=[0]))),
          _one(_x("g")), "bind"),
     Case("taint: untolerated GPU needed", Inventory(tuple(_gpus(2, tainted=[0]))),

@@ -212,7 +212,7 @@ def run_one(
                              scheduler_config=MOST_ALLOCATED if kube else {},
                              # the device-plugin setup the published table was measured on
                              # unless --dra (slices, and every GPU pod's claim)
-                             dra=dra, ready_timeout_s=300.0))
+                             dra=dra, device_plugin=True, ready_timeout_s=300.0))
         try:
             api = api_client(info.kubeconfig)
             core = client.CoreV1Api(api)

@@ -73,6 +73,16 @@ def lab_up(
             "(default: also NVIDIA's DeviceClasses and a ResourceSlice pool per GPU node).",
         ),
     ] = False,
+    device_plugin: Annotated[
+        bool,
+        typer.Option(
+            "--device-plugin",
+            help="With DRA: the GPU nodes also advertise nvidia.com/gpu (the device plugin's "
+            "resource) — a mixed fleet no real node is, to try both paths side by side "
+            "(default: GPUs as DRA devices only, nvidia.com/gpu through extended-resource "
+            "claims, the gpu-fraction policy installed).",
+        ),
+    ] = False,
     real_node: Annotated[
         bool,
         typer.Option(
@@ -97,7 +107,10 @@ def lab_up(
     if real_node and config is not None:
         raise InputError("--config is the process controller's; with --real-node the chart's "
                          "`config:` value configures the controller", field="--config")
-    specs = parse_nodes_option(nodes)
+    if device_plugin and classic:
+        raise InputError("--device-plugin is for a DRA lab; --classic has the device plugin's "
+                         "resources only", field="--device-plugin")
+    specs = parse_nodes_option(nodes) if nodes else None
     try:
         info = up(
             LabOptions(
@@ -107,6 +120,7 @@ def lab_up(
                 controller_config=config,
                 kube_scheduler=kube_scheduler,
                 dra=not classic,
+                device_plugin=device_plugin,
                 real_node=real_node,
                 image=image,
             ),
@@ -117,7 +131,10 @@ def lab_up(
     typer.echo(f"API server: {info.server}")
     typer.echo(f"nodes: {len(info.nodes)}; components: {', '.join(info.components)}")
     typer.echo(f"gpufleet controller: {info.controller}")
-    typer.echo(f"DRA inventory: {'ResourceSlices published' if info.dra else 'off (--classic)'}")
+    typer.echo("DRA inventory: " + ("off (--classic)" if not info.dra else
+                                     "ResourceSlices published and nvidia.com/gpu (mixed)"
+                                     if info.device_plugin else
+                                     "ResourceSlices only (GPUs as devices)"))
     if info.real_node:
         typer.echo(f"real node: {info.real_node} (containerd + kubelet; chart's pods on it)")
     typer.echo(f"logs: {info.directory / 'logs'}")

@@ -85,6 +85,12 @@ class LabOptions:
     # DRA inventory: NVIDIA's DeviceClasses and every GPU node's ResourceSlices (lab/dra.py);
     # False is ``--classic``, GPUs only as Node labels and extended resources.
     dra: bool = True
+    # With DRA, whether the GPU nodes also advertise the device plugin's ``nvidia.com/gpu``
+    # (``--device-plugin``): a mixed fleet no real node is (NVIDIA's DRA driver and device
+    # plugin are not run on the same GPUs), kept for tests of both paths side by side. False
+    # (the default): GPUs are devices only, ``nvidia.com/gpu`` requests reach them through
+    # extended-resource claims, and the lab installs the gpu-fraction policy (lab/dra.py).
+    device_plugin: bool = False
     # A real node with the chart's controller and agent as pods on it (instead of the controller
     # process); ``image`` the OCI archive to run, else the one ``make image`` builds.
     real_node: bool = False
@@ -103,6 +109,7 @@ class LabInfo:
     controller: str  # "started" | "disabled" | "unavailable: <why>"
     dra: bool = True  # nodes get ResourceSlices (not ``--classic``)
     real_node: str | None = None  # the real node's name, when ``--real-node``
+    device_plugin: bool = False  # nodes advertise nvidia.com/gpu (classic, --device-plugin)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -114,6 +121,7 @@ class LabInfo:
             "controller": self.controller,
             "dra": self.dra,
             "real_node": self.real_node,
+            "device_plugin": self.device_plugin,
         }
 
 
@@ -232,6 +240,7 @@ def load_info(directory: Path) -> LabInfo | None:
             data["controller"],
             bool(data.get("dra", False)),
             data.get("real_node"),
+            bool(data.get("device_plugin", True)),
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -282,7 +291,8 @@ def up(opts: LabOptions, log: Callable[[str], None] = lambda _m: None) -> LabInf
             timeout_s=opts.ready_timeout_s, log=log)
 
     t0 = time.monotonic()
-    specs = list(default_fleet() if opts.nodes is None else opts.nodes)
+    plugin = opts.device_plugin or not opts.dra
+    specs = list(default_fleet(dra_only=not plugin) if opts.nodes is None else opts.nodes)
     liveness = liveness_for(len(specs))
     try:
         pki = ensure_pki(d / "pki")
@@ -484,8 +494,12 @@ def up(opts: LabOptions, log: Callable[[str], None] = lambda _m: None) -> LabInf
             dra.check_served(api)
             classes = dra.install_device_classes(api)
             log(f"installed DeviceClasses {', '.join(classes)}")
-        log(f"creating {len(specs)} node(s) (node lease {liveness.lease_s} s)")
-        names = create_nodes(api, specs)
+        if not plugin:
+            got = dra.install_share_policy(api)
+            log(f"installed the gpu-fraction policy ({got})")
+        log(f"creating {len(specs)} node(s) (node lease {liveness.lease_s} s"
+            f"{'' if plugin else '; GPUs as DRA devices only'})")
+        names = create_nodes(api, specs, device_plugin=plugin)
         if opts.dra:
             t_slices = time.monotonic()
             n_slices = dra.publish_slices(api, specs)
@@ -556,6 +570,7 @@ def up(opts: LabOptions, log: Callable[[str], None] = lambda _m: None) -> LabInf
         controller=controller_state,
         dra=opts.dra,
         real_node=node,
+        device_plugin=plugin,
     )
     (d / STATE_FILE).write_text(json.dumps(info.to_json(), indent=2))
     log(f"lab up in {time.monotonic() - t0:.1f} s: {server}, {len(names)} node(s)")

@@ -17,6 +17,17 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from gpufleet.catalog.gpus import default_gpu_catalog
+from gpufleet.k8s.dra.shares import (
+    ADMISSION_API,
+    NAMESPACE_LABEL,
+    POLICY_NAME,
+    SHARE_CLASS,
+    SHARE_MILLIS,
+    fraction_policy,
+    fraction_policy_binding,
+    share_claim_templates,
+    share_device_class,
+)
 from gpufleet.k8s.dra.slices import (
     device_classes,
     nvlink_domains_for,
@@ -75,6 +86,47 @@ def install_device_classes(api_client: Any) -> list[str]:
     for dc in classes:
         _create(custom, "deviceclasses", dc)
     return [dc["metadata"]["name"] for dc in classes]
+
+
+# where a DRA-only lab's gpu-fraction pods get shares: the namespace examples/ land in
+SHARE_NAMESPACE = "default"
+
+
+def _post(api_client: Any, path: str, body: dict[str, Any]) -> None:
+    """Create ``body`` at ``path`` (raw JSON: the admission policy kinds have no client model);
+    already there is fine."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        release(api_client.call_api(path, "POST", body=body, auth_settings=["BearerToken"],
+                                    _preload_content=False))
+    except ApiException as exc:
+        if exc.status != 409:
+            raise LabError(f"creating {body['kind']} {body['metadata']['name']}: {exc.status} "
+                           f"{exc.reason}: {(exc.body or '')[:300]}") from exc
+
+
+def install_share_policy(api_client: Any, namespace: str = SHARE_NAMESPACE) -> str:
+    """What the chart's ``shares`` values install (:mod:`gpufleet.k8s.dra.shares`): the node
+    plugin's DeviceClass, the gpu-fraction MutatingAdmissionPolicy and its binding, and the
+    share claim templates in ``namespace``, labelled for the binding — so a ``gpu-fraction``
+    pod there gets its share as a claim."""
+    from kubernetes import client
+
+    custom = client.CustomObjectsApi(api_client)
+    _create(custom, "deviceclasses", share_device_class())
+    group, version = ADMISSION_API.split("/")
+    for body, plural in ((fraction_policy(), "mutatingadmissionpolicies"),
+                         (fraction_policy_binding(), "mutatingadmissionpolicybindings")):
+        _post(api_client, f"/apis/{group}/{version}/{plural}", body)
+    for t in share_claim_templates():
+        _post(api_client, f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/"
+              "resourceclaimtemplates", t)
+    key, value = NAMESPACE_LABEL
+    client.CoreV1Api(api_client).patch_namespace(
+        namespace, {"metadata": {"labels": {key: value}}})
+    return (f"{SHARE_CLASS}, policy {POLICY_NAME}, {len(SHARE_MILLIS)} claim templates in "
+            f"namespace {namespace}")
 
 
 def _node_uids(api_client: Any, page: int = 500) -> dict[str, str]:

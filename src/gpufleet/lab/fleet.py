@@ -2,7 +2,9 @@
 
 The default fleet is small and mixed so that every example under ``examples/`` schedules at
 once: an 8×A100 node in MIG mode (``all-balanced``: 1g.5gb, 2g.10gb and 3g.20gb devices), two
-V100 nodes (one spot) for whole-GPU and gang jobs, and a 4×T4 node for fractional inference.
+V100 nodes (one spot) for whole-GPU and gang jobs, and a 4×T4 node for fractional inference. On
+the default DRA-only lab the A100 node is in dynamic MIG and the T4 node in the shared-GPU pool
+(:func:`default_fleet`).
 ``--nodes N`` gives N nodes of one default type; ``--nodes FILE`` an openb-style node CSV.
 """
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +28,7 @@ from gpufleet.k8s.translate.node_objects import (
 from gpufleet.k8s.watch.connections import release
 from gpufleet.k8s.watch.informer import list_all
 from gpufleet.lab.errors import LabError
+from gpufleet.node_plugin import POOL_LABEL, SHARED_POOL
 from gpufleet.traces.openb import load_nodes
 
 # (name, instance type, zone, capacity type, MIG config)
@@ -38,12 +42,23 @@ DEFAULT_NODE_TYPE = "p3.8xlarge"
 MAX_COUNT = 5000
 
 
-def default_fleet(catalog: InstanceCatalog | None = None) -> list[GpuNodeSpec]:
+def default_fleet(catalog: InstanceCatalog | None = None, dra_only: bool = False
+                  ) -> list[GpuNodeSpec]:
+    """The default fleet; ``dra_only``: as a cluster running NVIDIA's DRA driver and gpufleet's
+    node plugin instead of the device plugin — the A100 node in dynamic MIG (``all-enabled``:
+    the driver creates the instance a claim is given) and the T4 node in the shared-GPU pool
+    (gpufleet's node plugin publishes its GPUs, so ``gpu-fraction`` pods get shares)."""
     catalog = catalog or default_instance_catalog()
-    return [
-        spec_from_instance(catalog[itype], name, zone=zone, capacity_type=ct, mig_config=mig)
-        for name, itype, zone, ct, mig in DEFAULT_FLEET
-    ]
+    out = []
+    for name, itype, zone, ct, mig in DEFAULT_FLEET:
+        if dra_only and mig is not None:
+            mig = "all-enabled"
+        spec = spec_from_instance(catalog[itype], name, zone=zone, capacity_type=ct,
+                                  mig_config=mig)
+        if dra_only and name.startswith("t4-"):
+            spec = replace(spec, extra_labels={**spec.extra_labels, POOL_LABEL: SHARED_POOL})
+        out.append(spec)
+    return out
 
 
 def uniform_fleet(
@@ -74,8 +89,10 @@ def parse_nodes_option(value: str | None) -> list[GpuNodeSpec]:
     return [spec_from_openb(n) for n in load_nodes(path)]
 
 
-def create_nodes(api_client: Any, specs: Iterable[GpuNodeSpec], workers: int = 8) -> list[str]:
+def create_nodes(api_client: Any, specs: Iterable[GpuNodeSpec], workers: int = 8,
+                 device_plugin: bool = True) -> list[str]:
     """Create the Node objects (KWOK then marks them Ready); returns their names.
+    ``device_plugin=False``: nodes whose GPUs are DRA devices only (no ``nvidia.com/gpu``).
 
     ``workers`` creates run at once (a fleet of a thousand nodes would otherwise spend tens of
     seconds in round trips); responses are not deserialised into models.
@@ -88,7 +105,8 @@ def create_nodes(api_client: Any, specs: Iterable[GpuNodeSpec], workers: int = 8
 
     def create(spec: GpuNodeSpec) -> str:
         try:
-            release(core.create_node(body=node_object(spec), _preload_content=False))
+            release(core.create_node(body=node_object(spec, device_plugin=device_plugin),
+                                     _preload_content=False))
         except ApiException as exc:
             if exc.status != 409:  # already there: a restarted lab keeps its nodes
                 raise LabError(f"creating node {spec.name}: {exc.status} {exc.reason}") from exc

@@ -62,7 +62,8 @@ class LabSession:
         """Create KWOK GPU nodes (see :mod:`gpufleet.k8s.translate.node_objects`) and, unless the
         lab is ``--classic``, their ResourceSlices; wait until Ready."""
         specs = list(specs)
-        names = create_nodes(self.api, specs)
+        names = create_nodes(self.api, specs,
+                             device_plugin=self.info.device_plugin or not self.info.dra)
         if self.info.dra:
             publish_slices(self.api, specs)
         if wait:
@@ -141,12 +142,14 @@ _tmp: tempfile.TemporaryDirectory[str] | None = None
 
 
 def acquire_shared(**options: Any) -> LabSession:
-    """The process-wide lab (started on first use in a temporary directory, no controller)."""
+    """The process-wide lab (started on first use in a temporary directory, no controller;
+    its GPU nodes advertise the device plugin's ``nvidia.com/gpu`` beside their slices, so
+    tests exercise both paths on one fleet)."""
     global _shared, _users, _tmp
     with _lock:
         if _shared is None:
             _tmp = tempfile.TemporaryDirectory(prefix="gpufleet-lab-")
-            opts = {"controller": False, **options}
+            opts = {"controller": False, "device_plugin": True, **options}
             info = up(LabOptions(directory=Path(_tmp.name), **opts))
             try:
                 _shared = LabSession(info)

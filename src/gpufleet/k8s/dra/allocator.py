@@ -31,7 +31,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal
+from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
 from gpufleet.k8s.dra import cel
@@ -44,6 +44,11 @@ CounterKey = tuple[str, str, str]  # (driver, pool, counter set)
 # the taint effects that keep a device from a request that does not tolerate them
 _BLOCKING = ("NoSchedule", "NoExecute")
 MAX_RESULTS = 32  # resourceapi.AllocationResultsMaxSize
+
+
+class _TooMany(Exception):
+    """kube's ``errAllocationResultMaxSizeExceeded``: the claim's results would pass
+    :data:`MAX_RESULTS`; a ``firstAvailable`` request tries its next subrequest."""
 
 
 class AllocationError(Exception):
@@ -76,6 +81,9 @@ class NodePools:
     node: str
     devices: list[PoolDevice] = field(default_factory=list)
     counters: dict[CounterKey, dict[str, Decimal]] = field(default_factory=dict)
+    # pools with slices for this node that are not all published yet: no device offered,
+    # and a request for ``All`` devices cannot be answered (kube's ``IsIncomplete``)
+    incomplete: list[tuple[str, str]] = field(default_factory=list)
     # each device's CEL variable, converted on first use
     inputs: dict[DeviceKey, DeviceInput] = field(default_factory=dict)
 
@@ -100,9 +108,10 @@ def _amounts(counters: Any) -> dict[str, Decimal]:
 
 
 def node_pools(slices: Iterable[Mapping[str, Any]]) -> dict[str, NodePools]:
-    """Each node's pools from the ResourceSlices (those naming a ``nodeName``): the newest
-    generation of each pool, a pool whose slices are not all published yet left out (kube's
-    ``IsIncomplete``), slices by name."""
+    """Each node's pools from the ResourceSlices: of the newest generation of each pool, the
+    slices naming the node (``nodeName``), by name, with the counter sets of all of the pool's
+    slices; a pool whose slices are not all published yet is offered on no node (kube's
+    ``IsIncomplete``), and recorded as such on the nodes it has slices for."""
     pools: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for s in slices:
         sp = _spec(s)
@@ -117,20 +126,21 @@ def node_pools(slices: Iterable[Mapping[str, Any]]) -> dict[str, NodePools]:
                          if int((_spec(s).get("pool") or {}).get("generation") or 0) == gen),
                         key=lambda s: str((s.get("metadata") or {}).get("name", "")))
         want = int((_spec(newest[0]).get("pool") or {}).get("resourceSliceCount") or 1)
-        node = next((str(_spec(s)["nodeName"]) for s in newest if _spec(s).get("nodeName")),
-                    None)
-        if node is None or len(newest) < want:
-            continue
-        np_ = out.setdefault(node, NodePools(node))
-        for s in newest:
-            sp = _spec(s)
-            for cs in sp.get("sharedCounters") or ():
-                np_.counters[(driver, name, str(cs.get("name")))] = _amounts(cs.get("counters"))
-            if sp.get("nodeName") != node:
+        nodes = sorted({str(_spec(s)["nodeName"]) for s in newest if _spec(s).get("nodeName")})
+        counters = {(driver, name, str(cs.get("name"))): _amounts(cs.get("counters"))
+                    for s in newest for cs in _spec(s).get("sharedCounters") or ()}
+        for node in nodes:
+            np_ = out.setdefault(node, NodePools(node))
+            if len(newest) < want:
+                np_.incomplete.append((driver, name))
                 continue
-            for d in sp.get("devices") or ():
-                if isinstance(d, Mapping) and d.get("name"):
-                    np_.devices.append(PoolDevice(driver, name, str(d["name"]), d))
+            np_.counters.update(counters)
+            for s in newest:
+                if _spec(s).get("nodeName") != node:
+                    continue
+                for d in _spec(s).get("devices") or ():
+                    if isinstance(d, Mapping) and d.get("name"):
+                        np_.devices.append(PoolDevice(driver, name, str(d["name"]), d))
     return out
 
 
@@ -176,6 +186,11 @@ def in_use(claims: Iterable[Mapping[str, Any]]) -> InUse:
 # -- consumable capacity (kube's consumable_capacity.go) ---------------------------------------
 
 
+def _value(q: Decimal) -> int:
+    """kube's ``Quantity.Value()``: the integer value, rounded up."""
+    return int(q.to_integral_value(rounding=ROUND_CEILING))
+
+
 def _round_up(asked: Decimal, policy: Mapping[str, Any]) -> Decimal:
     rng = policy.get("validRange") or {}
     low = quantity(rng.get("min")) if rng else None
@@ -185,8 +200,8 @@ def _round_up(asked: Decimal, policy: Mapping[str, Any]) -> Decimal:
         step = quantity(rng.get("step"))
         if not step:
             return asked
-        n, mod = divmod(int(asked) - int(low), int(step))
-        return Decimal(int(low) + int(step) * (n + (1 if mod else 0)))
+        n, mod = divmod(_value(asked) - _value(low), _value(step))
+        return Decimal(_value(low) + _value(step) * (n + (1 if mod else 0)))
     for v in policy.get("validValues") or ():
         q = quantity(v)
         if q is not None and asked <= q:
@@ -202,6 +217,30 @@ def _consumed(asked: Decimal | None, cap: Mapping[str, Any]) -> Decimal:
     return _round_up(asked, policy) if policy else asked
 
 
+def _consumed_text(asked: str | None, cap: Mapping[str, Any]) -> str:
+    """:func:`_consumed` as kube writes it: the quantity it picked as written (the ask, the
+    policy's default, a valid value, the range's minimum, the capacity), or one it computed
+    stepping up a range (binary suffixes)."""
+    policy = cap.get("requestPolicy")
+    if asked is None:
+        default = policy.get("default") if policy else None
+        return str(default if default is not None else cap.get("value"))
+    q = quantity(asked)
+    if not policy or q is None:
+        return asked
+    rng = policy.get("validRange") or {}
+    low = quantity(rng.get("min")) if rng else None
+    if low is not None:
+        if q < low:
+            return str(rng["min"])
+        return asked if not quantity(rng.get("step")) else quantity_text(_round_up(q, policy))
+    for v in policy.get("validValues") or ():
+        valid = quantity(v)
+        if valid is not None and q <= valid:
+            return str(v)
+    return asked
+
+
 def _violates(value: Decimal, policy: Mapping[str, Any] | None) -> bool:
     if not policy:
         return False
@@ -213,7 +252,8 @@ def _violates(value: Decimal, policy: Mapping[str, Any] | None) -> bool:
         if high is not None and value > high:
             return True
         step, low = quantity(rng.get("step")), quantity(rng.get("min")) or Decimal(0)
-        return step is not None and step != 0 and (int(value) - int(low)) % int(step) != 0
+        return step is not None and step != 0 and \
+            (_value(value) - _value(low)) % _value(step) != 0
     values = [q for v in policy.get("validValues") or () if (q := quantity(v)) is not None]
     return bool(values) and value not in values
 
@@ -265,7 +305,13 @@ class _Request:
     admin: bool
     tolerations: list[Mapping[str, Any]]
     capacity: dict[str, Decimal]
+    capacity_text: dict[str, str]  # the same, as written
     candidates: list[PoolDevice] = field(default_factory=list)  # All: every matching device
+
+    @property
+    def own_name(self) -> str:
+        """kube's ``request.name()``: the subrequest's own name for a subrequest."""
+        return self.name if self.sub is None else self.sub
 
     @property
     def result_name(self) -> str:
@@ -351,14 +397,16 @@ class _Constraint:
             self.seen.pop(req.name, None)
 
 
-def _capacity_asks(spec: Mapping[str, Any], where: str) -> dict[str, Decimal]:
+def _capacity_asks(spec: Mapping[str, Any], where: str
+                   ) -> tuple[dict[str, Decimal], dict[str, str]]:
     out: dict[str, Decimal] = {}
+    texts: dict[str, str] = {}
     for name, v in ((spec.get("capacity") or {}).get("requests") or {}).items():
         q = quantity(v)
         if q is None:
             raise AllocationError(f"{where}: capacity {name}: {v!r} is not a quantity")
-        out[str(name)] = q
-    return out
+        out[str(name)], texts[str(name)] = q, str(v)
+    return out, texts
 
 
 def _read_request(ci: int, claim_name: str, name: str, sub: str | None,
@@ -386,7 +434,7 @@ def _read_request(ci: int, claim_name: str, name: str, sub: str | None,
         raise AllocationError(f"{where}: unsupported allocation mode {mode}")
     return _Request(ci, name, sub, cname, sels, int(spec.get("count") or 1), mode == "All",
                     bool(spec.get("adminAccess")), list(spec.get("tolerations") or ()),
-                    _capacity_asks(spec, where))
+                    *_capacity_asks(spec, where))
 
 
 # -- the search --------------------------------------------------------------------------------
@@ -435,13 +483,23 @@ class _Search:
             self.constraints.append([_Constraint(k) for k in devices.get("constraints") or ()
                                      if k.get("matchAttribute") or k.get("distinctAttribute")])
             self.results.append([])
-        for reqs in self.requests:  # All: the matching devices, gathered first
+        for ci, reqs in enumerate(self.requests):  # All: the matching devices, gathered first
+            least = 0  # kube's minDevicesPerClaim
             for ri, subs in enumerate(reqs):
                 for si, req in enumerate(subs):
                     if req.all_devices:
+                        if pools.incomplete:
+                            d, p = pools.incomplete[0]
+                            raise AllocationError(
+                                f"claim {self.names[ci]}, request {req.own_name}: asks for all "
+                                f"devices, but resource pool {d}/{p} is currently being updated")
                         req.candidates = [d for d in pools.devices
                                           if self._selectable(req, ri, si, d)
                                           and self._fits(req, d) is not None]
+                least += min(len(r.candidates) if r.all_devices else r.count for r in subs)
+            if least > MAX_RESULTS:
+                raise AllocationError(f"claim {self.names[ci]}: number of requested devices "
+                                      f"{least} exceeds the claim limit of {MAX_RESULTS}")
 
     # kube's isSelectable: the class's selectors, then the request's
     def _selectable(self, req: _Request, ri: int, si: int, dev: PoolDevice) -> bool:
@@ -519,9 +577,11 @@ class _Search:
             for n, v in _amounts(c.get("counters")).items():
                 got[n] = got.get(n, Decimal(0)) + sign * v
 
-    def _take(self, req: _Request, dev: PoolDevice) -> Callable[[], None] | None:
+    def _take(self, req: _Request, dev: PoolDevice, must: bool = False
+              ) -> Callable[[], None] | None:
         """kube's ``allocateDevice``: take ``dev`` for ``req`` if it may be, returning how to
-        give it back (None: it may not)."""
+        give it back (None: it may not). ``must`` (an ``All`` request, which needs exactly this
+        device): a constraint it breaks is an error, not a reason to try another."""
         shareable = bool(dev.raw.get("allowMultipleAllocations"))
         if not shareable and req.admin and req.claim in self.taking.get(dev.key, ()):
             return None
@@ -550,6 +610,11 @@ class _Search:
         for k in self.constraints[req.claim]:
             if not k.add(req, dev):
                 undo()
+                if must:
+                    raise AllocationError(
+                        f"claim {self.names[req.claim]}, request {req.own_name}: cannot add "
+                        f"device {'/'.join(dev.key)} because a claim constraint would not be "
+                        "satisfied")
                 return None
             added += 1
         if not shareable:
@@ -580,7 +645,10 @@ class _Search:
         return give_back
 
     def run(self) -> bool:
-        return self._one(0, 0, 0, 0, False, 0)
+        try:
+            return self._one(0, 0, 0, 0, False, 0)
+        except _TooMany:
+            raise AllocationError("allocation max size exceeded") from None
 
     def _one(self, ci: int, ri: int, si: int, di: int, in_sub: bool, start: int) -> bool:
         """kube's ``allocateOne``: device ``di`` of subrequest ``si`` of request ``ri`` of
@@ -588,13 +656,24 @@ class _Search:
         if ci >= len(self.requests):
             return True
         if ri >= len(self.requests[ci]):
-            return self._one(ci + 1, 0, 0, 0, False, 0)
+            try:
+                return self._one(ci + 1, 0, 0, 0, False, 0)
+            except _TooMany:  # a later claim's: this node cannot take them all
+                return False
         subs = self.requests[ci][ri]
         if not in_sub and subs[0].sub is not None:
+            every_too_many = True
             for k in range(len(subs)):
-                if self._one(ci, ri, k, 0, True, 0):
+                try:
+                    ok = self._one(ci, ri, k, 0, True, 0)
+                except _TooMany:  # over the limit with this subrequest: the next one
+                    continue
+                every_too_many = False
+                if ok:
                     self.chosen[(ci, ri)] = k
                     return True
+            if every_too_many:
+                raise _TooMany
             return False
         req = subs[si]
         need = len(req.candidates) if req.all_devices else req.count
@@ -603,13 +682,17 @@ class _Search:
         if di >= need:
             return self._one(ci, ri + 1, 0, 0, False, 0)
         if len(self.results[ci]) + need - di > MAX_RESULTS:
-            return False
+            raise _TooMany
         if req.all_devices:
-            back = self._take(req, req.candidates[di])
+            back = self._take(req, req.candidates[di], must=True)
             if back is None:
                 return False
-            if self._one(ci, ri, si, di + 1, in_sub, 0):
-                return True
+            try:
+                if self._one(ci, ri, si, di + 1, in_sub, 0):
+                    return True
+            except _TooMany:
+                back()
+                raise
             back()
             return False
         devices = self.pools.devices
@@ -624,8 +707,12 @@ class _Search:
             back = self._take(req, dev)
             if back is None:
                 continue
-            if self._one(ci, ri, si, di + 1, in_sub, i + 1):
-                return True
+            try:
+                if self._one(ci, ri, si, di + 1, in_sub, i + 1):
+                    return True
+            except _TooMany:
+                back()
+                raise
             back()
         return False
 
@@ -643,7 +730,11 @@ class _Search:
                     r["tolerations"] = req.raw_tolerations()
                 if consumed is not None:
                     r["shareID"] = self.share_id()
-                    r["consumedCapacity"] = {n: quantity_text(v) for n, v in consumed.items()}
+                    caps = dev.raw.get("capacity") or {}
+                    if consumed:
+                        r["consumedCapacity"] = {
+                            n: _consumed_text(req.capacity_text.get(n), caps.get(n) or {})
+                            for n in consumed}
                 results.append(r)
             devices: dict[str, Any] = {"results": results}
             config = self._config(ci, claim)

@@ -174,8 +174,11 @@ def _cuda_labels(cuda_version: int) -> dict[str, str]:
     }
 
 
-def node_object(spec: GpuNodeSpec, catalog: GpuCatalog | None = None) -> dict[str, Any]:
-    """The Node (as a plain dict, ready for the API) a KWOK-managed lab node is created with."""
+def node_object(spec: GpuNodeSpec, catalog: GpuCatalog | None = None,
+                device_plugin: bool = True) -> dict[str, Any]:
+    """The Node (as a plain dict, ready for the API) a KWOK-managed lab node is created with.
+    ``device_plugin=False``: a node whose GPUs NVIDIA's DRA driver publishes instead — no
+    ``nvidia.com/gpu`` or ``nvidia.com/mig-*`` capacity (GPU Feature Discovery's labels stay)."""
     catalog = catalog or default_gpu_catalog()
     if spec.capacity_type not in CAPACITY_TYPES:
         raise InputError(
@@ -242,6 +245,8 @@ def node_object(spec: GpuNodeSpec, catalog: GpuCatalog | None = None) -> dict[st
             if model.mig is not None:
                 labels[LABEL_MIG_CONFIG] = "all-disabled"
     labels |= dict(spec.extra_labels)
+    if not device_plugin:
+        capacity = {k: v for k, v in capacity.items() if not k.startswith("nvidia.com/")}
     return {
         "apiVersion": "v1",
         "kind": "Node",
