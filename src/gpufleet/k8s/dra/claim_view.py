@@ -27,6 +27,7 @@ cycle needs:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -69,6 +70,9 @@ class DraWorld:
     # every driver's devices by node, for the general allocator (:mod:`.allocator`)
     pools: dict[str, NodePools] = field(default_factory=dict)
     _used: InUse | None = None
+    # this cycle's general allocations tried, by the claims' specs: the nodes they fit, or why
+    # not (pods of one template ask the same)
+    _fits: dict[str, tuple[frozenset[str], str | None]] = field(default_factory=dict)
 
     def in_use(self) -> InUse:
         """What the allocated claims hold (computed once)."""
@@ -249,6 +253,24 @@ def _general(info: PodInfo, base: ResourceRequest, claims: list[dict[str, Any]],
     are on), or refused with kube-scheduler's reason (``why``, when no node fits: what the
     selectors' reading found, more telling than that)."""
     todo = tuple(c for c in claims if not allocated(c))
+    key = json.dumps([only, [c.get("spec") for c in todo]], sort_keys=True, default=str)
+    got = world._fits.get(key)
+    if got is None or got[1] is not None:  # an error names the claim: this pod's own
+        got = world._fits[key] = _fitting_nodes(todo, world, only)
+    nodes, error = got
+    if error is not None:
+        return replace(info, request=None, refusal=error), None
+    if not nodes:
+        where = f"on node {only}, where its allocated claims are" if only else "on any node"
+        return replace(info, request=None,
+                       refusal=why or f"cannot allocate all claims {where}"), None
+    return replace(info, request=base), PodClaims(tuple(claims), nodes=nodes, general=todo)
+
+
+def _fitting_nodes(todo: tuple[dict[str, Any], ...], world: DraWorld, only: str | None
+                   ) -> tuple[frozenset[str], str | None]:
+    """The nodes (``only``, or any) where the general allocator fits ``todo`` now, or the
+    error that fits them nowhere."""
     used = world.in_use()
     nodes: set[str] = set()
     try:
@@ -258,13 +280,8 @@ def _general(info: PodInfo, base: ResourceRequest, claims: list[dict[str, Any]],
                                               share_id=str) is not None:
                 nodes.add(name)
     except AllocationError as e:
-        return replace(info, request=None, refusal=str(e)), None
-    if not nodes:
-        where = f"on node {only}, where its allocated claims are" if only else "on any node"
-        return replace(info, request=None,
-                       refusal=why or f"cannot allocate all claims {where}"), None
-    return replace(info, request=base), PodClaims(tuple(claims), nodes=frozenset(nodes),
-                                                  general=todo)
+        return frozenset(), str(e)
+    return frozenset(nodes), None
 
 
 def general_binds(world: DraWorld, binds: Sequence[Bind], claims: Mapping[str, PodClaims]
