@@ -42,10 +42,11 @@ import os
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from dra_general_cases import (
@@ -72,6 +73,7 @@ pytestmark = pytest.mark.live
 EXAMPLES = int(os.environ.get("GPUFLEET_DRA_GENERAL_EXAMPLES", "30"))
 VERBOSE = bool(os.environ.get("GPUFLEET_DRA_GENERAL_VERBOSE"))
 SCHEDULERS = ("default-scheduler", "gpufleet")
+T = TypeVar("T")
 
 # Disagreements gpufleet documents: the disagreement ("kube-scheduler bound, gpufleet refused"
 # or the reverse) -> its docs reference (a narrower class would need a predicate on the case,
@@ -145,6 +147,12 @@ class Twin:
         return f"{self.space.name}-0"
 
 
+def _each(fn: Callable[[T], Any], items: Iterable[T]) -> list[Any]:
+    """``fn`` on every item, a few API calls at a time (hundreds of objects per run)."""
+    with ThreadPoolExecutor(8, thread_name_prefix="dra-general") as pool:
+        return list(pool.map(fn, items))
+
+
 def _add_nodes_and_slices(lab: LabSession, twins: list[Twin]) -> None:
     """One CPU-only node per twin (no GPUs of its own: no NVIDIA slices, no nvidia.com/gpu),
     then the case's ResourceSlices, owned by the node."""
@@ -153,11 +161,14 @@ def _add_nodes_and_slices(lab: LabSession, twins: list[Twin]) -> None:
              for t in twins]
     lab.add_nodes(specs)
     custom = client.CustomObjectsApi(lab.api)
-    for t in twins:
+
+    def publish(t: Twin) -> None:
         t.space.nodes.append(t.node)
         uid = lab.core.read_node(t.node).metadata.uid
         for body in t.case.inventory.slices(t.node, uid):
             custom.create_cluster_custom_object(G, V, "resourceslices", body)
+
+    _each(publish, twins)
 
 
 def _pod(twin: Twin, name: str, names: list[str], scheduler: str) -> dict[str, Any]:
@@ -191,131 +202,125 @@ def test_gpufleet_allocates_general_claims_as_kube_scheduler_does(
         kube_lab: LabSession, gpufleet: Controller, capsys: pytest.CaptureFixture[str]) -> None:
     all_cases = cases(EXAMPLES)
     assert len(all_cases) >= len(ALWAYS) + min(EXAMPLES, 10) // 2, len(all_cases)
-    twins = [Twin(c, Space(kube_lab), s) for c in all_cases for s in SCHEDULERS]
+    marks = [time.monotonic()]  # start, objects made, all settled, outcomes stable
+    spaces = _each(lambda _: Space(kube_lab), range(len(all_cases) * len(SCHEDULERS)))
+    twins = [Twin(c, spaces.pop(), s) for c in all_cases for s in SCHEDULERS]
     custom = client.CustomObjectsApi(kube_lab.api)
-    try:
-        marks = [time.monotonic()]  # start, objects made, all settled, outcomes stable
-        _add_nodes_and_slices(kube_lab, twins)
-        for t in twins:
-            for spec, name in t.case.named_claims():
-                custom.create_namespaced_custom_object(G, V, t.space.name, "resourceclaims",
-                                                       spec.body(name))
-        held = [t for t in twins if t.case.holder is not None]
-        for t in held:  # kube-scheduler allocates the holders' claims first, on both twins
-            kube_lab.core.create_namespaced_pod(t.space.name,
-                                                _pod(t, "h", ["h"], "default-scheduler"))
-        wait_for("kube-scheduler to place every holder",
-                 lambda: all(t.space.bound("h") for t in held), timeout=120, poll_s=1.0)
-        for t in twins:
-            kube_lab.core.create_namespaced_pod(
-                t.space.name, _pod(t, "p", t.case.claim_names(), t.scheduler))
+    core = kube_lab.core
+    _add_nodes_and_slices(kube_lab, twins)
+    _each(lambda t: [custom.create_namespaced_custom_object(
+        G, V, t.space.name, "resourceclaims", spec.body(name))
+        for spec, name in t.case.named_claims()], twins)
+    held = [t for t in twins if t.case.holder is not None]
+    # kube-scheduler allocates the holders' claims first, on both twins
+    _each(lambda t: core.create_namespaced_pod(t.space.name, _pod(t, "h", ["h"],
+                                                                  "default-scheduler")), held)
 
-        marks.append(time.monotonic())
-        pending: list[str] = []
+    def holders_bound() -> bool:
+        got = _outcomes(kube_lab)
+        return all(got.get((t.space.name, "h"), (None, None))[0] for t in held)
 
-        def settled() -> dict[tuple[str, str], tuple[str | None, str | None]] | None:
-            got = _outcomes(kube_lab)
-            pending[:] = [f"{t.space.name}/p ({t.scheduler}, {t.case.label})" for t in twins
-                          if not any(got.get((t.space.name, "p"), (None, None)))]
-            return None if pending else got
+    wait_for("kube-scheduler to place every holder", holders_bound,
+             timeout=max(120, len(held)), poll_s=1.0)
+    _each(lambda t: core.create_namespaced_pod(
+        t.space.name, _pod(t, "p", t.case.claim_names(), t.scheduler)), twins)
 
-        try:  # a bigger sweep takes longer: about a second a pod on a loaded 2-core machine
-            wait_for("every pod bound or refused", settled, timeout=max(180, len(twins)),
-                     poll_s=1.0)
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}; still pending: {pending[:10]}") from None
+    marks.append(time.monotonic())
+    pending: list[str] = []
 
-        # a refusal made before a scheduler's informers saw the node or its slices is retried:
-        # take the outcomes once they hold across more of gpufleet's passes
-        # gpufleet's passes over this many pods and nodes, timed for the table
-        marks.append(time.monotonic())
-        passes0 = gpufleet.passes
+    def settled() -> dict[tuple[str, str], tuple[str | None, str | None]] | None:
+        got = _outcomes(kube_lab)
+        pending[:] = [f"{t.space.name}/p ({t.scheduler}, {t.case.label})" for t in twins
+                      if not any(got.get((t.space.name, "p"), (None, None)))]
+        return None if pending else got
 
-        def stable() -> dict[tuple[str, str], tuple[str | None, str | None]] | None:
-            before = {k: v[0] for k, v in (settled() or {}).items()}
-            after_passes(gpufleet, 3, timeout=max(60, len(twins)))
-            now = settled()
-            return now if now and {k: v[0] for k, v in now.items()} == before else None
+    try:  # a bigger sweep takes longer (GPUFLEET_DRA_GENERAL_EXAMPLES=120: about 4 minutes)
+        wait_for("every pod bound or refused", settled, timeout=max(180, len(twins)),
+                 poll_s=1.0)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; still pending: {pending[:10]}") from None
 
-        outcome = wait_for("the outcomes to hold", stable, timeout=max(120, 3 * len(twins)),
-                           poll_s=0.5)
-        marks.append(time.monotonic())
-        pass_s = (marks[3] - marks[2]) / max(1, gpufleet.passes - passes0)
-        claims = custom.list_cluster_custom_object(G, V, "resourceclaims")["items"]
-        slices = custom.list_cluster_custom_object(G, V, "resourceslices")["items"]
-        by_ns: dict[str, dict[str, dict[str, Any]]] = {}
-        for c in claims:
-            by_ns.setdefault(c["metadata"]["namespace"], {})[c["metadata"]["name"]] = c
+    # a refusal made before a scheduler's informers saw the node or its slices is retried:
+    # take the outcomes once they hold across more of gpufleet's passes (timed for the table)
+    marks.append(time.monotonic())
+    passes0 = gpufleet.passes
 
-        table: Counter[str] = Counter()
-        features: Counter[str] = Counter()
-        problems: list[str] = []
-        rows: list[str] = []
-        for i in range(0, len(twins), 2):
-            kt, gt = twins[i], twins[i + 1]
-            case = kt.case
-            features.update(case.features())
-            got: dict[str, tuple[str | None, str | None]] = {}
-            for t in (kt, gt):
-                bound, msg = outcome[(t.space.name, "p")]
-                found = check_pod(case, t.node, bound, by_ns.get(t.space.name, {})) \
-                    if bound else []
-                known = FAULTS[t.scheduler]
-                faults = {next((k for k in known if f"{k}: " in b), None) for b in found}
-                if found and None not in faults:
-                    table.update(f"known fault of {t.scheduler}: {k}" for k in faults)
-                    rows.append(f"  known fault of {t.scheduler}: {case.label}: {found}")
-                    bound, msg = None, f"(bound to {bound}, breaking the API: {found})"
-                problems += [f"[{t.scheduler}] {case.label}: {b}\n{case.yaml(t.node)}"
-                             for b in found if None in faults]
-                got[t.scheduler] = (bound, msg)
-            (kn, kmsg), (gn, gmsg) = got["default-scheduler"], got["gpufleet"]
-            if case.expect is not None and case.expect != ("bind" if kn else "refuse"):
-                problems.append(f"[default-scheduler] {case.label}: expected to "
-                                f"{case.expect}, got {kn or kmsg}\n{case.yaml(kt.node)}")
-            if kn and gn:
-                cls = "agree: both bound"
-            elif not kn and not gn:
-                cls = "agree: both refused"
-            elif kn:
-                cls = "kube-scheduler bound, gpufleet refused"
-            else:
-                cls = "gpufleet bound, kube-scheduler refused"
-            if not cls.startswith("agree"):
-                cls = f"documented: {cls}" if cls in EXCEPTIONS else f"UNDOCUMENTED: {cls}"
-            table[cls] += 1
-            if VERBOSE or not cls.startswith("agree"):
-                rows.append(f"  {cls}: {case.label}\n    kube-scheduler: {kn or kmsg}\n"
-                            f"    gpufleet: {gn or gmsg}\n" +
-                            "\n".join(f"      {ln}" for ln in case.yaml(gt.node).splitlines()))
-        judged = judge_claims(claims, slices)
-        problems += [f"judge_claims: {f}" for f in judged.findings]
-        lines = [f"DRA general differential: {len(all_cases)} cases ({len(ALWAYS)} hand-written"
-                 f", GPUFLEET_DRA_GENERAL_EXAMPLES={EXAMPLES}); gpufleet's pass over "
-                 f"{len(twins)} pods and nodes: {pass_s:.2f} s; making the objects "
-                 f"{marks[1] - marks[0]:.0f} s, scheduling {marks[2] - marks[1]:.0f} s, "
-                 f"outcomes holding {marks[3] - marks[2]:.0f} s"]
-        lines += [f"  {n:4d}  {k}" for k, n in sorted(table.items())]
-        lines += ["  features (cases): " + ", ".join(
-            f"{k} {n}" for k, n in sorted(features.items()))]
-        lines += [f"  exception {k}: {ref}" for k, ref in EXCEPTIONS.items()]
-        lines += [f"  known fault of {who} {k}: {ref}" for who, known in FAULTS.items()
-                  for k, ref in known.items()]
-        report = "\n".join(lines + rows)
-        with capsys.disabled():
-            print("\n" + report)
-        assert not problems, "allocations that fail the check:\n" + "\n".join(problems)
-        assert not any(k.startswith("UNDOCUMENTED") for k in table), report
-        assert sum(v for k, v in table.items() if not k.startswith("known fault")
-                   ) == len(all_cases)
-    finally:
-        core = kube_lab.core
-        for t in twins:
-            core.delete_collection_namespaced_pod(t.space.name, grace_period_seconds=0)
-        wait_for("the cases' pods to go",
-                 lambda: not json.loads(core.list_pod_for_all_namespaces(
-                     _preload_content=False).data)["items"], 120)
-        for t in twins:
-            for n in t.space.nodes:
-                core.delete_node(n)
-            core.delete_namespace(t.space.name)
+    def stable() -> dict[tuple[str, str], tuple[str | None, str | None]] | None:
+        before = {k: v[0] for k, v in (settled() or {}).items()}
+        after_passes(gpufleet, 3, timeout=max(60, len(twins)))
+        now = settled()
+        return now if now and {k: v[0] for k, v in now.items()} == before else None
+
+    outcome = wait_for("the outcomes to hold", stable, timeout=max(120, 3 * len(twins)),
+                       poll_s=0.5)
+    marks.append(time.monotonic())
+    pass_s = (marks[3] - marks[2]) / max(1, gpufleet.passes - passes0)
+    claims = custom.list_cluster_custom_object(G, V, "resourceclaims")["items"]
+    slices = custom.list_cluster_custom_object(G, V, "resourceslices")["items"]
+    by_ns: dict[str, dict[str, dict[str, Any]]] = {}
+    for c in claims:
+        by_ns.setdefault(c["metadata"]["namespace"], {})[c["metadata"]["name"]] = c
+
+    table: Counter[str] = Counter()
+    features: Counter[str] = Counter()
+    problems: list[str] = []
+    rows: list[str] = []
+    for i in range(0, len(twins), 2):
+        kt, gt = twins[i], twins[i + 1]
+        case = kt.case
+        features.update(case.features())
+        got: dict[str, tuple[str | None, str | None]] = {}
+        for t in (kt, gt):
+            bound, msg = outcome[(t.space.name, "p")]
+            found = check_pod(case, t.node, bound, by_ns.get(t.space.name, {})) \
+                if bound else []
+            known = FAULTS[t.scheduler]
+            faults = {next((k for k in known if f"{k}: " in b), None) for b in found}
+            if found and None not in faults:
+                table.update(f"known fault of {t.scheduler}: {k}" for k in faults)
+                rows.append(f"  known fault of {t.scheduler}: {case.label}: {found}")
+                bound, msg = None, f"(bound to {bound}, breaking the API: {found})"
+            problems += [f"[{t.scheduler}] {case.label}: {b}\n{case.yaml(t.node)}"
+                         for b in found if None in faults]
+            got[t.scheduler] = (bound, msg)
+        (kn, kmsg), (gn, gmsg) = got["default-scheduler"], got["gpufleet"]
+        if case.expect is not None and case.expect != ("bind" if kn else "refuse"):
+            problems.append(f"[default-scheduler] {case.label}: expected to "
+                            f"{case.expect}, got {kn or kmsg}\n{case.yaml(kt.node)}")
+        if kn and gn:
+            cls = "agree: both bound"
+        elif not kn and not gn:
+            cls = "agree: both refused"
+        elif kn:
+            cls = "kube-scheduler bound, gpufleet refused"
+        else:
+            cls = "gpufleet bound, kube-scheduler refused"
+        if not cls.startswith("agree"):
+            cls = f"documented: {cls}" if cls in EXCEPTIONS else f"UNDOCUMENTED: {cls}"
+        table[cls] += 1
+        if VERBOSE or not cls.startswith("agree"):
+            rows.append(f"  {cls}: {case.label}\n    kube-scheduler: {kn or kmsg}\n"
+                        f"    gpufleet: {gn or gmsg}\n" +
+                        "\n".join(f"      {ln}" for ln in case.yaml(gt.node).splitlines()))
+    judged = judge_claims(claims, slices)
+    problems += [f"judge_claims: {f}" for f in judged.findings]
+    lines = [f"DRA general differential: {len(all_cases)} cases ({len(ALWAYS)} hand-written"
+             f", GPUFLEET_DRA_GENERAL_EXAMPLES={EXAMPLES}); gpufleet's pass over "
+             f"{len(twins)} pods and nodes: {pass_s:.2f} s; making the objects "
+             f"{marks[1] - marks[0]:.0f} s, scheduling {marks[2] - marks[1]:.0f} s, "
+             f"outcomes holding {marks[3] - marks[2]:.0f} s"]
+    lines += [f"  {n:4d}  {k}" for k, n in sorted(table.items())]
+    lines += ["  features (cases): " + ", ".join(
+        f"{k} {n}" for k, n in sorted(features.items()))]
+    lines += [f"  exception {k}: {ref}" for k, ref in EXCEPTIONS.items()]
+    lines += [f"  known fault of {who} {k}: {ref}" for who, known in FAULTS.items()
+              for k, ref in known.items()]
+    report = "\n".join(lines + rows)
+    with capsys.disabled():
+        print("\n" + report)
+    assert not problems, "allocations that fail the check:\n" + "\n".join(problems)
+    assert not any(k.startswith("UNDOCUMENTED") for k in table), report
+    assert sum(v for k, v in table.items() if not k.startswith("known fault")
+               ) == len(all_cases)
+    # no clean-up: the lab is this module's own and goes with it; the over-commit check that
+    # ends every live test (tests/conftest.py) reads these claims and slices too
