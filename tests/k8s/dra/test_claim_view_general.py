@@ -151,3 +151,19 @@ def test_claims_that_fit_nowhere_refuse_the_pod_as_kube_says() -> None:
     snap, got, _ = cycle([c], [pod("p", "c")])
     assert not got.binds
     assert snap.pods["ns/p"].refusal == "cannot allocate all claims on any node"
+
+
+def test_a_general_pods_gpu_model_affinity_keeps_it_to_that_models_nodes() -> None:
+    """Node affinity on GPU Feature Discovery's product label (lifted into the request's GPU
+    models, which placement checks only for a request with GPUs): a general pod asking one
+    GPU of either node is kept to the V100 node it names."""
+    c = claim("c", req("a", DRIVER), req("b", DRIVER))
+    c["spec"]["devices"]["constraints"] = [{"distinctAttribute": f"{DRIVER}/minor"}]
+    body = pod("p", "c")
+    body["spec"]["affinity"] = {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{
+            "matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In",
+                                  "values": ["Tesla-V100-SXM2-16GB"]}]}]}}}
+    snap, got, _ = cycle([c], [body])
+    assert snap.claims["ns/p"].general and snap.claims["ns/p"].nodes == {"v100"}
+    assert [b.node for b in got.binds] == ["v100"]

@@ -503,9 +503,10 @@ def test_mig_claims_where_static_mig_instances_exist_are_the_general_allocators(
     """all-balanced (static: the instances mig-parted made, no whole GPU published) vs
     all-enabled (dynamic: every placement): a MIG claim of a profile the static node has is
     served by the general allocator (the instances that exist, on either node: the static
-    one first by name order is not what placement would choose, but it is kube's); a
-    whole-GPU claim is placement's, on either node's mask (it cannot fit on a static MIG
-    node's MIG GPUs anyway)."""
+    one first by name order is not what placement would choose, but it is kube's). A
+    whole-GPU claim, with no GPU outside MIG mode anywhere, is the general allocator's too:
+    the dynamic node publishes each GPU whole (the static one does not), and its whole device
+    is what it gets."""
     nodes = [node_object(spec_from_instance(IT["p4d.24xlarge"], n, mig_config=m))
              for n, m in (("static", "all-balanced"), ("dynamic", "all-enabled"))]
     world = DraWorld.of(slices("p4d.24xlarge", "static", "all-balanced")
@@ -521,8 +522,11 @@ def test_mig_claims_where_static_mig_instances_exist_are_the_general_allocators(
     assert order == ["dynamic", "static"]
     assert list(masks["ns/pm"]) == [True, True]
     assert snap.claims["ns/pm"].general and snap.claims["ns/pm"].nodes == {"static", "dynamic"}
-    assert list(masks["ns/pw"]) == [True, True]
-    assert not snap.claims["ns/pw"].general
+    assert list(masks["ns/pw"]) == [True, False]
+    assert snap.claims["ns/pw"].general and snap.claims["ns/pw"].nodes == {"dynamic"}
+    (whole,) = allocate(snap.claims["ns/pw"].general, world.classes, world.pools["dynamic"],
+                        world.in_use())
+    assert [r["device"] for r in whole["devices"]["results"]] == ["gpu-0"]
     (got,) = allocate(snap.claims["ns/pm"].general, world.classes, world.pools["static"],
                       world.in_use())
     (res,) = got["devices"]["results"]

@@ -54,6 +54,7 @@ from gpufleet.k8s.dra.extended_claims import (
 )
 from gpufleet.k8s.dra.slices import SliceProblem
 from gpufleet.k8s.translate.pods import PodInfo
+from gpufleet.placement.fit import cuda_supported, model_allowed
 from gpufleet.state import GPU_MILLI, ResourceRequest
 
 
@@ -205,19 +206,19 @@ def resolve(info: PodInfo, world: DraWorld, catalog: GpuCatalog
         (node,) = nodes
         if len(done) == len(claims):
             return info, PodClaims(tuple(claims), pinned=node)
-        return _general(info, base, claims, world, node)  # the rest beside them, there
+        return _general(info, base, claims, world, catalog, node)  # the rest beside them, there
     hint = info.request.gpu_milli if info.request is not None and info.request.is_shared \
         else None
     req, ask, why = pod_ask(base, hint, claims, world.classes, catalog)
     if why or req is None or ask is None:  # a shape placement does not express
-        return _general(info, base, claims, world)
+        return _general(info, base, claims, world, catalog)
     admits, why = selector_nodes(ask, world.devices, world.selector_memo)
     if why:  # a selector matching some GPUs of a node, or none: said if nothing fits
-        return _general(info, base, claims, world, why=why)
+        return _general(info, base, claims, world, catalog, why=why)
     if _tolerates(claims):  # placement books tainted devices as taken
-        return _general(info, base, claims, world)
+        return _general(info, base, claims, world, catalog)
     if ask.profile is not None and _static_mig(world, ask.profile):
-        return _general(info, base, claims, world)
+        return _general(info, base, claims, world, catalog)
     claim = next(c for c in claims if claim_key(c) == ask.claim)
     return replace(info, request=req), PodClaims(tuple(claims), claim, ask, nodes=admits)
 
@@ -246,8 +247,8 @@ def _tolerates(claims: Iterable[Mapping[str, Any]]) -> bool:
 
 
 def _general(info: PodInfo, base: ResourceRequest, claims: list[dict[str, Any]],
-             world: DraWorld, only: str | None = None, why: str | None = None
-             ) -> tuple[PodInfo, PodClaims | None]:
+             world: DraWorld, catalog: GpuCatalog, only: str | None = None,
+             why: str | None = None) -> tuple[PodInfo, PodClaims | None]:
     """The pod as the general allocator serves it: its request without GPUs, limited to the
     nodes where its unallocated claims all fit now (``only``: the node its allocated claims
     are on), or refused with kube-scheduler's reason (``why``, when no node fits: what the
@@ -260,11 +261,35 @@ def _general(info: PodInfo, base: ResourceRequest, claims: list[dict[str, Any]],
     nodes, error = got
     if error is not None:
         return replace(info, request=None, refusal=error), None
+    if base.gpu_models or base.min_cuda:  # the pod's GPU Feature Discovery label affinity
+        nodes = frozenset(n for n in nodes if _gpu_node(world.devices.get(n), base, catalog))
     if not nodes:
         where = f"on node {only}, where its allocated claims are" if only else "on any node"
         return replace(info, request=None,
                        refusal=why or f"cannot allocate all claims {where}"), None
     return replace(info, request=base), PodClaims(tuple(claims), nodes=nodes, general=todo)
+
+
+def _gpu_node(devices: NodeDevices | None, req: ResourceRequest, catalog: GpuCatalog) -> bool:
+    """Whether a node's GPUs meet the pod's GPU model and CUDA constraints (lifted from its
+    node affinity on GPU Feature Discovery's labels, which placement checks only for a
+    request with GPUs: a general pod's has none)."""
+    if devices is None:
+        return False
+    inv = devices.inventory
+    return model_allowed(req.gpu_models, inv.gpu_model, catalog) and cuda_supported(
+        req.min_cuda, inv.cuda_driver, inv.gpu_model, catalog)
+
+
+def as_general(info: PodInfo, pc: PodClaims, world: DraWorld, catalog: GpuCatalog
+               ) -> tuple[PodInfo, PodClaims] | None:
+    """A placement pod (``pc``) handed to the general allocator instead: its request without
+    GPUs, kept to where its claims fit now; None when they fit nowhere (placement's own
+    refusal then stands)."""
+    if info.request is None:
+        return None
+    got, claims = _general(info, gpu_free(info.request), list(pc.claims), world, catalog)
+    return (got, claims) if claims is not None else None
 
 
 def _fitting_nodes(todo: tuple[dict[str, Any], ...], world: DraWorld, only: str | None

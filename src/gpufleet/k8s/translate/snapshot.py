@@ -18,15 +18,16 @@ import numpy as np
 
 from gpufleet.catalog.gpus import GpuCatalog, default_gpu_catalog
 from gpufleet.decisions import Bind
-from gpufleet.k8s.dra.claim_view import DraWorld, PodClaims, resolve
+from gpufleet.k8s.dra.claim_view import DraWorld, PodClaims, as_general, resolve
 from gpufleet.k8s.dra.claims import Holding, holdings, taint_holdings
 from gpufleet.k8s.translate.assume import AssumeCache, Overlay
+from gpufleet.k8s.translate.node_selector import matches
 from gpufleet.k8s.translate.nodes import NodeSpec, node_spec
 from gpufleet.k8s.translate.pods import PodInfo, pod_info, requeued_keys
 from gpufleet.placement.gpu_select import best_fit_gpu
 from gpufleet.placement.mig import bind_masks, choose_mig
 from gpufleet.placement.view import pod_view
-from gpufleet.state import FleetState, ResourceRequest
+from gpufleet.state import GPU_MILLI, FleetState, ResourceRequest
 
 MigMasks = tuple[tuple[int, int, int], ...]
 
@@ -254,7 +255,39 @@ def build_snapshot(
             base = Accounted(specs, snap.state.copy(), dict(snap.allocations))
     if cache is not None and base is not None:
         cache.accounted = base
+    if dra is not None:
+        _whole_gpus_of_mig_nodes(snap, dra, cat)
     return snap
+
+
+def _whole_gpus_of_mig_nodes(snap: Snapshot, dra: DraWorld, cat: GpuCatalog) -> None:
+    """Placement books a MIG GPU as MIG slots and so never gives a whole GPU on a node in
+    dynamic MIG mode, where NVIDIA's driver publishes each GPU whole as well. A pending pod
+    whose claim asks N whole GPUs that no node it may use outside MIG mode has free now goes
+    to the general allocator when such a node exists (kube's allocator gives the whole device;
+    it is booked as all of the GPU's slices)."""
+    state = snap.state
+    mig = [n for n, d in dra.devices.items()
+           if d.inventory.mig_gpus and not d.static_mig and n in state.index]
+    if not mig:
+        return
+    n = state.n
+    free = ((state.free_milli[:n] == GPU_MILLI) & ~state.mig_enabled[:n]).sum(axis=1)
+    for k, info in enumerate(snap.pending):
+        pc = snap.claims.get(info.key)
+        ask = pc.ask if pc is not None else None
+        if pc is None or ask is None or pc.general or pc.pinned is not None or pc.extended \
+                or ask.profile is not None or ask.share_memory_mib or ask.options:
+            continue
+        rows = [state.index[name] for name in dra.devices
+                if name in state.index and (pc.nodes is None or name in pc.nodes)]
+        if any(free[r] >= ask.count and matches(state.nodes[r].labels, info.selector)
+               for r in rows):
+            continue
+        got = as_general(info, pc, dra, cat)
+        if got is not None:
+            info, snap.claims[info.key] = got
+            snap.pending[k] = snap.pods[info.key] = info
 
 
 def _rebook(base: Accounted, bound: list[PodInfo], cat: GpuCatalog) -> bool:
