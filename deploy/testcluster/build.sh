@@ -9,6 +9,9 @@
 # the binaries that are
 # missing (a cache from before helm was added gets helm alone, in a minute or two; one from before
 # the kubelet was added gets the kubelet alone; one from before containerd gets containerd alone).
+# Kubernetes' example DRA driver's kubelet plugin (sigs.k8s.io/dra-example-driver, which the lab's
+# real node runs in tests/lab/test_example_driver_live.py) comes from its own wrapper module,
+# deploy/dra-example-driver, whose go.mod pins its release.
 set -euo pipefail
 
 K8S_VERSION=v1.36.3
@@ -18,18 +21,25 @@ HELM_VERSION=v3.22.0
 # containerd for the lab's real node (`gpufleet lab up --real-node`): 2.x applies the CDI devices a
 # DRA driver's NodePrepareResources returns (Debian bookworm's containerd 1.6 ignores them).
 CONTAINERD_VERSION=v2.4.2
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# The example driver's wrapper module: its go.mod's `tool` line names the kubelet plugin, and its
+# require line the release (the one place that version is written).
+DRA_EXAMPLE_MODULE="$HERE/../dra-example-driver"
+DRA_EXAMPLE_VERSION="$(awk '$1 == "sigs.k8s.io/dra-example-driver" { print $2 }' \
+  "$DRA_EXAMPLE_MODULE/go.mod")"
 # The stamp names versions (the kubelet is the Kubernetes version); which binaries are there is
 # checked file by file, so a cache from before the kubelet keeps its stamp and gets the kubelet.
 STAMP_TEXT="kubernetes=${K8S_VERSION} kwok=${KWOK_VERSION} kine=${KINE_VERSION} helm=${HELM_VERSION} containerd=${CONTAINERD_VERSION}"
 BIN="${GPUFLEET_K8S_BIN:-$HOME/.cache/gpufleet/k8s-${K8S_VERSION}/bin}"
 KUBE_COMMANDS=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet)
 CONTAINERD_COMMANDS=(containerd ctr containerd-shim-runc-v2)
-BINARIES=("${KUBE_COMMANDS[@]}" kwok kine helm "${CONTAINERD_COMMANDS[@]}")
-HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+DRA_EXAMPLE_COMMANDS=(dra-example-kubeletplugin)
+BINARIES=("${KUBE_COMMANDS[@]}" kwok kine helm "${CONTAINERD_COMMANDS[@]}" "${DRA_EXAMPLE_COMMANDS[@]}")
 
 complete() {
   [ -f "$BIN/.version" ] && [ "$(cat "$BIN/.version")" = "$STAMP_TEXT" ] || return 1
   [ "$(cat "$BIN/.containerd-version" 2>/dev/null)" = "$CONTAINERD_VERSION" ] || return 1
+  [ "$(cat "$BIN/.dra-example-driver-version" 2>/dev/null)" = "$DRA_EXAMPLE_VERSION" ] || return 1
   local b
   for b in "${BINARIES[@]}"; do [ -x "$BIN/$b" ] || return 1; done
 }
@@ -99,6 +109,19 @@ if [ ${#packages[@]} -gt 0 ]; then
     "${packages[@]}"
 fi
 echo "$CONTAINERD_VERSION" >"$BIN/.containerd-version"
+
+# .dra-example-driver-version likewise names the example driver's release its plugin was built at.
+if [ "$(cat "$BIN/.dra-example-driver-version" 2>/dev/null)" != "$DRA_EXAMPLE_VERSION" ]; then
+  for b in "${DRA_EXAMPLE_COMMANDS[@]}"; do rm -f "$BIN/$b"; done
+fi
+if missing dra-example-kubeletplugin; then
+  # Built inside the wrapper module, not as `go install pkg@version`: the module proxy serves
+  # the driver's releases but not its version list, which `pkg@version` reads (for deprecation
+  # notices) and fails on. About a minute and a half on 2 cores.
+  (cd "$DRA_EXAMPLE_MODULE" && GOBIN="$BIN" CGO_ENABLED=0 go install -ldflags="-s -w" \
+    sigs.k8s.io/dra-example-driver/cmd/dra-example-kubeletplugin)
+fi
+echo "$DRA_EXAMPLE_VERSION" >"$BIN/.dra-example-driver-version"
 
 for b in "${BINARIES[@]}"; do
   [ -x "$BIN/$b" ] || { echo "error: $b was not built into $BIN" >&2; exit 1; }

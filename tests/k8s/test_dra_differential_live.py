@@ -18,8 +18,7 @@ pod for kube-scheduler, its twin for gpufleet. All
 cases run at once (every pod is pinned to its own node by zone), then each pod is bound or has a
 ``PodScheduled=False`` message. Then:
 
-* where kube-scheduler bound its pod, gpufleet bound the twin — unless the case is in a
-  documented exception class (:data:`EXCEPTIONS`, each with its reference), which is recorded;
+* where kube-scheduler bound its pod, gpufleet bound the twin;
 * where gpufleet refused, kube-scheduler refused too (the same rule, seen from the other side);
 * every allocation either scheduler wrote passes an independent check against the devices read
   from the node's ResourceSlices (node, count, distinct devices, driver, device type and MIG
@@ -27,8 +26,8 @@ cases run at once (every pod is pinned to its own node by zone), then each pod i
   ``consumedCapacity`` within capacity and at least what was asked), and the project's
   over-commit checker (:func:`gpufleet.k8s.dra.claim_devices.judge_claims`) finds nothing.
 
-A table of cases, agreements and each disagreement class is printed; any disagreement outside
-:data:`EXCEPTIONS` fails the test. ``GPUFLEET_DRA_DIFF_EXAMPLES`` (default 40, about a minute
+A table of cases, agreements and each disagreement class is printed; any disagreement fails the
+test. ``GPUFLEET_DRA_DIFF_EXAMPLES`` (default 40, about a minute
 on a loaded 2-core machine) is how many cases hypothesis draws besides :data:`ALWAYS`
 (duplicates dropped); a bigger sweep: ``GPUFLEET_DRA_DIFF_EXAMPLES=200``.
 ``GPUFLEET_DRA_DIFF_VERBOSE=1`` prints every case with both outcomes, not only disagreements.
@@ -71,13 +70,6 @@ POLICY = Path(__file__).resolve().parents[2] / "deploy" / "dra" / "gpu-share-pol
 EXAMPLES = int(os.environ.get("GPUFLEET_DRA_DIFF_EXAMPLES", "40"))
 VERBOSE = bool(os.environ.get("GPUFLEET_DRA_DIFF_VERBOSE"))
 NVIDIA, GPUFLEET = "gpu.nvidia.com", "gpu.gpufleet.io"
-
-# Disagreements gpufleet documents: kube-scheduler binds, gpufleet keeps the pod pending.
-EXCEPTIONS = {
-    "whole-gpu-of-dynamic-mig": (
-        "docs/kubernetes.md, DRA allocation, 'Not supported': whole GPUs of a node in dynamic "
-        "MIG mode are not offered by gpufleet"),
-}
 
 
 # -- generated cases ---------------------------------------------------------------------------
@@ -235,7 +227,7 @@ ALWAYS = [
     Case("gfshare", "g4dn.xlarge", SHARE_CLASS, 1, memory="4Gi", cores="60",
          holder=HOLDERS["gfshare"][2]),
     Case("gfshare", "g4dn.xlarge", SHARE_CLASS, 1, memory="4Gi", cores="101"),
-    # a whole GPU of a node in dynamic MIG: kube-scheduler allocates it, gpufleet does not
+    # a whole GPU of a node in dynamic MIG (each GPU published whole beside its MIG devices)
     Case("whole", "p4d.24xlarge", NVIDIA, 1),
 ]
 
@@ -366,14 +358,6 @@ def check_allocation(case: Case, node: str, pod_node: str, claim: dict[str, Any]
     return bad
 
 
-def exception_class(case: Case, node: str,
-                    devices: dict[tuple[str, str, str], dict[str, Any]]) -> str | None:
-    """The documented exception a kube-bound/gpufleet-refused case falls in, if any."""
-    if case.kind == "whole" and case.mig_config is not None:
-        return "whole-gpu-of-dynamic-mig"
-    return None
-
-
 # -- the test ----------------------------------------------------------------------------------
 
 def test_gpufleet_allocates_what_kube_scheduler_allocates(
@@ -437,11 +421,9 @@ def test_gpufleet_allocates_what_kube_scheduler_allocates(
             elif not kn and not gn:
                 cls = "agree: both refused"
             elif kn:
-                exc = exception_class(case, gt.node, devices)
-                cls = (f"documented: {exc}" if exc
-                       else "UNDOCUMENTED: kube-scheduler bound, gpufleet refused")
+                cls = "DISAGREE: kube-scheduler bound, gpufleet refused"
             else:
-                cls = "UNDOCUMENTED: gpufleet bound, kube-scheduler refused"
+                cls = "DISAGREE: gpufleet bound, kube-scheduler refused"
             table[cls] += 1
             if VERBOSE or not cls.startswith("agree"):
                 rows.append(f"  {cls}\n    case: {case}\n    kube-scheduler: "
@@ -452,12 +434,11 @@ def test_gpufleet_allocates_what_kube_scheduler_allocates(
         lines = [f"DRA differential: {len(drawn)} cases "
                  f"(GPUFLEET_DRA_DIFF_EXAMPLES={EXAMPLES})"]
         lines += [f"  {n:4d}  {k}" for k, n in sorted(table.items())]
-        lines += [f"  exception {k}: {ref}" for k, ref in EXCEPTIONS.items()]
         report = "\n".join(lines + rows)
         with capsys.disabled():
             print("\n" + report)
         assert not problems, "allocations that fail the check:\n" + "\n".join(problems)
-        assert not any(k.startswith("UNDOCUMENTED") for k in table), report
+        assert not any(k.startswith("DISAGREE") for k in table), report
         assert sum(table.values()) == len(drawn)
     finally:
         core = kube_lab.core
