@@ -685,16 +685,7 @@ class _Search:
             raise _TooMany
         if req.all_devices:
             back = self._take(req, req.candidates[di], must=True)
-            if back is None:
-                return False
-            try:
-                if self._one(ci, ri, si, di + 1, in_sub, 0):
-                    return True
-            except _TooMany:
-                back()
-                raise
-            back()
-            return False
+            return back is not None and self._next(back, ci, ri, si, di, in_sub, 0)
         devices = self.pools.devices
         for i in range(start, len(devices)):
             dev = devices[i]
@@ -705,15 +696,21 @@ class _Search:
             if not self._selectable(req, ri, si, dev) or self._fits(req, dev) is None:
                 continue
             back = self._take(req, dev)
-            if back is None:
-                continue
-            try:
-                if self._one(ci, ri, si, di + 1, in_sub, i + 1):
-                    return True
-            except _TooMany:
-                back()
-                raise
+            if back is not None and self._next(back, ci, ri, si, di, in_sub, i + 1):
+                return True
+        return False
+
+    def _next(self, back: Callable[[], None], ci: int, ri: int, si: int, di: int,
+              in_sub: bool, start: int) -> bool:
+        """Go on to the request's next device having taken one; if that fails (or passes
+        the result limit), give the device ``back``."""
+        try:
+            if self._one(ci, ri, si, di + 1, in_sub, start):
+                return True
+        except _TooMany:
             back()
+            raise
+        back()
         return False
 
     def allocations(self, node: str) -> list[dict[str, Any]]:

@@ -95,11 +95,7 @@ class ClaimWriter:
                 body = copy.deepcopy(claim)
             if (body.get("status") or {}).get("allocation"):
                 return CONFLICT
-            m = body["metadata"]
-            if FINALIZER not in (m.get("finalizers") or ()):
-                m["finalizers"] = [*(m.get("finalizers") or ()), FINALIZER]
-                body = self._call(self.resource.replace_namespaced_resource_claim,
-                                  m["name"], m["namespace"], body)
+            body = self._protected(body)
             status = body.setdefault("status", {})
             status["allocation"] = alloc
             status["reservedFor"] = [*(status.get("reservedFor") or ()), ref]
@@ -111,6 +107,16 @@ class ClaimWriter:
                          meta["name"], exc.status)
                 return CONFLICT
             return f"claims of {meta['namespace']}/{meta['name']}: {exc.status} {exc.reason}"
+
+    def _protected(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``body`` with kube's delete-protection finalizer, written first where missing (the
+        claim as the API then has it)."""
+        m = body["metadata"]
+        if FINALIZER in (m.get("finalizers") or ()):
+            return body
+        m["finalizers"] = [*(m.get("finalizers") or ()), FINALIZER]
+        return self._call(self.resource.replace_namespaced_resource_claim, m["name"],
+                          m["namespace"], body)
 
     def _general(self, d: Bind, pod: Mapping[str, Any], claims: PodClaims,
                  ref: dict[str, Any]) -> str | None:
@@ -125,18 +131,12 @@ class ClaimWriter:
         for c in claims.claims:
             key = f"{c['metadata'].get('namespace')}/{c['metadata'].get('name')}"
             body = copy.deepcopy(c)
-            status = body.setdefault("status", None) or {}
-            body["status"] = status
+            status = body["status"] = body.get("status") or {}
             if key in planned:
                 if status.get("allocation"):
                     return CONFLICT
-                m = body["metadata"]
-                if FINALIZER not in (m.get("finalizers") or ()):
-                    m["finalizers"] = [*(m.get("finalizers") or ()), FINALIZER]
-                    body = self._call(self.resource.replace_namespaced_resource_claim,
-                                      m["name"], m["namespace"], body)
-                    status = body.setdefault("status", None) or {}
-                    body["status"] = status
+                body = self._protected(body)
+                status = body["status"] = body.get("status") or {}
                 status["allocation"] = planned[key]
             elif str(meta.get("uid")) in reserved_for(c):
                 continue
