@@ -14,7 +14,8 @@ Every device has the attributes ``index``, ``model``, ``numa`` (under its driver
 Requests are ``exactly`` (``count`` 1–3 or ``allocationMode: All``) or ``firstAvailable`` with
 2–3 subrequests, each with CEL selectors from :data:`SEL_KINDS` (each evaluated here in Python
 too), capacity requests and tolerations; claims may carry ``matchAttribute`` /
-``distinctAttribute`` constraints, with or without a ``requests`` list.
+``distinctAttribute`` constraints, with or without a ``requests`` list. A case may have a
+holder: another pod's claim (:data:`HOLDERS`) that kube-scheduler allocates on the node first.
 
 :func:`check_pod` is written from the API reference (resource.k8s.io/v1) and the allocator's
 documented semantics, not from either scheduler's code: it reads the published devices and
@@ -451,15 +452,16 @@ def _check_claim(spec: ClaimSpec, node: str, devs: Mapping[tuple[str, str], Dev]
                        f"exactly one of {list(r.asks())}")
             continue
         ask = r.asks()[got_names[0]]
-        got = [d for d, _ in by_req[got_names[0]]]
+        given = [d for d, _ in by_req[got_names[0]]]
         if ask.count is not None:
-            if len(got) != ask.count:
-                bad.append(f"{got_names[0]}: {len(got)} devices for count {ask.count}")
+            if len(given) != ask.count:
+                bad.append(f"{got_names[0]}: {len(given)} devices for count {ask.count}")
         else:
-            want = {d.name for d in devs.values() if ask.selects(d) and fits(ask.capacity, d)}
-            if Counter(d.name for d in got) != Counter(want):
-                bad.append(f"{got_names[0]}: All gave {sorted(d.name for d in got)}, the "
-                           f"matching devices are {sorted(want)}")
+            matching = {d.name for d in devs.values()
+                        if ask.selects(d) and fits(ask.capacity, d)}
+            if Counter(d.name for d in given) != Counter(matching):
+                bad.append(f"{got_names[0]}: All gave {sorted(d.name for d in given)}, the "
+                           f"matching devices are {sorted(matching)}")
     for con in spec.constraints:
         vals = [(res["request"], d.name, d.attr(con.attr)) for d, _, res in
                 ((d, c, res) for d, c, res in uses if c == cname) if con.covers(res["request"])]
@@ -527,7 +529,7 @@ def inventories(draw: st.DrawFn) -> Inventory:
     devices: list[Dev] = []
     counter_sets = []
     for i, m in enumerate(models):
-        base = dict(driver=GPU, index=i, model=m, numa=i // 2, pcie=f"pci{i // 2}")
+        base: dict[str, Any] = dict(driver=GPU, index=i, model=m, numa=i // 2, pcie=f"pci{i // 2}")
         if shape == "partitioned":
             cs = f"gpu-{i}-counters"
             mem = MEM[m]
@@ -621,7 +623,7 @@ def _partitioned(n: int) -> Inventory:
     for i in range(n):
         cs = f"gpu-{i}-counters"
         sets.append((cs, (("memory", "40Gi"), ("slices", "4"))))
-        base = dict(driver=GPU, index=i, model="a100", numa=0, pcie="pci0")
+        base: dict[str, Any] = dict(driver=GPU, index=i, model="a100", numa=0, pcie="pci0")
         devices.append(Dev(name=f"gpu-{i}", capacity="40Gi",
                            consumes=((cs, (("memory", "40Gi"), ("slices", "4"))),), **base))
         devices += [Dev(name=f"gpu-{i}-p{h}", capacity="20Gi",

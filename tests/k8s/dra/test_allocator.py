@@ -334,15 +334,18 @@ def distinct(attr: str = f"{DRV}/numa", *requests: str) -> dict[str, Any]:
            constraints=(distinct(),)), [["a:d0", "b:d1"]]),
     (claim(req("a", sel=(f"{ATTR}.numa == 1",)), req("b", sel=(f"{ATTR}.numa == 1",)),
            constraints=(distinct(),)), None),
-    # kube keeps one value per request: within a request only its latest device's value counts
-    (claim(req("gpu", count=3), constraints=(distinct(),)), [["gpu:d0", "gpu:d1", "gpu:d3"]]),
+    # every device's value counts, a request's own devices too (kube-scheduler 1.36.3 compares
+    # only with each request's latest: kubernetes/kubernetes#140438): two numa values, so
+    # three devices cannot be distinct
+    (claim(req("gpu", count=3), constraints=(distinct(),)), None),
     (claim(req("a", count=2), req("b"), constraints=(distinct(f"{DRV}/numa", "a", "b"),)),
-     [["a:d0", "a:d1", "b:d3"]]),
+     None),
+    (claim(req("gpu", count=2), constraints=(distinct(),)), [["gpu:d0", "gpu:d1"]]),
 ], ids=["match-none", "match-first-fits", "match-backtracks", "match-too-many",
         "match-qualified-and-short", "match-other-domain", "match-across-requests",
         "match-across-requests-numa", "match-named-requests", "match-names-subrequest",
-        "distinct", "distinct-across-requests", "distinct-impossible", "distinct-per-request",
-        "distinct-per-request-across"])
+        "distinct", "distinct-across-requests", "distinct-impossible", "distinct-within-request",
+        "distinct-within-request-across", "distinct-within-request-fits"])
 def test_allocate_keeps_the_constraints(c: dict, want: list[list[str]] | None) -> None:
     assert picks(run([c], NUMA)) == want
 

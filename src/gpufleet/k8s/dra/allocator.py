@@ -365,7 +365,9 @@ class _Constraint:
         self.attribute = str(self.match or spec.get("distinctAttribute"))
         self.value: tuple[str, Any] | None = None
         self.count = 0
-        self.seen: dict[str, tuple[str, Any]] = {}  # distinct: per request, as kube keeps them
+        # distinct: every value taken, in order (kube 1.36.3 keeps only each request's latest,
+        # so a request of several devices could repeat one: kubernetes/kubernetes#140438)
+        self.seen: list[tuple[str, Any]] = []
 
     def applies(self, req: _Request) -> bool:
         return not self.requests or req.name in self.requests or (
@@ -383,9 +385,9 @@ class _Constraint:
             if not self.count:
                 self.value = got
         else:
-            if self.count and got in self.seen.values():
+            if got in self.seen:
                 return False
-            self.seen[req.name] = got
+            self.seen.append(got)
         self.count += 1
         return True
 
@@ -394,7 +396,7 @@ class _Constraint:
             return
         self.count -= 1
         if self.match is None:
-            self.seen.pop(req.name, None)
+            self.seen.pop()  # devices come back in the reverse order they were taken
 
 
 def _capacity_asks(spec: Mapping[str, Any], where: str

@@ -53,6 +53,7 @@ from gpufleet.k8s.dra.extended_claims import (
     extended_classes,
 )
 from gpufleet.k8s.dra.slices import SliceProblem
+from gpufleet.k8s.translate.node_selector import Selector, matches
 from gpufleet.k8s.translate.pods import PodInfo
 from gpufleet.placement.fit import cuda_supported, model_allowed
 from gpufleet.state import GPU_MILLI, ResourceRequest
@@ -74,6 +75,9 @@ class DraWorld:
     # this cycle's general allocations tried, by the claims' specs: the nodes they fit, or why
     # not (pods of one template ask the same)
     _fits: dict[str, tuple[frozenset[str], str | None]] = field(default_factory=dict)
+    # each node's labels (set by the snapshot): a general pod's claims are tried only on the
+    # nodes its node selector admits, as kube-scheduler filters NodeAffinity first
+    node_labels: dict[str, Mapping[str, str]] = field(default_factory=dict)
 
     def in_use(self) -> InUse:
         """What the allocated claims hold (computed once)."""
@@ -254,10 +258,11 @@ def _general(info: PodInfo, base: ResourceRequest, claims: list[dict[str, Any]],
     are on), or refused with kube-scheduler's reason (``why``, when no node fits: what the
     selectors' reading found, more telling than that)."""
     todo = tuple(c for c in claims if not allocated(c))
-    key = json.dumps([only, [c.get("spec") for c in todo]], sort_keys=True, default=str)
+    key = json.dumps([only, info.selector, [c.get("spec") for c in todo]], sort_keys=True,
+                     default=str)
     got = world._fits.get(key)
     if got is None or got[1] is not None:  # an error names the claim: this pod's own
-        got = world._fits[key] = _fitting_nodes(todo, world, only)
+        got = world._fits[key] = _fitting_nodes(todo, world, only, info.selector)
     nodes, error = got
     if error is not None:
         return replace(info, request=None, refusal=error), None
@@ -292,14 +297,17 @@ def as_general(info: PodInfo, pc: PodClaims, world: DraWorld, catalog: GpuCatalo
     return (got, claims) if claims is not None else None
 
 
-def _fitting_nodes(todo: tuple[dict[str, Any], ...], world: DraWorld, only: str | None
-                   ) -> tuple[frozenset[str], str | None]:
-    """The nodes (``only``, or any) where the general allocator fits ``todo`` now, or the
-    error that fits them nowhere."""
+def _fitting_nodes(todo: tuple[dict[str, Any], ...], world: DraWorld, only: str | None,
+                   selector: Selector) -> tuple[frozenset[str], str | None]:
+    """The nodes (``only``, or any ``selector`` admits) where the general allocator fits
+    ``todo`` now, or the error that fits them nowhere."""
     used = world.in_use()
     nodes: set[str] = set()
+    names = sorted(world.pools) if only is None else [only]
+    if selector and world.node_labels:
+        names = [n for n in names if matches(world.node_labels.get(n, {}), selector)]
     try:
-        for name in sorted(world.pools) if only is None else [only]:
+        for name in names:
             pools = world.pools.get(name)
             if pools is not None and allocate(todo, world.classes, pools, used,
                                               share_id=str) is not None:

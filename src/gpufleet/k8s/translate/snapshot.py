@@ -211,6 +211,7 @@ def build_snapshot(
                     device_only_nodes=frozenset(device_only))
     if dra is not None:
         snap.dra_nodes = frozenset(n for n in dra.devices if n in state.index)
+        dra.node_labels = {info.name: info.labels for info in state.nodes[:state.n]}
         snap.static_mig_nodes = frozenset(n for n in snap.dra_nodes
                                           if dra.devices[n].static_mig)
     bound: list[PodInfo] = []
