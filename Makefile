@@ -46,7 +46,8 @@ manifests: k8s-binaries
 
 # The real Kubernetes control plane for the live tests and `gpufleet lab` (kube-apiserver,
 # kube-controller-manager, kube-scheduler, kubectl from Go modules; kine; KWOK; helm; the kubelet
-# and containerd 2.x for the lab's real node). Cached outside the repo by version
+# and containerd 2.x for the lab's real node; the example DRA driver's kubelet plugin the real node
+# runs in its live test). Cached outside the repo by version
 # (~/.cache/gpufleet/k8s-<version>/bin): a no-op once built, tens of minutes on a fresh machine.
 # Needs Go (PATH or /usr/local/go/bin).
 k8s-binaries:

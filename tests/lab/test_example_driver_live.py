@@ -10,7 +10,8 @@ fake GPUs (``gpu-0``..``gpu-7``). The test creates the driver's DeviceClass ``gp
 as its Helm chart does.
 
 Each demo under the driver module's ``demo/examples/`` is applied twice, in two namespaces at
-once: unchanged (kube-scheduler) and with ``schedulerName: gpufleet``. The demos' containers run
+once: for kube-scheduler (``default-scheduler``, which the demos leave implicit) and with
+``schedulerName: gpufleet``. The demos' containers run
 ``ubuntu:22.04`` with ``export; sleep``; the real node reaches no registry, so every container
 runs the local printenv image instead (tests/support/printenv_image.py: it prints its
 environment and waits), and the pods tolerate the real node's taint. Every pod must run on the
@@ -111,7 +112,7 @@ def demos() -> Path:
 
 
 @pytest.fixture(scope="module")
-def driver_lab(lab_binaries: Path, demos: Path, tmp_path_factory: pytest.TempPathFactory
+def driver_lab(lab_binaries: Path, tmp_path_factory: pytest.TempPathFactory
                ) -> Iterator[LabSession]:
     need_real_node_and_image()
     plugin = binary(PLUGIN, lab_binaries)
@@ -251,7 +252,7 @@ def test_a_demo_runs_under_kube_scheduler_and_gpufleet(driver_lab: LabSession, d
     try:
         for scheduler, ns in spaces.items():
             lab.kubectl("apply", "-f", "-",
-                        input=yaml.safe_dump_all(_for_lab(docs, ns, scheduler)))
+                        input=yaml.safe_dump_all(_for_lab(docs, ns, scheduler), sort_keys=False))
         _check(lab, demo, [d["metadata"]["name"] for d in docs if d["kind"] == "Pod"], spaces)
     finally:
         for ns in spaces.values():

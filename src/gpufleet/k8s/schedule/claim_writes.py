@@ -111,12 +111,23 @@ class ClaimWriter:
     def _protected(self, body: dict[str, Any]) -> dict[str, Any]:
         """``body`` with kube's delete-protection finalizer, written first where missing (the
         claim as the API then has it)."""
-        m = body["metadata"]
-        if FINALIZER in (m.get("finalizers") or ()):
+        have = body["metadata"].get("finalizers") or []
+        if FINALIZER in have:
             return body
-        m["finalizers"] = [*(m.get("finalizers") or ()), FINALIZER]
-        return self._call(self.resource.replace_namespaced_resource_claim, m["name"],
-                          m["namespace"], body)
+        return self._finalizers(body, [*have, FINALIZER])
+
+    def _finalizers(self, body: dict[str, Any], finalizers: list[str]) -> dict[str, Any]:
+        """Set the claim's finalizers: a merge patch of ``metadata`` alone, guarded by the
+        ``resourceVersion`` (409 if the claim changed). The spec is never sent back: the API
+        server compares an opaque config's parameters byte for byte, and a re-serialised
+        copy is "field is immutable" (422)."""
+        m = body["metadata"]
+        self.limiter.take()
+        resp = self.resource.patch_namespaced_resource_claim(
+            m["name"], m["namespace"], {"metadata": {
+                "finalizers": finalizers, "resourceVersion": m.get("resourceVersion")}},
+            _content_type="application/merge-patch+json", _preload_content=False)
+        return dict(json.loads(resp.data))
 
     def _general(self, d: Bind, pod: Mapping[str, Any], claims: PodClaims,
                  ref: dict[str, Any]) -> str | None:
@@ -159,9 +170,8 @@ class ClaimWriter:
             try:
                 body = self._write_status(body)
                 m = body["metadata"]
-                m["finalizers"] = [f for f in m.get("finalizers") or () if f != FINALIZER]
-                self.assumed.assume(self._call(self.resource.replace_namespaced_resource_claim,
-                                               m["name"], m["namespace"], body))
+                self.assumed.assume(self._finalizers(
+                    body, [f for f in m.get("finalizers") or () if f != FINALIZER]))
                 log.info("released claim %s/%s: its node %s is gone", m["namespace"],
                          m["name"], claims.pinned)
             except ApiException as exc:
