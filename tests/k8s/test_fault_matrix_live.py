@@ -389,10 +389,10 @@ def test_a_fault_during_a_flood(lab: Any, zone: str, proxy: FaultProxy, proxied:
 
 # -- kill -9 right after a write step ---------------------------------------------------------
 # the write (method, path under the zone's namespace) after whose success the first controller
-# dies: the claim's finalizer (an update of the claim), its allocation and reservation (its
-# status), the Binding, an Eviction, a refusal's PodScheduled condition
+# dies: the claim's finalizer (a patch of the claim's metadata), its allocation and reservation
+# (its status), the Binding, an Eviction, a refusal's PodScheduled condition
 KILL_STEPS = {
-    "claim-finalizer": ("PUT", r"/resourceclaims/[^/]+$"),
+    "claim-finalizer": ("PATCH", r"/resourceclaims/[^/]+$"),
     "claim-status": ("PUT", r"/resourceclaims/[^/]+/status$"),
     "binding": ("POST", r"/bindings$"),
     "eviction": ("POST", r"/pods/[^/]+/eviction$"),
