@@ -167,3 +167,15 @@ def test_a_general_pods_gpu_model_affinity_keeps_it_to_that_models_nodes() -> No
     snap, got, _ = cycle([c], [body])
     assert snap.claims["ns/p"].general and snap.claims["ns/p"].nodes == {"v100"}
     assert [b.node for b in got.binds] == ["v100"]
+
+
+def test_gpus_pods_without_claims_hold_are_not_given_out() -> None:
+    """On a node that has the device plugin too, a pod without claims holds GPU 0 through its
+    annotations: the general allocator, which reads claims, is told (``held``) and gives a
+    GPU and a NIC from what is left."""
+    c = claim("c", req("gpu", DRIVER), req("nic", NIC))
+    snap, got, world = cycle([c], [pod("p", "c")])
+    done, failed = general_binds(world, got.binds, snap.claims, held=[("t4", 0)])
+    assert not failed
+    ((_, alloc),) = done["ns/p"].allocations
+    assert devices(alloc) == ["gpu-1", "nic-0"]

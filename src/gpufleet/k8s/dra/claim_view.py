@@ -286,15 +286,18 @@ def _gpu_node(devices: NodeDevices | None, req: ResourceRequest, catalog: GpuCat
         req.min_cuda, inv.cuda_driver, inv.gpu_model, catalog)
 
 
-def as_general(info: PodInfo, pc: PodClaims, world: DraWorld, catalog: GpuCatalog
-               ) -> tuple[PodInfo, PodClaims] | None:
-    """A placement pod (``pc``) handed to the general allocator instead: its request without
-    GPUs, kept to where its claims fit now; None when they fit nowhere (placement's own
-    refusal then stands)."""
+def as_general(info: PodInfo, pc: PodClaims, world: DraWorld, catalog: GpuCatalog,
+               within: frozenset[str]) -> tuple[PodInfo, PodClaims] | None:
+    """A placement pod (``pc``) handed to the general allocator instead, on the nodes
+    ``within``: its request without GPUs, kept to where its claims fit now; None when they fit
+    on none of them (placement's own refusal, and the capacity loop's reading of its GPUs,
+    then stand)."""
     if info.request is None:
         return None
     got, claims = _general(info, gpu_free(info.request), list(pc.claims), world, catalog)
-    return (got, claims) if claims is not None else None
+    if claims is None or claims.nodes is None or not claims.nodes & within:
+        return None
+    return got, replace(claims, nodes=claims.nodes & within)
 
 
 def _fitting_nodes(todo: tuple[dict[str, Any], ...], world: DraWorld, only: str | None,
@@ -317,14 +320,20 @@ def _fitting_nodes(todo: tuple[dict[str, Any], ...], world: DraWorld, only: str 
     return frozenset(nodes), None
 
 
-def general_binds(world: DraWorld, binds: Sequence[Bind], claims: Mapping[str, PodClaims]
-                  ) -> tuple[dict[str, PodClaims], list[str]]:
+def general_binds(world: DraWorld, binds: Sequence[Bind], claims: Mapping[str, PodClaims],
+                  held: Iterable[tuple[str, int]] = ()) -> tuple[dict[str, PodClaims], list[str]]:
     """Allocate the general pods' claims on the nodes the plan bound them to (``binds``, in
     order), beside what is allocated and what the cycle's other binds take (their devices
-    as :func:`.claims.allocation` will write them). Returns each such pod's claims with its
-    allocations, and the pods whose claims no longer fit there (another bind of the cycle
-    took the devices): they are not bound this cycle."""
+    as :func:`.claims.allocation` will write them). ``held``: (node, GPU index) used by pods
+    without claims (the device plugin's, on a node that has both) — every device of such a
+    GPU is taken. Returns each such pod's claims with its allocations, and the pods whose
+    claims no longer fit there (another bind of the cycle took the devices): they are not
+    bound this cycle."""
     used = world.in_use().copy()
+    for node, gpu in held:
+        devices = world.devices.get(node)
+        if devices is not None:
+            used.whole.update(d.key for d in devices.by_name.values() if d.gpu == gpu)
     for b in binds:  # placement's choices first: they hold their devices whatever comes after
         pc = claims.get(b.job_id)
         if pc is None or pc.general or pc.ask is None or pc.pinned is not None:

@@ -437,8 +437,13 @@ class Controller:
         cycle's other binds is left out (planned again next cycle)."""
         if snap.dra is None or not any(c.general for c in snap.claims.values()):
             return decisions
-        got, failed = general_binds(snap.dra, [d for d in decisions if isinstance(d, Bind)],
-                                    snap.claims)
+        binds = [d for d in decisions if isinstance(d, Bind)]
+        # GPUs that pods without claims hold or are given (the device plugin's, on a node that
+        # also publishes slices): the general allocator must not give their devices out
+        held = {(b.node, g) for b in [*(a.bind for a in snap.allocations.values()),
+                                      *(b for b in binds if b.job_id not in snap.claims)]
+                for g in (*b.gpus, *(s.gpu for s in b.mig))}
+        got, failed = general_binds(snap.dra, binds, snap.claims, held)
         snap.claims.update(got)
         if not failed:
             return decisions

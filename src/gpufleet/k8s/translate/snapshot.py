@@ -265,8 +265,8 @@ def _whole_gpus_of_mig_nodes(snap: Snapshot, dra: DraWorld, cat: GpuCatalog) -> 
     """Placement books a MIG GPU as MIG slots and so never gives a whole GPU on a node in
     dynamic MIG mode, where NVIDIA's driver publishes each GPU whole as well. A pending pod
     whose claim asks N whole GPUs that no node it may use outside MIG mode has free now goes
-    to the general allocator when such a node exists (kube's allocator gives the whole device;
-    it is booked as all of the GPU's slices)."""
+    to the general allocator when such a node has them (kube's allocator gives the whole
+    device; it is booked as all of the GPU's slices), kept to those nodes."""
     state = snap.state
     mig = [n for n, d in dra.devices.items()
            if d.inventory.mig_gpus and not d.static_mig and n in state.index]
@@ -285,7 +285,7 @@ def _whole_gpus_of_mig_nodes(snap: Snapshot, dra: DraWorld, cat: GpuCatalog) -> 
         if any(free[r] >= ask.count and matches(state.nodes[r].labels, info.selector)
                for r in rows):
             continue
-        got = as_general(info, pc, dra, cat)
+        got = as_general(info, pc, dra, cat, frozenset(mig))
         if got is not None:
             info, snap.claims[info.key] = got
             snap.pending[k] = snap.pods[info.key] = info
