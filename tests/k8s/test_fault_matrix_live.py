@@ -62,7 +62,7 @@ PRODUCT = "nvidia.com/gpu.product"
 T4, V100 = "Tesla-T4", "Tesla-V100-SXM2-16GB"
 GROUP, MIN_AVAILABLE = "scheduling.x-k8s.io/pod-group", "scheduling.x-k8s.io/min-available"
 FAULT_S = 5.0  # how long a fault stays on with the flood in flight
-SETTLE_S = 120.0  # the bound on settling after the fault: a loaded machine, not a target
+SETTLE_S = 180.0  # the bound on settling after the fault: a loaded machine, not a target
 
 # (how many, name, extended-resource limits, annotations, GPU product or None); the zone has
 # 4 T4s (asked: 2 for the quarters, 2 + 2 whole, 3 for the gang), 8 A100s in MIG mode (16 1g,
