@@ -420,9 +420,8 @@ def selector_nodes(ask: ClaimAsk, nodes: Mapping[str, NodeDevices],
     (:mod:`.allocator`), which picks devices one by one, as it does when no node is eligible,
     and the reason given here is the pod's refusal if that finds no node either. A selector
     that cannot be evaluated (a compile error, a missing attribute) refuses the claim with
-    the CEL error, as kube-scheduler's
-    allocator stops at it. ``memo``: results by the ask's shape and selectors, valid while the
-    devices are the same objects."""
+    the CEL error, as kube-scheduler's allocator stops at it. ``memo``: results by the ask's
+    shape and selectors, valid while the devices are the same objects."""
     sels = _selectors_of(ask)
     if not sels:
         return _driver_nodes(ask, nodes, memo)
