@@ -161,6 +161,18 @@ def _checkpoint(o: Any) -> Figures:
             "raw_mb_s_min": row["raw min MB/s"], "raw_mb_s_max": row["raw max MB/s"]}
 
 
+def _million(o: Any) -> Figures:
+    f: Figures = {}
+    for r in o["sizes"]:
+        key = f"jobs_{r['jobs']}"
+        f[f"{key}_cpu_s"] = r["cpu_s"]
+        f[f"{key}_cpu_vs_linear"] = r["cpu_vs_linear"]
+        f[f"{key}_peak_rss_mib"] = r["peak_rss_mib"]
+        f[f"{key}_peak_jobs_held"] = r["peak_jobs_held"]
+        f[f"{key}_jobs_lost"] = r["jobs_lost"]
+    return f
+
+
 ENTRIES: dict[str, Entry] = {e.name: e for e in (
     Entry("philly", "The Philly trace (Jeon et al., ATC'19) under every default scenario",
           ("gpufleet", "simulate", "--trace", PHILLY, "--out", "{out}"), _summary, _sim),
@@ -190,6 +202,10 @@ ENTRIES: dict[str, Entry] = {e.name: e for e in (
     Entry("checkpoint", "Checkpoint on SIGTERM: notice → state durable, against a raw write",
           ("python", "benchmarks/bench_checkpoint.py", "--format", "json"),
           _stdout_json, _checkpoint),
+    Entry("million", "The gpufleet scenario over streamed synthetic traces of 10k, 100k and 1M "
+          "jobs at the default's load: CPU against linear, peak memory",
+          ("python", "benchmarks/bench_million.py", "--sizes", "10000,100000,1000000",
+           "--format", "json"), _stdout_json, _million),
 )}
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from gpufleet.config import scenarios_named
@@ -53,14 +54,14 @@ def test_delay_vs_static_percentiles_hand_worked() -> None:
 def test_delay_vs_run_time_hand_worked() -> None:
     # (JCT, run time): ran at once (0 s, 0.0), waited 600 s for a 600-s run (600 s, 1.0),
     # waited 100 s for a 1000-s run (100 s, 0.1)
-    got = delay_vs_run_time([(3600.0, 3600.0), (1200.0, 600.0), (1100.0, 1000.0)])
+    got = delay_vs_run_time(np.array([3600.0, 1200.0, 1100.0]), np.array([3600.0, 600.0, 1000.0]))
     assert got["delay_vs_run_time_mean_s"] == pytest.approx(700.0 / 3)
     assert got["delay_vs_run_time_p50_s"] == pytest.approx(100.0)
     # numpy's linear percentile over (0, 100, 600): rank 0.95 × 2 = 1.9 → 100 + 0.9 × 500
     assert got["delay_vs_run_time_p95_s"] == pytest.approx(550.0)
     assert got["delay_over_run_time_p50"] == pytest.approx(0.1)
     assert got["delay_over_run_time_p95"] == pytest.approx(0.1 + 0.9 * 0.9)
-    assert delay_vs_run_time([])["delay_vs_run_time_p99_s"] == 0.0
+    assert delay_vs_run_time(np.array([]), np.array([]))["delay_vs_run_time_p99_s"] == 0.0
 
 
 def test_team_delays_hand_worked() -> None:

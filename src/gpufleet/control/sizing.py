@@ -13,10 +13,10 @@ import numpy as np
 
 from gpufleet.provisioning.binpack import gpu_milli_of
 from gpufleet.state import GPU_MILLI
-from gpufleet.traces.jobs import JobSpec
+from gpufleet.traces.jobs import JobSource, JobSpec
 
 
-def demand_steps(jobs: list[JobSpec], sharing: bool) -> tuple[np.ndarray, np.ndarray]:
+def demand_steps(jobs: JobSource, sharing: bool) -> tuple[np.ndarray, np.ndarray]:
     """(times, demand in milli from each time to the next): the demand step function.
 
     A MIG instance counts its compute share with sharing on, one whole GPU without (as the

@@ -68,6 +68,7 @@ from gpufleet.provisioning import (
 from gpufleet.sim.books import Tally
 from gpufleet.sim.cloud import SimCloud, SimNode
 from gpufleet.sim.engine import Engine
+from gpufleet.sim.job_table import JobTable
 from gpufleet.sim.jobrun import JobRun
 from gpufleet.sim.jobs import JobLifecycle
 from gpufleet.sim.nodes import SimFleet
@@ -82,7 +83,7 @@ class SimAutoscaler:
         *,
         scenario: Scenario,
         engine: Engine,
-        jobs: list[JobRun],
+        jobs: JobTable,
         life: JobLifecycle,
         controls: Controls,
         tally: Tally,

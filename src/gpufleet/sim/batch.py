@@ -67,7 +67,7 @@ from gpufleet.control.value_of_time import DelayDefaults, with_delay
 from gpufleet.sim.books import Series
 from gpufleet.sim.runner import Simulation, build_market, horizon, scenario_types
 from gpufleet.sim.summary import job_finishes
-from gpufleet.traces.jobs import JobSpec
+from gpufleet.traces.jobs import JobSource
 
 Progress = Callable[[str, float, float], None]  # (scenario, jobs done, jobs total)
 
@@ -83,7 +83,7 @@ class Outcome:
     spot_model: str
 
 
-def spot_inert(sc: Scenario, jobs: list[JobSpec]) -> bool:
+def spot_inert(sc: Scenario, jobs: JobSource) -> bool:
     """Spot can change nothing in ``sc``'s run (module docstring): autoscaled, no teams, no
     deadline guard, no headroom (its placeholder pods tolerate spot, ``control.headroom``), and
     no job's effective request tolerates the spot taint."""
@@ -98,7 +98,7 @@ def spot_inert(sc: Scenario, jobs: list[JobSpec]) -> bool:
                    for j in jobs)
 
 
-def twin_of(sc: Scenario, earlier: list[Scenario], jobs: list[JobSpec]) -> Scenario | None:
+def twin_of(sc: Scenario, earlier: list[Scenario], jobs: JobSource) -> Scenario | None:
     """The first of ``earlier`` whose run is provably the same as ``sc``'s (module docstring),
     or None."""
     for other in earlier:
@@ -166,14 +166,14 @@ def expected_work(sc: Scenario) -> tuple[int, ...]:
             int(sc.spot), int(sc.packing) + int(sc.sharing), int(sc.checkpointing))
 
 
-def run_one(sc: Scenario, seed: int, jobs: list[JobSpec],
+def run_one(sc: Scenario, seed: int, jobs: JobSource,
             progress: Callable[[float, float], None] | None = None) -> Outcome:
     """One scenario to the end; its summary gains ``cpu_seconds`` (process CPU time over the
     same span as ``wall_seconds``: on a loaded machine wall time says little)."""
     return run_billed(sc, (), seed, jobs, progress)[0]
 
 
-def run_billed(sc: Scenario, rebills: Sequence[Scenario], seed: int, jobs: list[JobSpec],
+def run_billed(sc: Scenario, rebills: Sequence[Scenario], seed: int, jobs: JobSource,
                progress: Callable[[float, float], None] | None = None) -> list[Outcome]:
     """``sc`` run to the end (``run_one``), then its outcome re-billed for each of ``rebills``
     (``rebill_of``)."""
@@ -184,11 +184,11 @@ def run_billed(sc: Scenario, rebills: Sequence[Scenario], seed: int, jobs: list[
     return [out, *(rebilled(sim, out, r) for r in rebills)]
 
 
-_jobs: list[JobSpec] = []
+_jobs: JobSource = []
 _queue: Any = None
 
 
-def _init_worker(jobs: list[JobSpec], q: Any) -> None:
+def _init_worker(jobs: JobSource, q: Any) -> None:
     global _jobs, _queue
     _jobs, _queue = jobs, q
 
@@ -213,7 +213,7 @@ class RunPlan:
     twins: list[tuple[Scenario, Scenario]]
 
 
-def plan_runs(jobs: list[JobSpec], scenarios: list[Scenario]) -> RunPlan:
+def plan_runs(jobs: JobSource, scenarios: list[Scenario]) -> RunPlan:
     """The runs ``run_all`` makes for ``scenarios`` over ``jobs`` (``RunPlan``); benchmarks
     that time the runs one by one ask it too, so they time what a batch runs."""
     twins: list[tuple[Scenario, Scenario]] = []
@@ -233,7 +233,7 @@ def plan_runs(jobs: list[JobSpec], scenarios: list[Scenario]) -> RunPlan:
 
 
 def run_all(
-    jobs: list[JobSpec], scenarios: list[Scenario], seed: int = 0, workers: int | None = None,
+    jobs: JobSource, scenarios: list[Scenario], seed: int = 0, workers: int | None = None,
     on_progress: Progress | None = None,
 ) -> dict[str, Outcome]:
     """Every scenario's outcome, keyed by name in the order given (a provable repeat of an
@@ -272,7 +272,7 @@ def run_all(
 
 
 def add_twins(got: dict[str, Outcome], twins: Sequence[tuple[Scenario, Scenario]],
-              jobs: list[JobSpec], seed: int) -> None:
+              jobs: JobSource, seed: int) -> None:
     """Add to ``got`` (outcomes by name) the row of each scenario not run because it repeats
     another (``RunPlan.twins``), from that run's outcome."""
     for sc, twin in twins:
@@ -281,7 +281,7 @@ def add_twins(got: dict[str, Outcome], twins: Sequence[tuple[Scenario, Scenario]
         got[sc.name] = derived(got[twin.name], sc.name, model)
 
 
-def market_model(sc: Scenario, jobs: list[JobSpec], seed: int) -> str:
+def market_model(sc: Scenario, jobs: JobSource, seed: int) -> str:
     """The spot market description ``sc``'s own run would report (``Simulation.spot_model``)."""
     if not sc.spot:
         return "none"

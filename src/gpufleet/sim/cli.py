@@ -17,6 +17,7 @@ from rich.progress import (
     Progress,
     TextColumn,
     TimeElapsedColumn,
+    TimeRemainingColumn,
 )
 
 from gpufleet.cli_app import app, friendly_errors
@@ -40,6 +41,7 @@ from gpufleet.tables import OutputFormat, print_tables
 
 if TYPE_CHECKING:
     from gpufleet.metrics.fleet import FleetMetrics
+    from gpufleet.traces.jobs import JobSource
 
 console = Console()
 err_console = Console(stderr=True)
@@ -97,7 +99,7 @@ def _bind(port: int) -> FleetMetrics:
 
 
 def _serve(
-    metrics: FleetMetrics, port: int, speed: float, seed: int, jobs: list, scenario: Scenario
+    metrics: FleetMetrics, port: int, speed: float, seed: int, jobs: JobSource, scenario: Scenario
 ) -> None:
     from gpufleet.metrics.live import run_paced
     from gpufleet.sim.runner import Simulation
@@ -119,6 +121,14 @@ def simulate(
     trace: Annotated[
         Path | None,
         typer.Option(help="workload: Philly CSV, gpufleet CSV or YAML (default: synthetic)"),
+    ] = None,
+    synthetic: Annotated[
+        str | None,
+        typer.Option("--synthetic", metavar="KEY=VALUE,...",
+                     help="synthetic workload instead of the embedded default: the default "
+                     "generator with these parameters changed, drawn as the replay reads it "
+                     "(memory follows the jobs in flight, not the trace), e.g. "
+                     "jobs=1000000,days=1500 (the default's load for 1,500 days)"),
     ] = None,
     scenario: Annotated[
         Path | None,
@@ -164,8 +174,9 @@ def simulate(
     from gpufleet.sim.feasibility import PHILLY_FIELDS, check_runnable
     from gpufleet.sim.frontier import frontier_scenarios, parse_values
     from gpufleet.sim.runner import check_names, scenario_types
+    from gpufleet.sim.sweep import synthetic_workload
     from gpufleet.traces.jobs import load_jobs, sniff_format
-    from gpufleet.traces.synthetic import generate
+    from gpufleet.traces.synthetic import SyntheticStream, generate
 
     values = parse_values(frontier) if frontier is not None else None
     if values is not None and (only is not None or serve_metrics is not None):
@@ -175,7 +186,17 @@ def simulate(
     metrics = _bind(serve_metrics) if serve_metrics is not None else None
     if metrics is None:
         writable_dir(out, "--out")
-    jobs = load_jobs(trace) if trace is not None else generate(seed=seed)
+    if trace is not None and synthetic is not None:
+        raise InputError("a workload is given twice: give --trace or --synthetic",
+                         field="--trace/--synthetic")
+    drawn = synthetic_workload(synthetic) if synthetic is not None else None
+    jobs: JobSource
+    if trace is not None:
+        jobs = load_jobs(trace)
+    elif drawn is not None and drawn.params is not None:
+        jobs = SyntheticStream(drawn.params, seed)
+    else:
+        jobs = generate(seed=seed)
     if not jobs:
         raise InputError("the workload has no jobs", path=trace)
     scenarios = _scenarios(scenario, only)
@@ -202,14 +223,15 @@ def simulate(
         chosen = next((s for s in scenarios if s.name == "gpufleet"), scenarios[-1])
         _serve(metrics, serve_metrics, speed, seed, jobs, chosen)
         return
-    workload = str(trace) if trace else f"synthetic default (seed {seed})"
+    workload = (str(trace) if trace else f"{drawn.label} (seed {seed})" if drawn is not None
+                else f"synthetic default (seed {seed})")
     # a machine format is the only thing on stdout: progress and notes go to stderr
     info = console if fmt is OutputFormat.table else err_console
     info.print(f"workload: {workload}: {len(jobs):,} jobs; {len(scenarios)} scenarios")
     t0 = time.perf_counter()
     with Progress(
         TextColumn("{task.description:<20}"), BarColumn(), MofNCompleteColumn(),
-        TimeElapsedColumn(), console=info,
+        TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), console=info,
     ) as progress:
         tasks = {sc.name: progress.add_task(sc.name, total=len(jobs)) for sc in scenarios}
 

@@ -39,7 +39,7 @@ pending work or a node may become removable.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from decimal import Decimal
 from typing import Any
 
@@ -89,12 +89,13 @@ from gpufleet.sim.events import (
     SAMPLE,
     SCAN,
 )
+from gpufleet.sim.job_table import JobTable
 from gpufleet.sim.jobrun import INF, PENDING, RUNNING, JobRun
 from gpufleet.sim.jobs import JobLifecycle
 from gpufleet.sim.nodes import Allocation, Became, SimFleet
 from gpufleet.sim.progress import events_bound, report
-from gpufleet.state import GPU_MILLI, FleetState
-from gpufleet.traces.jobs import JobSpec
+from gpufleet.state import GPU_MILLI, FleetState, ResourceRequest
+from gpufleet.traces.jobs import JobSource, JobSpec
 
 
 class ClusterSim:
@@ -103,7 +104,7 @@ class ClusterSim:
     def __init__(
         self,
         scenario: Scenario,
-        jobs: list[JobSpec],
+        jobs: JobSource,
         types: list[InstanceType],
         market: SpotMarket | None,
         seed: int = 0,
@@ -124,9 +125,17 @@ class ClusterSim:
         self.typical = self.ctl.typical
         self._shapes: dict[tuple, int] = {}
         self._delay = DelayDefaults.of(scenario)
-        self.jobs = [self._job(i, s) for i, s in enumerate(jobs)]
+        # a list is held whole; a stream is read as the jobs arrive (``sim.job_table``)
+        self.jobs = JobTable(len(jobs), keep=isinstance(jobs, list))
+        if self.jobs.keep:
+            for i, spec in enumerate(jobs):
+                self.jobs.add(self._job(i, spec))
+            self._arrivals: Iterator[JobRun] = iter(sorted(self.jobs,
+                                                           key=lambda j: j.spec.submit_s))
+        else:
+            self._arrivals = self._streamed(jobs)
         self.offers = OfferBook(self.types, self.market,
-                                mig=any(j.req.mig_profile is not None for j in self.jobs))
+                                mig=any(self._request(s).mig_profile is not None for s in jobs))
         self.fleet = FixedFleet(self.offers, self.market, self.ctl.spot_strategy)
         self.exposure = SpotExposure()
         self.hazard = ReclaimHazard()  # reclaims per node-hour per (type, zone), seen so far
@@ -143,7 +152,8 @@ class ClusterSim:
             tally=self.tally, nodes=self.nodes, exposure=self.exposure,
             gpu_catalog=self.gpu_catalog, gpu_mtbf_s=self.gpu_mtbf_s, deadlines=self.deadlines,
             rng=self.rng, at=self._at, apply=self._apply, scan_at=self._scan_at,
-            node_changed=self._node_changed, finish=self._finish)
+            node_changed=self._node_changed, finish=self._finish,
+            preemptible=len({s.priority for s in jobs}) > 1)
         self.autoscaler = SimAutoscaler(
             scenario=scenario, engine=self.engine, jobs=self.jobs, life=self.life,
             controls=self.ctl, tally=self.tally, nodes=self.nodes, offers=self.offers,
@@ -156,8 +166,7 @@ class ClusterSim:
             self._on_scan, life.on_pass, self._on_sample, life.on_ckpt_done, self._on_deadline,
             self._on_fail,
         ]
-        for j in self.jobs:
-            self._at(j.spec.submit_s, ARRIVAL, j.idx)
+        self._next_arrival()
         self._periodic_at(0.0, SAMPLE)
         if not scenario.autoscaling:
             self._fixed_fleet(jobs)
@@ -190,10 +199,37 @@ class ClusterSim:
         shape = self._shapes.setdefault(key, len(self._shapes))
         return JobRun(i, spec, req, shape)
 
-    def _fixed_fleet(self, jobs: list[JobSpec]) -> None:
+    def _request(self, spec: JobSpec) -> ResourceRequest:
+        """The request ``_job`` gives a job of ``spec``."""
+        return effective_request(with_delay(spec, self._delay), self.sc.sharing, self.sc.spot,
+                                 self.sc.checkpointing)
+
+    def _streamed(self, jobs: JobSource) -> Iterator[JobRun]:
+        """A streamed workload's jobs, each added to the table as it is read (one arrival
+        ahead of the clock); a job out of arrival order is an error naming it."""
+        last = 0.0
+        for i, spec in enumerate(jobs):
+            if spec.submit_s < last:
+                raise ValueError(f"job {spec.job_id}: a streamed workload must come in arrival "
+                                 f"order; it submits at {spec.submit_s} s, after a job at "
+                                 f"{last} s")
+            last = spec.submit_s
+            j = self._job(i, spec)
+            self.jobs.add(j)
+            self.life.arrives(j)
+            yield j
+
+    def _next_arrival(self) -> None:
+        """Schedule the next job's arrival (one at a time: arrivals are the only events of
+        their priority, so the order matches scheduling them all at the start)."""
+        j = next(self._arrivals, None)
+        if j is not None:
+            self._at(j.spec.submit_s, ARRIVAL, j.idx)
+
+    def _fixed_fleet(self, jobs: JobSource) -> None:
         """Launch the fixed fleet ``control.fleet.fixed_fleet`` sizes."""
         groups = fixed_fleet(
-            [(s, j.req) for s, j in zip(jobs, self.jobs, strict=True)], list(self.types.values()),
+            [(s, self._request(s)) for s in jobs], list(self.types.values()),
             sharing=self.sc.sharing, spot=self.sc.spot, fixed_nodes=self.sc.fixed_nodes,
             quantile=self.sc.fixed_size_quantile,
         )
@@ -269,6 +305,7 @@ class ClusterSim:
     # -- arrivals and the scheduling pass -----------------------------------------------------
     def _on_arrival(self, idx: int) -> None:
         self.arrived += 1
+        self._next_arrival()
         j = self.jobs[idx]
         if j.req.mig_profile is None:  # MIG pods take slices: no part in milli fragmentation
             tasks = self.typical.observe(j.req)

@@ -15,7 +15,7 @@ one whole GPU). The field named is the first constraint, in the order model → 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from gpufleet.catalog.gpus import default_gpu_catalog
@@ -106,7 +106,7 @@ def blocking_constraint(
 
 
 def check_runnable(
-    jobs: Sequence[JobSpec],
+    jobs: Iterable[JobSpec],
     sc: Scenario,
     types: Sequence[InstanceType],
     path: Path | str | None = None,

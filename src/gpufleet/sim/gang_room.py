@@ -32,6 +32,7 @@ from gpufleet.recovery import NoticeView
 from gpufleet.sim.books import Tally
 from gpufleet.sim.engine import Engine
 from gpufleet.sim.events import PASS
+from gpufleet.sim.job_table import JobTable
 from gpufleet.sim.jobrun import INF, JobRun
 from gpufleet.sim.nodes import SimFleet
 from gpufleet.sim.translate import gang_victims, job_victim
@@ -41,7 +42,7 @@ from gpufleet.state import ResourceRequest
 class SimGangRoom:
     """The gang-room book of one simulation and the cycle's input from it (module docstring)."""
 
-    def __init__(self, *, scenario: Scenario, engine: Engine, jobs: list[JobRun],
+    def __init__(self, *, scenario: Scenario, engine: Engine, jobs: JobTable,
                  controls: Controls, tally: Tally, nodes: SimFleet, at: Callable[..., None],
                  scan_at: Callable[[float | None], None]) -> None:
         self.sc = scenario

@@ -47,6 +47,7 @@ from gpufleet.sim.cloud import SimCloud, SimNode
 from gpufleet.sim.engine import Engine
 from gpufleet.sim.events import CKPT_DONE, FINISH, PASS
 from gpufleet.sim.gang_room import SimGangRoom
+from gpufleet.sim.job_table import JobTable
 from gpufleet.sim.jobrun import DONE, GAVE_UP, PENDING, RUNNING, JobRun
 from gpufleet.sim.nodes import SimFleet
 from gpufleet.sim.progress import ProgressGuard
@@ -63,7 +64,7 @@ class JobLifecycle:
         *,
         scenario: Scenario,
         engine: Engine,
-        jobs: list[JobRun],
+        jobs: JobTable,
         controls: Controls,
         tally: Tally,
         nodes: SimFleet,
@@ -77,6 +78,7 @@ class JobLifecycle:
         scan_at: Callable[[float | None], None],
         node_changed: Callable[[SimNode], None],
         finish: Callable[[], None],
+        preemptible: bool,
     ) -> None:
         self.sc = scenario
         self.engine = engine
@@ -107,7 +109,7 @@ class JobLifecycle:
         self._units: dict[int, tuple[tuple, PendingUnit]] = {}
         self._sizes: dict[ResourceRequest, tuple[int, ...]] = {}  # node sizes that fit it
         # preemption needs two priorities; a workload with one never builds victims
-        self._preemptible = len({j.spec.priority for j in jobs}) > 1
+        self._preemptible = preemptible
         self._running_idx: set[int] = set()  # running jobs (single-replica ones are victims)
         # the teams' usage, demand, spend and budgets (scenario ``teams:``; ``sim.team_books``)
         self.team_books = TeamBooks(scenario=scenario, engine=engine, jobs=jobs, nodes=nodes,
@@ -136,6 +138,7 @@ class JobLifecycle:
             j.state = GAVE_UP
             if self.deadlines is not None:
                 self.deadlines.done(j.idx)
+            self._ended(j)
             if self.all_done():
                 self._finish()
             return
@@ -258,8 +261,8 @@ class JobLifecycle:
 
     def on_finish(self, payload: tuple[int, int]) -> None:
         idx, version = payload
-        j = self.jobs[idx]
-        if j.version != version or j.state != RUNNING:
+        j = self.jobs.get(idx)  # (None: a stale event of a streamed job that has ended)
+        if j is None or j.version != version or j.state != RUNNING:
             return
         self._stop(j, self.now)
         j.state = DONE
@@ -269,8 +272,23 @@ class JobLifecycle:
         self.done += 1
         if self.deadlines is not None:
             self.deadlines.done(idx)
+        self._ended(j)
         if self.all_done():
             self._finish()
+
+    def arrives(self, j: JobRun) -> None:
+        """A streamed job joins the run (a list's jobs are all known from the start)."""
+        self._by_id[j.spec.job_id] = j
+
+    def _ended(self, j: JobRun) -> None:
+        """``j`` finished or was given up on: its record is kept; a streamed run forgets the
+        job and what was kept about it (``sim.job_table``)."""
+        self.jobs.ended(j)
+        if not self.jobs.keep:
+            del self._by_id[j.spec.job_id]
+            self._units.pop(j.idx, None)
+            self.team_books.forget(j.idx)
+            self.progress.forget(j.idx)
 
     def _describe(self, idx: int) -> str:
         """A job as a progress report names it: its id, and its team when it has one."""
@@ -321,8 +339,8 @@ class JobLifecycle:
 
     def on_ckpt_done(self, payload: tuple[int, int]) -> None:
         idx, version = payload
-        j = self.jobs[idx]
-        if j.version == version and j.state == RUNNING and j.binds:
+        j = self.jobs.get(idx)
+        if j is not None and j.version == version and j.state == RUNNING and j.binds:
             self.ckpt_done_now(j, failed=False)
 
     def ckpt_done_now(self, j: JobRun, failed: bool) -> None:

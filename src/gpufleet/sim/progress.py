@@ -77,6 +77,10 @@ class ProgressGuard:
                                  f"the last: {why}")
         return True
 
+    def forget(self, idx: int) -> None:
+        """Job ``idx`` has ended (a streamed run keeps nothing about it)."""
+        self._fruitless.pop(idx, None)
+
     def started(self, idx: int, now: float) -> None:
         if now != self._t:
             self._t = now

@@ -32,12 +32,12 @@ from gpufleet.market.spot_model import (
 )
 from gpufleet.sim.cluster import ClusterSim
 from gpufleet.sim.summary import summarize
-from gpufleet.traces.jobs import JobSpec
+from gpufleet.traces.jobs import JobSource
 
 __all__ = ["Simulation", "build_market", "default_scenario", "scenario_types"]
 
 
-def scenario_types(sc: Scenario, jobs: list[JobSpec]) -> list[InstanceType]:
+def scenario_types(sc: Scenario, jobs: JobSource) -> list[InstanceType]:
     """The provider's instance types, narrowed to the GPU models the workload can use."""
     cat = default_instance_catalog()
     types = [t for t in cat if t.provider == sc.provider]
@@ -116,7 +116,7 @@ def build_market(
     return SpotMarket(types, full, paths=paths), why
 
 
-def horizon(jobs: list[JobSpec]) -> float:
+def horizon(jobs: JobSource) -> float:
     if not jobs:
         return 0.0
     return max(j.submit_s + j.duration_s for j in jobs) * 3 + 30 * 86400.0
@@ -155,7 +155,7 @@ class Simulation:
     """
 
     def __init__(
-        self, scenario: Scenario | None = None, seed: int = 0, jobs: list[JobSpec] | None = None
+        self, scenario: Scenario | None = None, seed: int = 0, jobs: JobSource | None = None
     ) -> None:
         from gpufleet.traces.synthetic import generate
 

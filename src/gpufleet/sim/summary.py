@@ -48,22 +48,25 @@ Definitions (docs/simulator.md repeats them):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from gpufleet.catalog.commitments import on_demand_rate
-from gpufleet.control.deadline import deadline_of
 from gpufleet.control.deadline_guard import fresh_node_fits
 from gpufleet.queueing.teams.settings import jain_index
 from gpufleet.sim.cloud import MICRO, flat_bill_micro
 from gpufleet.sim.cluster import ClusterSim
-from gpufleet.sim.jobrun import DONE
 from gpufleet.sim.team_books import TeamBooks
 
 
-def _pct(values: list[float], q: float) -> float:
-    return float(np.percentile(values, q)) if values else 0.0
+def _pct(values: Sequence[float] | np.ndarray, q: float) -> float:
+    return float(np.percentile(values, q)) if len(values) else 0.0
+
+
+def _mean(values: Sequence[float] | np.ndarray) -> float:
+    return float(np.mean(values)) if len(values) else 0.0
 
 
 LATE_THRESHOLD_S = 300.0
@@ -74,7 +77,7 @@ TIMING = frozenset({"wall_seconds", "events_per_s", "cpu_seconds"})
 
 def job_finishes(sim: ClusterSim) -> dict[str, float | None]:
     """Finish time per job id (None: never finished) — what ``late_share`` compares."""
-    return {j.spec.job_id: j.finish_s for j in sim.jobs}
+    return sim.jobs.records.finishes()
 
 
 def late_share(
@@ -94,9 +97,9 @@ def late_share(
     return late / len(base)
 
 
-def _spread(prefix: str, values: list[float]) -> dict[str, float]:
+def _spread(prefix: str, values: Sequence[float] | np.ndarray) -> dict[str, float]:
     """Mean and p50/p95/p99 of ``values`` (seconds) under ``prefix``; 0.0 for none."""
-    return {f"{prefix}_mean_s": float(np.mean(values)) if values else 0.0,
+    return {f"{prefix}_mean_s": _mean(values),
             f"{prefix}_p50_s": _pct(values, 50), f"{prefix}_p95_s": _pct(values, 95),
             f"{prefix}_p99_s": _pct(values, 99)}
 
@@ -125,11 +128,11 @@ def delay_vs_static(
             "delay_vs_static_jobs_unfinished_static": base_missing}
 
 
-def delay_vs_run_time(jobs: list[tuple[float, float]]) -> dict[str, float]:
-    """From (JCT, run time) of each finished job: JCT − run time as mean and p50/p95/p99,
-    and that delay over the run time at p50 and p95."""
-    delay = [jct - run for jct, run in jobs]
-    ratio = [d / run for d, (_, run) in zip(delay, jobs, strict=True)]
+def delay_vs_run_time(jct: np.ndarray, run: np.ndarray) -> dict[str, float]:
+    """From the JCT and run time of each finished job: JCT − run time as mean and
+    p50/p95/p99, and that delay over the run time at p50 and p95."""
+    delay = jct - run
+    ratio = delay / run
     return {**_spread("delay_vs_run_time", delay),
             "delay_over_run_time_p50": _pct(ratio, 50),
             "delay_over_run_time_p95": _pct(ratio, 95)}
@@ -170,24 +173,26 @@ def summarize(sim: ClusterSim, wall_s: float, pricing: str | None = None) -> dic
     provisioned = sum(n.lifetime_s(end) * n.gpus for n in sim.cloud.nodes.values())
     spot_gpu_s = sum(n.lifetime_s(end) * n.gpus for n in sim.cloud.nodes.values() if n.spot)
     cost = fleet_cost_usd(sim, end, pricing)
-    finished = [j for j in sim.jobs if j.state == DONE]
-    jct = [j.finish_s - j.spec.submit_s for j in finished]  # type: ignore[operator]
-    queue = [j.first_start_s - j.spec.submit_s for j in finished]  # type: ignore[operator]
-    missed = [
-        j for j in sim.jobs
-        if j.spec.deadline_s is not None
-        and (j.finish_s is None or j.finish_s > j.spec.deadline_s + 1e-6)
-    ]
+    rec = sim.jobs.records.arrays()
+    done = ~np.isnan(rec["finish_s"])
+    submit = rec["submit_s"][done]
+    jct = rec["finish_s"][done] - submit
+    queue = rec["first_start_s"][done] - submit
+    deadline = rec["deadline_s"]
+    has_deadline = ~np.isnan(deadline)
+    with np.errstate(invalid="ignore"):  # NaN finish: never finished, so missed
+        missed = np.flatnonzero(has_deadline & ~(rec["finish_s"] <= deadline + 1e-6))
     delay = sim.sc.provisioning_delay_s
     infeasible = sum(
-        1 for j in missed
-        if not fresh_node_fits(j.spec.submit_s, deadline_of(j.spec), j.spec.duration_s, delay)
+        1 for i in missed
+        if not fresh_node_fits(float(rec["submit_s"][i]), float(deadline[i]),
+                               float(rec["duration_s"][i]), delay)
     )
     t = sim.tally
     book = None if sim.life.gang_room is None else sim.life.gang_room.book
     chosen = book.counts if book is not None else {}  # gang room: how often each choice won
     useful_h = t.useful_gpu_s / 3600.0
-    rec = t.recoveries
+    recoveries = t.recoveries
     if pricing is not None and sim.sc.teams is not None:
         raise ValueError("a run with teams cannot be re-billed: their spend is the nodes' price")
     teams = {} if sim.sc.teams is None else {"teams": team_figures(sim, end, cost)}
@@ -197,13 +202,12 @@ def summarize(sim: ClusterSim, wall_s: float, pricing: str | None = None) -> dic
         "cost_usd": cost,
         "useful_gpu_hours": useful_h,
         "cost_per_useful_gpu_hour": cost / useful_h if useful_h else 0.0,
-        "jct_mean_s": float(np.mean(jct)) if jct else 0.0,
+        "jct_mean_s": _mean(jct),
         "jct_p50_s": _pct(jct, 50),
         "jct_p95_s": _pct(jct, 95),
         "jct_p99_s": _pct(jct, 99),
-        **delay_vs_run_time([(t, j.spec.duration_s) for t, j in zip(jct, finished,
-                                                                       strict=True)]),
-        "queue_mean_s": float(np.mean(queue)) if queue else 0.0,
+        **delay_vs_run_time(jct, rec["duration_s"][done]),
+        "queue_mean_s": _mean(queue),
         "queue_p50_s": _pct(queue, 50),
         "queue_p95_s": _pct(queue, 95),
         "queue_p99_s": _pct(queue, 99),
@@ -212,14 +216,14 @@ def summarize(sim: ClusterSim, wall_s: float, pricing: str | None = None) -> dic
         "node_failures": t.node_failures,
         "failure_interruptions": t.failure_interruptions,
         "lost_gpu_hours": t.lost_gpu_s / 3600.0,
-        "recovery_p50_s": _pct(rec, 50),
-        "recovery_p95_s": _pct(rec, 95),
+        "recovery_p50_s": _pct(recoveries, 50),
+        "recovery_p95_s": _pct(recoveries, 95),
         "deadline_misses": len(missed),
         "deadline_misses_infeasible": infeasible,
-        "deadline_jobs": sum(1 for j in sim.jobs if j.spec.deadline_s is not None),
+        "deadline_jobs": int(has_deadline.sum()),
         "jobs_total": len(sim.jobs),
-        "jobs_finished": len(finished),
-        "jobs_lost": len(sim.jobs) - len(finished),
+        "jobs_finished": int(done.sum()),
+        "jobs_lost": len(sim.jobs) - int(done.sum()),
         # jobs the simulator stopped queueing (``sim.progress``): job id → why
         "given_up": dict(sim.life.progress.given_up),
         "consolidation_moves": t.consolidations,
@@ -253,12 +257,18 @@ def team_figures(sim: ClusterSim, end: float, cost_usd: float = 0.0) -> dict[str
     per: dict[str, Any] = {}
     ratios: list[float] = []
     delivered: list[float] = []
-    slow_all: list[float] = []
+    slow_all: list[np.ndarray] = []
+    records = sim.jobs.records
+    rec = records.arrays()
+    finished = ~np.isnan(rec["finish_s"])
     for q in sim.sc.teams.queues:
-        done = [j for j in sim.jobs if j.spec.tenant == q.name and j.state == DONE]
-        jct = [j.finish_s - j.spec.submit_s for j in done]  # type: ignore[operator]
-        wait = [j.first_start_s - j.spec.submit_s for j in done]  # type: ignore[operator]
-        slow = [t / max(j.spec.duration_s, 1e-9) for t, j in zip(jct, done, strict=True)]
+        code = records.teams.index(q.name) if q.name in records.teams else -1
+        ours = rec["team"] == code
+        done = ours & finished
+        submit = rec["submit_s"][done]
+        jct = rec["finish_s"][done] - submit
+        wait = rec["first_start_s"][done] - submit
+        slow = jct / np.maximum(rec["duration_s"][done], 1e-9)
         used_h = books.team_gpu_s.get(q.name, 0.0) / 3600.0
         entitled_h = None if q.gpus is None else q.gpus * end / 3600.0
         if entitled_h:
@@ -266,19 +276,19 @@ def team_figures(sim: ClusterSim, end: float, cost_usd: float = 0.0) -> dict[str
         owed = books.team_owed_s.get(q.name, 0.0)
         if owed > 0:
             delivered.append(books.team_delivered_s.get(q.name, 0.0) / owed)
-        slow_all += slow
+        slow_all.append(slow)
         row: dict[str, Any] = {
             "gpu_hours_used": used_h,
             "gpu_hours_entitled": entitled_h,
             "used_over_entitled": used_h / entitled_h if entitled_h else None,
             "entitled_delivered": books.team_delivered_s.get(q.name, 0.0) / owed if owed > 0
             else None,
-            "queue_mean_s": float(np.mean(wait)) if wait else 0.0,
+            "queue_mean_s": _mean(wait),
             "jct_p50_s": _pct(jct, 50),
-            "jct_mean_s": float(np.mean(jct)) if jct else 0.0,
-            "slowdown_mean": float(np.mean(slow)) if slow else 0.0,
-            "jobs_finished": len(done),
-            "jobs_total": sum(1 for j in sim.jobs if j.spec.tenant == q.name),
+            "jct_mean_s": _mean(jct),
+            "slowdown_mean": _mean(slow),
+            "jobs_finished": int(done.sum()),
+            "jobs_total": int(ours.sum()),
             "spend_usd": ledger.total.get(q.name, 0.0) / MICRO,
         }
         if q.budget is not None:
@@ -289,7 +299,7 @@ def team_figures(sim: ClusterSim, end: float, cost_usd: float = 0.0) -> dict[str
     return {"per_team": per, "jain_index": jain_index(ratios),
             "jain_index_delivered": jain_index(delivered),
             "worst_entitled_delivered": min(delivered) if delivered else None,
-            "slowdown_mean": float(np.mean(slow_all)) if slow_all else 0.0,
+            "slowdown_mean": _mean(np.concatenate(slow_all) if slow_all else []),
             "unattributed_usd": cost_usd - spent}
 
 

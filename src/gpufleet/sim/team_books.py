@@ -40,6 +40,7 @@ from gpufleet.queueing.teams.spend import SpendLedger, node_rates
 from gpufleet.sim.cloud import SimCloud, SimNode
 from gpufleet.sim.engine import Engine
 from gpufleet.sim.events import PASS
+from gpufleet.sim.job_table import JobTable
 from gpufleet.sim.jobrun import JobRun
 from gpufleet.sim.nodes import SimFleet
 
@@ -47,7 +48,7 @@ from gpufleet.sim.nodes import SimFleet
 class TeamBooks:
     """The teams' usage, demand and spend of one simulation (see the module docstring)."""
 
-    def __init__(self, *, scenario: Scenario, engine: Engine, jobs: list[JobRun],
+    def __init__(self, *, scenario: Scenario, engine: Engine, jobs: JobTable,
                  nodes: SimFleet, gpu_catalog: GpuCatalog, at: Callable[..., None]) -> None:
         self.sc = scenario
         self.engine = engine
@@ -101,6 +102,11 @@ class TeamBooks:
         self.team_usage()
         t = j.spec.tenant
         self.team_demand[t] = self.team_demand.get(t, 0) + self.job_milli(j)
+
+    def forget(self, idx: int) -> None:
+        """Job ``idx`` has ended (a streamed run keeps nothing about it)."""
+        self._milli.pop(idx, None)
+        self._job_model.pop(idx, None)
 
     def job_milli(self, j: JobRun) -> int:
         """The job's size in milli-GPU-equivalents, all replicas (``queueing.teams.shares``)."""

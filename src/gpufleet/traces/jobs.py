@@ -25,7 +25,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -91,6 +91,16 @@ class JobSpec:
     def gpu_seconds(self) -> float:
         """Useful GPU-seconds (fractional shares count as their fraction)."""
         return self.duration_s * self.gpu_milli_total / GPU_MILLI
+
+
+class JobSource(Protocol):
+    """A workload as the simulator reads it: its jobs in arrival order, and how many. A list
+    is one; so is ``traces.synthetic.SyntheticStream``, which draws its jobs as they are read
+    (iterating again yields the same jobs)."""
+
+    def __len__(self) -> int: ...
+
+    def __iter__(self) -> Iterator[JobSpec]: ...
 
 
 class JobFields(BaseModel):

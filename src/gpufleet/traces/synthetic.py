@@ -23,6 +23,7 @@ traces describe), so cost comparisons between scenarios are like for like.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -73,27 +74,39 @@ class SyntheticWorkload(BaseModel):
         return w
 
 
+def _thin(p: SyntheticWorkload, rng: np.random.Generator, cand: np.ndarray) -> np.ndarray:
+    """The candidates (sorted) an arrival process with the diurnal rate keeps: each with
+    rate(t)/peak."""
+    phase = 2 * math.pi * (cand / DAY - p.peak_hour / 24.0)
+    keep = rng.random(cand.size) < (1 + p.diurnal_amplitude * np.cos(phase)) / (
+        1 + p.diurnal_amplitude
+    )
+    return cand[keep]
+
+
 def _arrivals(p: SyntheticWorkload, rng: np.random.Generator) -> np.ndarray:
     """Thinning: draw at the peak rate, keep each with rate(t)/peak."""
     horizon = p.days * DAY
     out: list[np.ndarray] = []
     need = p.jobs
     while need > 0:
-        cand = np.sort(rng.uniform(0, horizon, size=need * 3))
-        phase = 2 * math.pi * (cand / DAY - p.peak_hour / 24.0)
-        keep = rng.random(cand.size) < (1 + p.diurnal_amplitude * np.cos(phase)) / (
-            1 + p.diurnal_amplitude
-        )
-        out.append(cand[keep])
+        out.append(_thin(p, rng, np.sort(rng.uniform(0, horizon, size=need * 3))))
         need = p.jobs - sum(a.size for a in out)
     return np.sort(np.concatenate(out))[: p.jobs]
 
 
 def generate(params: SyntheticWorkload | None = None, seed: int = 0) -> list[JobSpec]:
+    """The whole workload in memory, in arrival order (``SyntheticStream`` for a trace too
+    long for that)."""
     p = params or SyntheticWorkload()
     rng = np.random.default_rng(seed)
-    n = p.jobs
-    submit = _arrivals(p, rng)
+    return _draw(p, rng, _arrivals(p, rng), 0)
+
+
+def _draw(p: SyntheticWorkload, rng: np.random.Generator, submit: np.ndarray,
+          first: int) -> list[JobSpec]:
+    """The jobs arriving at ``submit`` (sorted), numbered from ``first``."""
+    n = submit.size
     w = np.asarray(p.gpu_count_weights or GPU_COUNT_WEIGHTS, float)
     gpus = rng.choice(GPU_COUNTS, size=n, p=w / w.sum())
     fw = np.asarray(FRACTION_WEIGHTS, float)
@@ -129,7 +142,7 @@ def generate(params: SyntheticWorkload | None = None, seed: int = 0) -> list[Job
         d = float(dur[i])
         jobs.append(
             JobSpec(
-                job_id=f"syn-{i:06d}",
+                job_id=f"syn-{first + i:06d}",
                 submit_s=float(submit[i]),
                 duration_s=round(d, 1),
                 request=req,
@@ -142,3 +155,49 @@ def generate(params: SyntheticWorkload | None = None, seed: int = 0) -> list[Job
             )
         )
     return jobs
+
+
+CHUNK_JOBS = 20_000  # jobs drawn at a time by a stream: bounds the generator's memory
+
+
+class SyntheticStream:
+    """The synthetic workload drawn a window at a time, in arrival order: a trace of any length
+    in bounded memory (``gpufleet.sim`` creates each job at its arrival and keeps only what the
+    summary needs once it ends).
+
+    ``generate`` draws ``3 · jobs`` candidate times uniformly over ``days``, thins them by the
+    diurnal rate and keeps the first ``jobs``; the stream runs the same process window by
+    window — each window of ``days · chunk_jobs / jobs`` gets its share (``3 · chunk_jobs``) of
+    the candidates from its own seed ``(seed, window)``, thinned on absolute time (so windows
+    join without a seam), and the stream ends at the ``jobs``-th kept arrival. Each job's other
+    fields follow ``generate``'s distributions. A trace of at most ``chunk_jobs`` jobs is
+    exactly ``generate(params, seed)``. Iterating again draws the same jobs (a pure function of
+    the parameters and seed), so the stream pickles as its parameters alone."""
+
+    def __init__(self, params: SyntheticWorkload, seed: int = 0,
+                 chunk_jobs: int = CHUNK_JOBS) -> None:
+        if chunk_jobs < 1:
+            raise ValueError(f"chunk_jobs: expected >= 1, got {chunk_jobs}")
+        self.params = params
+        self.seed = seed
+        self.chunk_jobs = chunk_jobs
+
+    def __len__(self) -> int:
+        return self.params.jobs
+
+    def __iter__(self) -> Iterator[JobSpec]:
+        p = self.params
+        if p.jobs <= self.chunk_jobs:
+            yield from generate(p, self.seed)
+            return
+        span = p.days * DAY * self.chunk_jobs / p.jobs
+        done = 0
+        w = 0
+        while done < p.jobs:
+            rng = np.random.default_rng([self.seed, w])
+            start = w * span
+            cand = np.sort(rng.uniform(start, start + span, size=3 * self.chunk_jobs))
+            kept = _thin(p, rng, cand)[: p.jobs - done]
+            yield from _draw(p, rng, kept, done)
+            done += kept.size
+            w += 1
