@@ -33,6 +33,9 @@ Usage::
     .venv/bin/python benchmarks/bench_backlog.py [--sizes 1000,10000,100000] [--passes 5]
         [--sim-sizes 1000,10000,30000] [--reference] [--format table|json|csv|markdown]
 
+The process runs with the controller's and the simulator's collector settings
+(``gpufleet.collector``); ``GPUFLEET_GC=default`` times it under CPython's defaults.
+
 Progress goes to stderr; the table to stdout.
 """
 
@@ -48,6 +51,7 @@ from typing import Any
 import numpy as np
 from rich.console import Console
 
+from gpufleet.collector import tune_collector
 from gpufleet.config import default_scenario
 from gpufleet.control.cycle import CyclePlan, PendingUnit, QuotaInput, Victim, plan_cycle
 from gpufleet.decisions import Bind
@@ -188,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="also time the pass with the shape index off and compare the plans")
     ap.add_argument("--format", choices=[f.value for f in OutputFormat], default="table")
     a = ap.parse_args(argv)
+    tune_collector()  # as the controller and the simulator run (GPUFLEET_GC=default: CPython's)
     try:
         sizes = [int(x) for x in a.sizes.split(",")]
         sim_sizes = [int(x) for x in a.sim_sizes.split(",") if int(x) > 0]

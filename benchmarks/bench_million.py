@@ -35,15 +35,17 @@ from rich.table import Table
 RATE_DAYS_PER_JOB = 3.0 / 2000  # the embedded default's load: 2,000 jobs per 3 days
 
 
-def one(jobs: int, seed: int) -> dict[str, Any]:
-    """Replay ``jobs`` streamed jobs under the gpufleet scenario, in this process."""
+def one(jobs: int, seed: int, held: bool = False) -> dict[str, Any]:
+    """Replay ``jobs`` streamed jobs under the gpufleet scenario, in this process (``held``:
+    the same jobs drawn whole into a list first, which the simulator holds for the run)."""
     from gpufleet.config import scenarios_named
     from gpufleet.sim.runner import Simulation
     from gpufleet.traces.synthetic import SyntheticStream, SyntheticWorkload
 
     params = SyntheticWorkload(jobs=jobs, days=jobs * RATE_DAYS_PER_JOB)
     c0, w0 = time.process_time(), time.perf_counter()
-    sim = Simulation(scenarios_named(["gpufleet"])[0], seed, SyntheticStream(params, seed))
+    source = SyntheticStream(params, seed)
+    sim = Simulation(scenarios_named(["gpufleet"])[0], seed, list(source) if held else source)
     last = [time.perf_counter()]
 
     def tick(done: float, total: float) -> None:
@@ -54,7 +56,7 @@ def one(jobs: int, seed: int) -> dict[str, Any]:
 
     s = sim.run(tick)
     cpu, wall = time.process_time() - c0, time.perf_counter() - w0
-    return {"jobs": jobs, "days": params.days, "cpu_s": cpu, "wall_s": wall,
+    return {"jobs": jobs, "days": params.days, "held": held, "cpu_s": cpu, "wall_s": wall,
             "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "peak_jobs_held": sim.sim.jobs.peak_live, "events": s["events"],
             "jobs_finished": s["jobs_finished"], "jobs_lost": s["jobs_lost"],
@@ -64,13 +66,14 @@ def one(jobs: int, seed: int) -> dict[str, Any]:
 
 def table(rows: list[dict[str, Any]]) -> Table:
     t = Table(title="gpufleet scenario, streamed synthetic traces at the default's load")
-    for col in ("jobs", "days", "CPU s", "CPU s / 1k jobs", "× linear", "peak RSS MiB",
+    for col in ("jobs", "workload", "days", "CPU s", "CPU s / 1k jobs", "× linear", "peak RSS MiB",
                 "jobs held (peak)", "wall s", "events", "cost $", "util", "JCT p95 s", "lost"):
         t.add_column(col, justify="right")
     base = rows[0]["cpu_s"] / rows[0]["jobs"]
     for r in rows:
         per = r["cpu_s"] / r["jobs"]
-        t.add_row(f"{r['jobs']:,}", f"{r['days']:,.0f}", f"{r['cpu_s']:,.1f}",
+        t.add_row(f"{r['jobs']:,}", "list" if r["held"] else "stream", f"{r['days']:,.0f}",
+                  f"{r['cpu_s']:,.1f}",
                   f"{per * 1000:.2f}", f"{per / base:.2f}", f"{r['peak_rss_mib']:,.0f}",
                   f"{r['peak_jobs_held']:,}", f"{r['wall_s']:,.1f}", f"{r['events']:,}",
                   f"{r['cost_usd']:,.0f}", f"{r['utilization']:.1%}", f"{r['jct_p95_s']:,.0f}",
@@ -84,18 +87,26 @@ def main() -> int:
                     help="job counts, comma-separated (default: 10000,100000)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--format", choices=("table", "json"), default="table")
+    ap.add_argument("--held", type=int, metavar="N",
+                    help="also run N jobs drawn whole into a list (the memory a held trace "
+                    "costs, against the streamed run of the same size)")
     ap.add_argument("--one", type=int, help=argparse.SUPPRESS)  # a size, in this process
+    ap.add_argument("--one-held", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.one is not None:
-        print(json.dumps(one(a.one, a.seed)))
+        print(json.dumps(one(a.one, a.seed, a.one_held)))
         return 0
-    sizes = [int(x) for x in a.sizes.split(",")]
+    runs = [(int(x), False) for x in a.sizes.split(",")]
+    if a.held is not None:
+        runs.append((a.held, True))
     rows = []
-    for n in sizes:
-        out = subprocess.run([sys.executable, __file__, "--one", str(n), "--seed", str(a.seed)],
+    for n, held in runs:
+        out = subprocess.run([sys.executable, __file__, "--one", str(n), "--seed", str(a.seed),
+                              *(["--one-held"] if held else [])],
                              check=True, stdout=subprocess.PIPE, text=True).stdout
         rows.append(json.loads(out.strip().splitlines()[-1]))
-        print(f"  {n:,} jobs: {rows[-1]['cpu_s']:,.1f} CPU s", file=sys.stderr, flush=True)
+        print(f"  {n:,} jobs{' held' if held else ''}: {rows[-1]['cpu_s']:,.1f} CPU s",
+              file=sys.stderr, flush=True)
     if a.format == "json":
         base = rows[0]["cpu_s"] / rows[0]["jobs"]
         for r in rows:

@@ -266,6 +266,13 @@ ROWS: tuple[tuple[str, str, str, str], ...] = (
     ("Philly replay time, {philly.scenarios} scenarios",
      "**{philly_run.wall_s:,.0f} s** wall, {philly_run.cpu_s:,.0f} CPU s on "
      "{philly_run.cpus} CPUs", "—", "philly"),
+    ("Long replay, 1,000,000 synthetic jobs streamed (gpufleet scenario): CPU per job against "
+     "10,000 jobs', peak memory",
+     "**{million.jobs_1000000_cpu_vs_linear:.2f}×** linear "
+     "({million.jobs_1000000_cpu_s:,.0f} CPU s); peak RSS "
+     "**{million.jobs_1000000_peak_rss_mib:,.0f} MiB**; {million.jobs_1000000_jobs_lost} lost",
+     "10,000 jobs: {million.jobs_10000_cpu_s:,.0f} CPU s, "
+     "{million.jobs_10000_peak_rss_mib:,.0f} MiB", "million"),
 )
 
 

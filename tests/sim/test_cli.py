@@ -257,11 +257,44 @@ def test_sweep_tabulates_a_trace_and_a_synthetic_shape_over_the_seeds(tmp_path: 
 ])
 def test_sweep_bad_input_is_one_line_naming_the_option(
         tmp_path: Path, args: list[str], says: str) -> None:
+    refused_in_one_line(tmp_path, "sweep", args, says)
+
+
+def refused_in_one_line(tmp_path: Path, command: str, args: list[str], says: str) -> None:
+    """``gpufleet COMMAND ARGS`` exits 2 with one line naming the problem, before any work."""
     res = subprocess.run(
-        [sys.executable, "-c", "from gpufleet.cli import main; main()", "sweep", *args,
+        [sys.executable, "-c", "from gpufleet.cli import main; main()", command, *args,
          "--out", str(tmp_path / "out")],
         capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert res.returncode == 2, res.stderr
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and says in lines[0], lines
     assert not (tmp_path / "out").exists()  # refused before any work
+
+
+def test_simulate_streams_a_synthetic_shape_with_a_time_remaining(tmp_path: Path) -> None:
+    """``--synthetic`` draws the default generator's jobs as the replay reads them: the
+    summary counts every job, and the progress bar shows the time remaining."""
+    out = tmp_path / "out"
+    res = subprocess.run(
+        [sys.executable, "-c", "from gpufleet.cli import main; main()", "simulate",
+         "--synthetic", "jobs=300,days=0.5", "--only", "gpufleet", "--workers", "1",
+         "--out", str(out)],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "120"})
+    assert res.returncode == 0, res.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["workload"] == "synthetic jobs=300,days=0.5 (seed 0)" and summary["jobs"] == 300
+    for s in summary["scenarios"].values():
+        assert s["jobs_total"] == s["jobs_finished"] == 300
+    assert "eta" in res.stdout
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--synthetic", "jobs=100", "--trace", "x.csv"], "field '--trace/--synthetic': a "
+     "workload is given twice"),
+    (["--synthetic", "nodes=3"], "field '--synthetic': unknown parameter 'nodes'"),
+    (["--synthetic", "days=0"], "days: Input should be greater than 0"),
+])
+def test_simulate_bad_synthetic_is_one_line_naming_the_option(
+        tmp_path: Path, args: list[str], says: str) -> None:
+    refused_in_one_line(tmp_path, "simulate", args, says)

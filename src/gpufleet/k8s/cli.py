@@ -17,6 +17,7 @@ from kubernetes.config.config_exception import ConfigException
 from rich.console import Console
 
 from gpufleet.cli_app import app, bench_app, friendly_errors
+from gpufleet.collector import tune_collector
 from gpufleet.config import CloudSettings
 from gpufleet.errors import InputError
 from gpufleet.k8s.schedule.controller import Controller
@@ -132,6 +133,7 @@ def controller(
     except OSError as exc:
         raise InputError(f"cannot listen on {bind_address}:{port}: {exc.strerror}",
                          field="port") from None
+    tune_collector()
     ctl.start()
     console.print(f"gpufleet controller {ctl.identity}: policy {ctl.policy.name}, "
                   f"http://{bind_address}:{bound}/metrics", highlight=False, soft_wrap=True)

@@ -59,6 +59,7 @@ from typing import Any
 import numpy as np
 
 from gpufleet.catalog.commitments import on_demand_rate
+from gpufleet.collector import tune_collector
 from gpufleet.config import Scenario
 from gpufleet.control.admission import effective_request, tolerates_spot
 from gpufleet.control.policies import deadline_guards_on, headroom_on, spot_swap_settings
@@ -191,6 +192,7 @@ _queue: Any = None
 def _init_worker(jobs: JobSource, q: Any) -> None:
     global _jobs, _queue
     _jobs, _queue = jobs, q
+    tune_collector()
 
 
 def _work(sc: Scenario, rebills: tuple[Scenario, ...], seed: int) -> list[Outcome]:

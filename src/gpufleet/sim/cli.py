@@ -21,6 +21,7 @@ from rich.progress import (
 )
 
 from gpufleet.cli_app import app, friendly_errors
+from gpufleet.collector import tune_collector
 from gpufleet.config import (
     Scenario,
     default_scenarios,
@@ -228,6 +229,7 @@ def simulate(
     # a machine format is the only thing on stdout: progress and notes go to stderr
     info = console if fmt is OutputFormat.table else err_console
     info.print(f"workload: {workload}: {len(jobs):,} jobs; {len(scenarios)} scenarios")
+    tune_collector()
     t0 = time.perf_counter()
     with Progress(
         TextColumn("{task.description:<20}"), BarColumn(), MofNCompleteColumn(),
@@ -370,10 +372,11 @@ def sweep(
     groups = groups_of(workloads, seed_list, scenarios, check)
     info.print(f"{len(workloads)} workload(s) × {len(seed_list)} seed(s) "
                f"({seeds_text(seed_list)}) × {len(scenarios)} scenarios, on {where}")
+    tune_collector()
     t0 = time.perf_counter()
     with Progress(
         TextColumn("{task.description:<20}"), BarColumn(), MofNCompleteColumn(),
-        TimeElapsedColumn(), console=info,
+        TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), console=info,
     ) as progress:
         totals: dict[str, int] = {}
         for g in groups:

@@ -34,6 +34,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from gpufleet.collector import tune_collector
 from gpufleet.config import Scenario
 from gpufleet.errors import InputError
 from gpufleet.sim.batch import Outcome, RunPlan, add_twins, expected_work, plan_runs, run_billed
@@ -179,7 +180,7 @@ def run_local(workers: int | None = None) -> Executor:
                 on_done(i)
             return got
         ctx = multiprocessing.get_context("spawn")  # as sim.batch: no forked threads or files
-        with ProcessPoolExecutor(n, mp_context=ctx) as pool:
+        with ProcessPoolExecutor(n, mp_context=ctx, initializer=tune_collector) as pool:
             futures = {pool.submit(run_billed, r.scenario, r.rebills, r.seed,
                                    groups[r.group].jobs): i for i, r in enumerate(runs)}
             left = set(futures)
