@@ -161,15 +161,23 @@ def test_books_balance_in_every_builtin_scenario(name: str) -> None:
 
 def test_default_deadline_policy_runs_in_the_gpufleet_scenario() -> None:
     """The built-in scenario runs the default deadline controller (not a stand-in): each
-    deadline job that tolerates spot got a controller of that policy, called every tick."""
+    deadline job that tolerates spot got a controller of that policy, called every tick, and
+    dropped when the job ended."""
     jobs = workload()
     sim = Simulation(scenario("gpufleet"), seed=0, jobs=jobs)
-    s = sim.run()
     cs = sim.sim
     assert scenario("gpufleet").deadline_policy == "default"
     assert cs.deadlines is not None and cs.deadlines.policy.name == DEFAULT_DEADLINE_POLICY
-    deadline_jobs = [j for j in cs.jobs if j.spec.deadline_s is not None and j.spec.interruptible]
-    assert deadline_jobs and sum(1 for j in deadline_jobs if cs.deadlines.controlled(j.idx)) > 0
+    controlled = set()
+    t = 0.0
+    while sim.run_until(t):
+        controlled |= {i for i in cs.deadlines.live if cs.deadlines.controlled(i)}
+        t += 3600.0
+    s = sim.summary()
+    deadline_jobs = {j.idx for j in cs.jobs
+                     if j.spec.deadline_s is not None and j.spec.interruptible}
+    assert deadline_jobs and controlled and controlled <= deadline_jobs
+    assert not any(cs.deadlines.controlled(i) for i in deadline_jobs)  # each dropped at its end
     assert s["deadline_switches"] > 0  # the policy (and its guards) moved jobs to on-demand
     assert s["jobs_lost"] == 0 and check_accounting(cs) == []
 

@@ -200,7 +200,10 @@ class DeadlineGuards:
         return [pin] if pin is not None else []
 
     def done(self, idx: int) -> None:
+        """The job finished or left the run: it is no longer watched, and its controller (its
+        policy's state and tick history) is dropped."""
         self.live.discard(idx)
+        self._ctl.pop(idx, None)
 
     def controlled(self, idx: int) -> bool:
         """Whether the deadline policy has started a controller for the job (its first tick)."""
