@@ -134,8 +134,8 @@ class ClusterSim:
                                                            key=lambda j: j.spec.submit_s))
         else:
             self._arrivals = self._streamed(jobs)
-        self.offers = OfferBook(self.types, self.market,
-                                mig=any(self._request(s).mig_profile is not None for s in jobs))
+        self.offers = OfferBook(self.types, self.market, mig=any(
+            r.mig_profile is not None for _, r in self._requests(jobs)))
         self.fleet = FixedFleet(self.offers, self.market, self.ctl.spot_strategy)
         self.exposure = SpotExposure()
         self.hazard = ReclaimHazard()  # reclaims per node-hour per (type, zone), seen so far
@@ -193,16 +193,23 @@ class ClusterSim:
     def _job(self, i: int, spec: JobSpec) -> JobRun:
         """The job as the run carries it: its price of delay resolved (the trace's, else its
         team's, else the scenario's: ``control.value_of_time``), its request admitted."""
-        spec = with_delay(spec, self._delay)
-        req = effective_request(spec, self.sc.sharing, self.sc.spot, self.sc.checkpointing)
+        spec, req = self._admitted(spec)
         key = (req, spec.replicas)
         shape = self._shapes.setdefault(key, len(self._shapes))
         return JobRun(i, spec, req, shape)
 
-    def _request(self, spec: JobSpec) -> ResourceRequest:
-        """The request ``_job`` gives a job of ``spec``."""
-        return effective_request(with_delay(spec, self._delay), self.sc.sharing, self.sc.spot,
-                                 self.sc.checkpointing)
+    def _admitted(self, spec: JobSpec) -> tuple[JobSpec, ResourceRequest]:
+        """``spec`` with its price of delay resolved, and its request admitted."""
+        spec = with_delay(spec, self._delay)
+        return spec, effective_request(spec, self.sc.sharing, self.sc.spot,
+                                       self.sc.checkpointing)
+
+    def _requests(self, jobs: JobSource) -> Iterator[tuple[JobSpec, ResourceRequest]]:
+        """Each job of ``jobs`` with the request ``_job`` gives it (a list's from its
+        ``JobRun``s, a stream's worked out again as it is read)."""
+        if self.jobs.keep:
+            return ((s, j.req) for s, j in zip(jobs, self.jobs, strict=True))
+        return ((s, self._admitted(s)[1]) for s in jobs)
 
     def _streamed(self, jobs: JobSource) -> Iterator[JobRun]:
         """A streamed workload's jobs, each added to the table as it is read (one arrival
@@ -229,7 +236,7 @@ class ClusterSim:
     def _fixed_fleet(self, jobs: JobSource) -> None:
         """Launch the fixed fleet ``control.fleet.fixed_fleet`` sizes."""
         groups = fixed_fleet(
-            [(s, self._request(s)) for s in jobs], list(self.types.values()),
+            list(self._requests(jobs)), list(self.types.values()),
             sharing=self.sc.sharing, spot=self.sc.spot, fixed_nodes=self.sc.fixed_nodes,
             quantile=self.sc.fixed_size_quantile,
         )

@@ -27,8 +27,7 @@ class JobRecords:
     """Per job index: its submit time, run time, deadline (NaN: none), team, and once it
     ends its first start and finish (NaN: not finished)."""
 
-    def __init__(self, total: int) -> None:
-        self.total = total
+    def __init__(self) -> None:
         self.job_ids: list[str] = []
         self.submit_s = array("d")
         self.duration_s = array("d")
@@ -85,7 +84,7 @@ class JobTable:
         self.total = total
         self.keep = keep
         self._jobs: dict[int, JobRun] = {}
-        self.records = JobRecords(total)
+        self.records = JobRecords()
         self.peak_live = 0  # the most jobs held at once (streamed: the jobs in flight)
 
     def add(self, j: JobRun) -> None:
