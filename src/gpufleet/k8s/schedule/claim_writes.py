@@ -32,6 +32,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from gpufleet.decisions import Bind
@@ -107,6 +108,8 @@ class ClaimWriter:
                          meta["name"], exc.status)
                 return CONFLICT
             return f"claims of {meta['namespace']}/{meta['name']}: {exc.status} {exc.reason}"
+        except (urllib3.exceptions.HTTPError, OSError) as exc:  # the connection, not the API
+            return f"claims of {meta['namespace']}/{meta['name']}: {exc}"
 
     def _protected(self, body: dict[str, Any]) -> dict[str, Any]:
         """``body`` with kube's delete-protection finalizer, written first where missing (the
@@ -177,6 +180,8 @@ class ClaimWriter:
             except ApiException as exc:
                 log.info("releasing claim %s: %s %s", c["metadata"].get("name"), exc.status,
                          exc.reason)
+            except (urllib3.exceptions.HTTPError, OSError) as exc:
+                log.info("releasing claim %s: %s", c["metadata"].get("name"), exc)
 
     def _write_status(self, body: dict[str, Any]) -> dict[str, Any]:
         m = body["metadata"]
