@@ -99,6 +99,13 @@ def _bind(port: int) -> FleetMetrics:
     return metrics
 
 
+def _progress(console: Console) -> Progress:
+    """A bar per row: done of total, time elapsed and an estimate of the time remaining."""
+    return Progress(
+        TextColumn("{task.description:<20}"), BarColumn(), MofNCompleteColumn(),
+        TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), console=console)
+
+
 def _serve(
     metrics: FleetMetrics, port: int, speed: float, seed: int, jobs: JobSource, scenario: Scenario
 ) -> None:
@@ -231,10 +238,7 @@ def simulate(
     info.print(f"workload: {workload}: {len(jobs):,} jobs; {len(scenarios)} scenarios")
     tune_collector()
     t0 = time.perf_counter()
-    with Progress(
-        TextColumn("{task.description:<20}"), BarColumn(), MofNCompleteColumn(),
-        TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), console=info,
-    ) as progress:
+    with _progress(info) as progress:
         tasks = {sc.name: progress.add_task(sc.name, total=len(jobs)) for sc in scenarios}
 
         def cb(name: str, done: float, total: float) -> None:
@@ -374,10 +378,7 @@ def sweep(
                f"({seeds_text(seed_list)}) × {len(scenarios)} scenarios, on {where}")
     tune_collector()
     t0 = time.perf_counter()
-    with Progress(
-        TextColumn("{task.description:<20}"), BarColumn(), MofNCompleteColumn(),
-        TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), console=info,
-    ) as progress:
+    with _progress(info) as progress:
         totals: dict[str, int] = {}
         for g in groups:
             label = g.workload.label
