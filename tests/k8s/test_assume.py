@@ -3,7 +3,6 @@ each thing the informer may show meanwhile (TTL 30 s, a hand-driven clock)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -134,7 +133,7 @@ def test_held_bind_takes_its_gpus_in_the_snapshot_and_the_parse_cache_stays_true
     plan = plan_cycle(snap, get_policy("fgd-strand", tie_seed=0), np.random.default_rng(0))
     (b,) = plan.of(Bind)
     assert (b.job_id, b.gpus) == ("ns/b", (0,))  # not GPU 1, which "a" holds
-    assert parses.pods["ns/a"][1].pending  # the cached parse is the informer's pod
+    assert parses.index.infos["ns/a"].pending  # the cached parse is the informer's pod
     clock.t += 31  # expired, never confirmed: "a" is pending again, as the API shows it
     snap = build_snapshot([node], pods, cache=parses, assumed=cache)
     assert "ns/a" not in snap.allocations and {p.key for p in snap.pending} == {"ns/a", "ns/b"}
@@ -163,18 +162,20 @@ def test_held_eviction_stops_a_second_preemption() -> None:
 
 
 def test_a_write_during_the_overlay_is_kept() -> None:
-    """The pass over the pods runs outside the lock: a binding thread may assume the pod again
-    while it runs (the old pod confirmed gone, a new one under the name bound). The pass drops
-    the entry it saw, not the new one."""
+    """The pass over the assumptions runs outside the lock: a binding thread may assume the pod
+    again while it runs (the old pod confirmed gone, a new one under the name bound). The pass
+    drops the entry it saw, not the new one."""
     cache = AssumeCache(30.0, clock=Clock())
     cache.assume(BIND, "u1")
     again = Bind(job_id="ns/a", node="t4-b", gpus=(0,), milli_per_gpu=1000)
 
-    def informer() -> Iterator[PodInfo]:
-        yield pod_info(pod(uid="u2"))  # recreated: the held bind of u1 is moot
-        cache.assume(again, "u2")  # meanwhile the new pod's bind is assumed
+    class Informer(dict[str, PodInfo]):
+        def get(self, key: str, default: Any = None) -> Any:
+            cache.assume(again, "u2")  # meanwhile the new pod's bind is assumed
+            return super().get(key, default)
 
-    got = cache.overlay(informer())
-    assert got.confirmed == 1 and got.infos[0].node_name == ""
+    recreated = pod_info(pod(uid="u2"))  # recreated: the held bind of u1 is moot
+    got = cache.overlay_on(Informer({recreated.key: recreated}))
+    assert got.confirmed == 1 and not got.replaced
     later = cache.overlay([pod_info(pod(uid="u2"))])
     assert later.infos[0].assignment == again  # still held

@@ -151,7 +151,9 @@ def test_the_carry_upkeep() -> None:
     carry.record({"ns/big": refusal}, objects(big), room, 0.0)
     # carried: unchanged, and its condition says the refusal
     carry.observe(room, 1.0)
-    assert carry.split(snap.pending, objects(big, says=msg)) == ([], [refusal])
+    plan, carried = carry.split(snap.pending, objects(big, says=msg))
+    assert plan == [] and list(carried) == ["ns/big"]
+    assert carry.pods["ns/big"][1] == refusal and carry.messages == {msg: 1}
     # the refusal not written yet (or its write failed): planned again
     assert carry.split(snap.pending, objects(big))[0] == snap.pending
     carry.record({"ns/big": refusal}, objects(big), room, 1.0)
@@ -215,3 +217,95 @@ def test_carried_pods_are_not_planned_nor_rewritten_until_a_pod_is_deleted() -> 
     event(ctl, "DELETED", pods[0])
     assert cycle() == 3  # new binds on the freed GPU; the three are refused again
     assert len(rec.status) == 4  # the same refusal: not written again
+
+
+def test_a_split_told_what_changed_carries_what_a_split_of_every_pod_carries() -> None:
+    """The carry's incremental split (only the pods changed, recorded since, or left loose are
+    looked at) against the split that looks at every pod, fed the same fixed-seed walk: pods
+    created, changed, bound by someone or deleted; the planned ones refused for want of room
+    (their refusal then written, or its write failed and held, or still to be made) or bound
+    by this replica (assumed, then confirmed or forgotten); nominated; the carry cleared. After
+    each split both plan the same pods and carry the same ones."""
+    import random
+
+    from gpufleet.k8s.translate.pods import pod_info
+
+    rng = random.Random(11)
+    msg = "0/2 nodes are available: 2 insufficient nvidia.com/gpu."
+    room = room_of(build_snapshot([node("a")], []))
+    inc, ref = BlockedPods(), BlockedPods()
+    objs: dict[str, dict] = {}
+    listed: set[str] = set()
+    held: set[str] = set()
+    assumed: set[str] = set()
+    unwritten: set[str] = set()
+    rv = 0
+
+    def write(k: str, says: bool) -> None:
+        nonlocal rv
+        rv += 1
+        p = pod(k.removeprefix("ns/"), TWO)
+        p["metadata"]["resourceVersion"] = str(rv)
+        if says:
+            p["status"]["conditions"] = [{"type": "PodScheduled", "status": "False",
+                                          "reason": "Unschedulable", "message": msg}]
+        objs[k] = p
+
+    for step in range(300):
+        changed: set[str] = set()
+        for k in sorted(unwritten):  # the refusals to write: written, failed, or later
+            r = rng.random()
+            if r < 0.5:
+                write(k, True)
+                changed.add(k)
+                held.discard(k)
+                unwritten.discard(k)
+            elif r < 0.7:
+                held.add(k)
+        for k in sorted(assumed):  # this replica's binds: confirmed, or forgotten
+            r = rng.random()
+            if r < 0.4:
+                write(k, False)
+                listed.discard(k)
+                changed.add(k)
+                assumed.discard(k)
+            elif r < 0.6:
+                assumed.discard(k)
+        for k in sorted(held):  # a backoff ends
+            if rng.random() < 0.3:
+                held.discard(k)
+        for _ in range(rng.randrange(1, 4)):
+            r, keys = rng.random(), sorted(listed)
+            if r < 0.4 or not keys:
+                k = f"ns/p{step}-{len(objs)}"
+                write(k, False)
+                listed.add(k)
+            else:
+                k = rng.choice(keys)
+                if r < 0.7:
+                    write(k, False)  # changed
+                else:  # bound by someone, or deleted
+                    listed.discard(k)
+                    objs.pop(k, None) if rng.random() < 0.5 else write(k, False)
+            changed.add(k)
+        if rng.random() < 0.03:
+            inc.clear()
+            ref.clear()
+        queued = {k: pod_info(objs[k]) for k in sorted(listed) if k not in held | assumed}
+        nominated = rng.sample(sorted(queued), 1) if queued and rng.random() < 0.1 else []
+        got = inc.split(queued, objs, nominated, changed, listed)
+        want = ref.split(queued, objs, nominated)
+        assert {p.key for p in got[0]} == {p.key for p in want[0]}, step
+        assert set(got[1]) == set(want[1]), step
+        assert inc.messages == ref.messages
+        refused: dict[str, Refuse] = {}
+        for p in want[0]:
+            r = rng.random()
+            if r < 0.6:
+                refused[p.key] = Refuse(p.key, msg)
+                if "conditions" not in objs[p.key]["status"]:
+                    unwritten.add(p.key)
+            elif r < 0.8:
+                assumed.add(p.key)
+        inc.record(refused, objs, room, float(step))
+        ref.record(refused, objs, room, float(step))

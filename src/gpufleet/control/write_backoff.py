@@ -18,7 +18,7 @@ it until 201 again.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Container
 from dataclasses import dataclass, field
 
 INITIAL_S = 1.0
@@ -56,10 +56,10 @@ class WriteBackoff:
             due = [until for _, until in self.pods.values() if until > now]
         return min(due) if due else None
 
-    def keep(self, pods: Iterable[str]) -> None:
+    def keep(self, pods: Container[str]) -> None:
         """Forget the pods not among ``pods`` (those that still exist: a pod whose bind is in
-        flight is not pending, yet its run of failures goes on)."""
-        still = set(pods)
+        flight is not pending, yet its run of failures goes on); a pass over the pods held,
+        not over ``pods``."""
         with self._lock:
-            for k in [k for k in self.pods if k not in still]:
+            for k in [k for k in self.pods if k not in pods]:
                 del self.pods[k]

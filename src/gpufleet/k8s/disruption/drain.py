@@ -36,7 +36,7 @@ capacity controller's applier when there is one, else deleting the Node object.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
@@ -184,7 +184,7 @@ class Drainer:
         self.on_recovery = on_recovery
         self.clock = RecoveryClock()
 
-    def cycle(self, nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]],
+    def cycle(self, nodes: Sequence[Mapping[str, Any]], pods: Collection[Mapping[str, Any]],
               now: float, assumed_on: Mapping[str, str] | None = None,
               evicting: AbstractSet[str] = frozenset()) -> list[str]:
         """One pass over the marked Nodes; returns the keys of the pods evicted now

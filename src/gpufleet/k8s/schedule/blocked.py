@@ -35,6 +35,7 @@ for the capacity loop and the pending metrics.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -55,7 +56,7 @@ class Room:
     names: tuple[str, ...]
     free: np.ndarray  # rows × columns that only grow when room is freed
     used_mig: np.ndarray  # rows × GPUs: the MIG memory-slice bitmasks in use
-    attrs: tuple[Hashable, ...]  # per row: active, labels, taints
+    attrs: tuple[tuple[bool, Mapping[str, str], frozenset[str]], ...]  # active, labels, taints
     extra: Hashable  # the DRA node sets and the team queues' quotas
 
 
@@ -67,7 +68,7 @@ def room_of(snap: Snapshot, quotas: Hashable = None) -> Room:
     free = np.concatenate([s.cpu_free[:n, None], s.mem_free[:n, None],
                            s.free_milli[:n].astype(np.int64), s.gpu_mem_free[:n],
                            -s.mig_compute_used[:n].astype(np.int64)], axis=1)
-    attrs = tuple((bool(s.active[i]), tuple(sorted(info.labels.items())), info.taints)
+    attrs = tuple((bool(s.active[i]), info.labels, info.taints)
                   for i, info in enumerate(s.nodes[:n]))
     return Room(tuple(info.name for info in s.nodes[:n]), free, s.mig_used[:n].copy(), attrs,
                 (snap.dra_nodes, snap.device_only_nodes, snap.static_mig_nodes, quotas))
@@ -125,14 +126,25 @@ def _says(obj: Mapping[str, Any], message: str) -> bool:
 class BlockedPods:
     """The carry across cycles (module docstring): ``observe`` each cycle's room first (it
     clears the carry when capacity was freed), ``split`` the pending pods into those to plan
-    and the carried refusals, ``record`` what the plan refused for want of room."""
+    and the carried ones, ``record`` what the plan refused for want of room.
+
+    After a ``split`` the carry (``pods``) holds exactly the pods it carried, and ``messages``
+    counts their refusals by text (the pending metrics' reasons), kept as entries come and go.
+    Told which pods changed, a split looks only at them, at the pods recorded since the last
+    one, and at the pending pods it did not carry (``_loose``: kept from split to split), so
+    its work does not grow with the pods carried."""
 
     def __init__(self, max_age_s: float = 60.0) -> None:
         self.max_age_s = max_age_s
         self.pods: dict[str, tuple[str, Refuse]] = {}  # pod key → (resourceVersion, refusal)
+        self.messages: Counter[str] = Counter()  # the carried refusals' texts
         # the informer's object each carried pod was last checked on: the informer replaces a
         # pod's object on every event, so the same object needs no second look
         self._checked: dict[str, Mapping[str, Any]] = {}
+        self._fresh: set[str] = set()  # recorded since the last split, not checked yet
+        # every pod pending as listed and not carried, as of the last split (a superset while
+        # a pod's leaving is not seen yet); None: not known, the next split looks at every pod
+        self._loose: set[str] | None = None
         self._room: Room | None = None
         self._since = 0.0
         self.clears = 0
@@ -142,7 +154,10 @@ class BlockedPods:
         if self.pods:
             self.clears += 1
         self.pods = {}
+        self.messages = Counter()
         self._checked = {}
+        self._fresh = set()
+        self._loose = None
         self._room = None
 
     def observe(self, room: Room, now: float) -> None:
@@ -151,31 +166,58 @@ class BlockedPods:
         if self._room is None or now - self._since >= self.max_age_s or freed(self._room, room):
             self.clear()
 
-    def split(self, pending: Sequence[PodInfo], objects: Mapping[str, Mapping[str, Any]],
-              tried_anyway: Collection[str] = ()) -> tuple[list[PodInfo], list[Refuse]]:
-        """(the pods to plan, the carried pods' refusals): a carried pod is left out while it
-        is unchanged since it was refused and its condition says that refusal."""
-        if not self.pods:
-            return list(pending), []
-        plan: list[PodInfo] = []
-        carried: list[Refuse] = []
-        keep: dict[str, tuple[str, Refuse]] = {}
-        checked = self._checked
-        now: dict[str, Mapping[str, Any]] = {}
-        for p in pending:
-            k = p.key
-            got = self.pods.get(k)
-            obj = objects.get(k)
-            if got is not None and obj is not None and k not in tried_anyway and (
-                    obj is checked.get(k) or (got[0] == _rv(obj) and _says(obj, got[1].message))):
-                carried.append(got[1])
-                keep[k] = got
-                now[k] = obj
-            else:
-                plan.append(p)
-        self.pods = keep  # pods gone or changed drop out
-        self._checked = now
-        return plan, carried
+    def split(self, pending: Sequence[PodInfo] | Mapping[str, PodInfo],
+              objects: Mapping[str, Mapping[str, Any]], tried_anyway: Collection[str] = (),
+              changed: Collection[str] | None = None, listed: Collection[str] | None = None
+              ) -> tuple[list[PodInfo], Collection[str]]:
+        """(the pods to plan, the carried pods' keys — a view of the carry: read it before
+        the next ``record``): a carried pod is left out while it is unchanged since it was
+        refused and its condition says that refusal.
+
+        ``pending``: what may be planned now, a list or pod key → pod; ``changed``: the pods
+        whose objects changed since the last split (None: any may have, each pod is looked
+        at); ``listed``: the pods pending as the informer lists them, before this replica's
+        held binds and writes (None: ``pending``). With ``changed``, the pods to plan come in
+        key order, else in ``pending``'s."""
+        queued = pending if isinstance(pending, Mapping) else {p.key: p for p in pending}
+        listed = queued.keys() if listed is None else listed
+        carry = self.pods
+        if changed is None or self._loose is None:
+            look: Iterable[str] = list(carry)
+        else:
+            look = {*(k for k in changed if k in carry), *self._fresh,
+                    *(k for k in tried_anyway if k in carry)}
+        loose: set[str] = set() if self._loose is None or changed is None else self._loose
+        for k in look:
+            got, obj = carry[k], objects.get(k)
+            if k in queued and k not in tried_anyway and obj is not None and (
+                    obj is self._checked.get(k) or (
+                        got[0] == _rv(obj) and _says(obj, got[1].message))):
+                self._checked[k] = obj
+            else:  # changed, not pending now (bound, gone, its write held), or tried anyway
+                self._forget(k)
+                loose.add(k)
+        self._fresh = set()
+        if changed is None or self._loose is None:  # every pod: a pass over them all
+            loose.update(k for k in listed if k not in carry)
+            plan = [p for k, p in queued.items() if k not in carry]
+        else:
+            for k in changed:
+                if k in listed and k not in carry:
+                    loose.add(k)
+                elif k not in listed:
+                    loose.discard(k)
+            plan = [queued[k] for k in sorted(loose) if k in queued]
+        self._loose = loose
+        return plan, carry.keys()
+
+    def _forget(self, key: str) -> None:
+        got = self.pods.pop(key, None)
+        self._checked.pop(key, None)
+        if got is not None:
+            self.messages[got[1].message] -= 1
+            if not self.messages[got[1].message]:
+                del self.messages[got[1].message]
 
     def record(self, refused: Mapping[str, Refuse], objects: Mapping[str, Mapping[str, Any]],
                room: Room, now: float) -> None:
@@ -185,5 +227,15 @@ class BlockedPods:
         if self._room is None:
             self._since = now
         for k, r in refused.items():
-            self.pods[k] = (_rv(objects.get(k)), r)
+            self._forget(k)
+            obj = objects.get(k)
+            self.pods[k] = (_rv(obj), r)
+            self.messages[r.message] += 1
+            if obj is not None and _says(obj, r.message):  # checked now, in this cycle's pass
+                self._checked[k] = obj
+            else:  # its refusal is still to be written: looked at again by the next split
+                self._fresh.add(k)
+            if self._loose is not None:
+                self._loose.discard(k)
         self._room = room
+

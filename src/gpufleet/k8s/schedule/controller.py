@@ -22,7 +22,8 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from functools import partial
@@ -60,6 +61,7 @@ from gpufleet.k8s.schedule.cycle import VictimMemo, gang_room_input, launch_gate
 from gpufleet.k8s.schedule.telemetry import ControllerMetrics, pending_reason, serve
 from gpufleet.k8s.settings import LiveDelays, apply_levers
 from gpufleet.k8s.translate.assume import AssumeCache
+from gpufleet.k8s.translate.pod_index import PENDING
 from gpufleet.k8s.translate.snapshot import ParseCache, Snapshot, build_snapshot
 from gpufleet.k8s.watch.connections import BASE_CONNECTIONS, client_with_pool
 from gpufleet.k8s.watch.informer import Informer
@@ -114,6 +116,11 @@ def _quotas(queues: LiveQuota) -> object:
     """The team queues' nominal quotas, for the room a cycle sees (``k8s.schedule.blocked``)."""
     q = queues.input
     return None if q is None else sorted(q.book.teams.items(), key=lambda kv: kv[0])
+
+
+def _merged(changes: set[str] | None, more: Iterable[str]) -> set[str] | None:
+    """Keys changed over two spans (None: any may have)."""
+    return None if changes is None else changes.union(more)
 
 
 def _usd(x: float | None) -> str:
@@ -223,6 +230,9 @@ class Controller:
         self.assume_ttl_s = assume_ttl_s
         self.preemption = preemption
         self._cache = ParseCache()
+        self._objects: dict[str, dict[str, Any]] = {}  # the pods, as the informer has them
+        self._pod_changes: set[str] | None = None  # pods changed since the last snapshot
+        self._carry_changes: set[str] | None = None  # ... since the carry was last split
         self._victim_memo: VictimMemo = {}  # victims_of's, across cycles
         self._catalog = default_gpu_catalog()
         self._devices = DeviceCache()
@@ -339,8 +349,13 @@ class Controller:
         Returns what was applied (None: nothing pending)."""
         t0 = time.monotonic()
         now = time.time()
-        by_key = self.pods.by_key()  # the informer's own keys: no pass to make them
-        pods = list(by_key.values())
+        # the loop's own copy of the pods by the informer's keys, brought up to date by what
+        # changed since the last cycle; only those pods are parsed and sorted again
+        # (k8s.translate.pod_index) and looked at again by the carry, so a cycle with
+        # thousands of pods waiting costs what changed. The changes are kept until a snapshot
+        # (and a split) took them: a cycle that failed before then loses none
+        by_key = self._take_pods()
+        pods = by_key.values()
         nodes = self.nodes.objects()
         # interrupted nodes first; the drain counts held binds on their node and does not evict
         # a pod again whose eviction is held
@@ -352,8 +367,9 @@ class Controller:
             dra = DraWorld.of(self.slices.objects(),
                               self.claims_assumed.overlay(self.claims.objects()),
                               self.classes.objects(), self._catalog, self._devices)
-        snap = build_snapshot(nodes, pods, catalog=self._catalog, cache=self._cache,
-                              assumed=self.assumed, dra=dra)
+        snap = build_snapshot(nodes, by_key, catalog=self._catalog, cache=self._cache,
+                              assumed=self.assumed, dra=dra, changed=self._pod_changes)
+        self._pod_changes = set()
         self._cycle_dra = snap
         self._observe_assumed(snap)
         self._observe_unaccounted(snap)
@@ -367,10 +383,15 @@ class Controller:
         self.write_backoff.keep(by_key)
         held = self.write_backoff.held(time.monotonic())
         if held:  # their last write failed: not planned (nor refused) until their backoff ends
-            snap.pending = [p for p in snap.pending if p.key not in held]
-        if snap.pending or queues.draining:
+            snap.pending_by_key = {k: p for k, p in snap.pending_by_key.items() if k not in held}
+            snap.pending = list(snap.pending_by_key.values())
+        if snap.pending_by_key or queues.draining:
             nominated = self.nominations.current(now)
-            everything, carried = self._carried(snap, queues, by_key, nominated, now)
+            carried = self._carried(snap, queues, by_key, nominated, now)
+            carried_messages = self.blocked.messages.copy() if self.blocked is not None \
+                else Counter[str]()
+            # scale-up counts the carried pods refused (a list of them only where it runs)
+            carried_ids = list(carried) if self.capacity is not None else []
             apply_levers(snap, self.scenario, delays=self.delays)
             # which pods may move: read by right-sizing (with a cloud) and by the gang room's
             # eviction plans (a pod group pending), an O(pods) walk skipped otherwise
@@ -389,9 +410,11 @@ class Controller:
                               quota=queues, gang_room=gang_room, caps=caps,
                               victim_memo=self._victim_memo, nominated=nominated,
                               blocked_out=out_of_room)
-            if carried:  # the capacity loop and the queues' status see every pending pod
+            # the capacity loop and the queues' status see every pending pod (a pass over
+            # them all: only where one of them runs)
+            if carried and (self.capacity is not None or queues.settings or queues.parsed):
                 planned = {p.key: p for p in snap.pending}
-                snap.pending = [planned.get(p.key, p) for p in everything]
+                snap.pending = [planned.get(k, p) for k, p in snap.pending_by_key.items()]
                 if self.capacity is not None:  # scale-up reads every pod's levers
                     apply_levers(snap, self.scenario, delays=self.delays)
             if self.blocked is not None:
@@ -413,10 +436,11 @@ class Controller:
             self._backoff(out)
             if out.conflicts or out.errors:
                 self.changed.set()  # re-read and retry soon
-            by_message: dict[str, int] = {}
-            for r in [*plan.of(Refuse), *carried]:  # a carried pod is still refused
-                by_message[r.message] = by_message.get(r.message, 0) + 1
+            by_message = Counter(carried_messages)  # a carried pod is still refused
+            for r in plan.of(Refuse):
+                by_message[r.message] += 1
                 refused.append(r.job_id)
+            refused += carried_ids
             reasons: dict[str, int] = {}
             for msg, n in by_message.items():
                 reason = pending_reason(msg)
@@ -430,6 +454,21 @@ class Controller:
         self._capacity_cycle(snap, refused, nodes, pods, t0, queues, binds, caps)
         self.passes += 1
         return out
+
+    def _take_pods(self) -> dict[str, dict[str, Any]]:
+        got, everything = self.pods.take()
+        if everything:
+            self._objects = {k: o for k, o in got.items() if o is not None}
+            self._pod_changes = self._carry_changes = None
+            return self._objects
+        for k, o in got.items():
+            if o is None:
+                self._objects.pop(k, None)
+            else:
+                self._objects[k] = o
+        self._pod_changes = _merged(self._pod_changes, got.keys())
+        self._carry_changes = _merged(self._carry_changes, got.keys())
+        return self._objects
 
     def _general_claims(self, snap: Snapshot, decisions: list[Any]) -> list[Any]:
         """The plan's decisions with the general pods' claims allocated on their binds' nodes
@@ -454,20 +493,23 @@ class Controller:
         return [d for d in decisions if not (isinstance(d, Bind) and d.job_id in drop)]
 
     def _carried(self, snap: Snapshot, queues: LiveQuota, by_key: Mapping[str, Any],
-                 nominated: Sequence[str], now: float) -> tuple[list[Any], list[Refuse]]:
+                 nominated: Sequence[str], now: float) -> Collection[str]:
         """Leave the pods carried as out of room (``k8s.schedule.blocked``) out of
-        ``snap.pending`` for the plan, unless capacity was freed since the last cycle; returns
-        every pending pod (to put back after the plan, with the planned pods' levers) and the
-        carried pods' refusals."""
-        everything = snap.pending
+        ``snap.pending`` for the plan, unless capacity was freed since the last cycle (every
+        pending pod stays in ``snap.pending_by_key``); returns the carried pods' keys (a view,
+        read before the carry's next record). Only the pods changed since the last split, and
+        those it did not carry, are looked at again."""
         if self.blocked is None:
-            return everything, []
+            return ()
         if self._carry_reset.is_set():
             self._carry_reset.clear()
             self.blocked.clear()
         self.blocked.observe(room_of(snap, _quotas(queues)), now)
-        snap.pending, carried = self.blocked.split(everything, by_key, nominated)
-        return everything, carried
+        snap.pending, carried = self.blocked.split(
+            snap.pending_by_key, by_key, nominated, self._carry_changes,
+            listed=self._cache.index[PENDING].keys())
+        self._carry_changes = set()
+        return carried
 
     def _caps(self, snap: Snapshot, movable: set[str], now: float) -> dict[str, int]:
         """Right-sized nodes (``control.right_size``) where the fleet can launch a node of the
@@ -522,8 +564,10 @@ class Controller:
         if pool is not None:
             later = {b.job_id for b in binds if not self._uses_claims(b)}
             for b in binds:
-                if b.job_id in later:
-                    fut = pool.submit(self.applier.apply, [b], by_key, spot_nodes)
+                if b.job_id in later:  # its own pod's object: the loop's copy moves on
+                    obj = by_key.get(b.job_id)
+                    fut = pool.submit(self.applier.apply, [b],
+                                      {b.job_id: obj} if obj is not None else {}, spot_nodes)
                     fut.add_done_callback(partial(self._bind_done, b))
             decisions = [d for d in decisions
                          if not (isinstance(d, Bind) and d.job_id in later)]
@@ -598,7 +642,8 @@ class Controller:
             self.metrics.assumed_cycles.inc()
 
     def _capacity_cycle(self, snap: Snapshot, refused: list[str], nodes: list[dict[str, Any]],
-                        pods: list[dict[str, Any]], t0: float, queues: LiveQuota | None = None,
+                        pods: Collection[dict[str, Any]], t0: float,
+                        queues: LiveQuota | None = None,
                         binds: Sequence[Bind] = (), caps: Mapping[str, int] | None = None
                         ) -> None:
         """The capacity loop after placement, at most once per ``capacity_interval_s`` (each
@@ -615,7 +660,7 @@ class Controller:
                 if book is not None else []
             if held:
                 gates = {**(gates or {}), **dict.fromkeys(held, Gate.SKIP)}
-            self.capacity.reconcile(snap, refused, nodes, pods, gates, caps)
+            self.capacity.reconcile(snap, refused, nodes, list(pods), gates, caps)
         except ApiException as exc:
             log.warning("capacity loop: API error %s %s; retrying next cycle", exc.status,
                         exc.reason)

@@ -365,7 +365,7 @@ def gang_room_input(
 
 def evicting(snap: Snapshot) -> bool:
     """Whether a bound pod is still terminating (its room is not free yet)."""
-    return any(p.terminating and p.node_name for p in snap.pods.values())
+    return any(p.terminating for p in snap.placed.values())
 
 
 def plan_cycle(

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from gpufleet.decisions import Bind
@@ -53,7 +53,8 @@ class Overlay:
     """One cycle's parsed pods with the assumptions laid over them, and what happened to the
     assumptions on the way (the controller's metrics)."""
 
-    infos: list[PodInfo]
+    infos: list[PodInfo]  # :meth:`AssumeCache.overlay`'s pods, in the order given
+    replaced: dict[str, PodInfo] = field(default_factory=dict)  # pods an assumption changes
     binds: list[str] = field(default_factory=list)  # pods held as bound (informer: pending)
     evictions: list[str] = field(default_factory=list)  # pods held as terminating
     confirmed: int = 0  # assumptions the informer now shows (or made moot)
@@ -116,45 +117,54 @@ class AssumeCache:
             return frozenset(self._evictions)
 
     def overlay(self, infos: Iterable[PodInfo]) -> Overlay:
-        """The informer's parsed pods with every live assumption applied (see the module).
+        """The informer's parsed pods with every live assumption applied (see the module), as
+        :meth:`overlay_on` decides it, in ``infos``' order."""
+        infos = list(infos)
+        out = self.overlay_on({i.key: i for i in infos})
+        out.infos = [out.replaced.get(i.key, i) for i in infos]
+        return out
 
-        The pass over every pod runs on a copy of the (few) assumptions, outside the lock: the
-        binding threads' ``finish``/``forget`` must not wait for it (at 8,335 pods they did, a
-        fifteenth of the controller's samples). An entry the pass decided to drop goes only if
-        it is still the same entry (a new ``assume`` of the pod in between stays)."""
+    def overlay_on(self, infos: Mapping[str, PodInfo]) -> Overlay:
+        """The live assumptions laid over ``infos`` (pod key → the informer's parsed pod):
+        ``Overlay.replaced`` holds the pods an assumption changes; every other pod stands as
+        parsed. The pass goes over the (few) assumptions, not over every pod.
+
+        It runs on a copy of the assumptions, outside the lock: the binding threads'
+        ``finish``/``forget`` must not wait for it. An entry the pass decided to drop goes only
+        if it is still the same entry (a new ``assume`` of the pod in between stays)."""
         now = self.clock()
         out = Overlay(infos=[])
         with self._lock:
             binds, evictions = dict(self._binds), dict(self._evictions)
         drop: list[tuple[dict[str, _Entry], str, _Entry]] = []
-        seen: set[str] = set()
-        for info in infos:
-            seen.add(info.key)
-            b = binds.get(info.key)
-            if b is not None:
-                seen_done = bool(info.uid != b.uid or info.node_name or info.terminating
-                                 or info.terminal)
-                if _ends(b, seen_done, now, out):
-                    drop.append((self._binds, info.key, b))
-                else:
-                    assert b.bind is not None
-                    ann = dict(info.annotations)
-                    ann.update(binding_annotations(b.bind, ann))
-                    info = replace(info, node_name=b.bind.node, assignment=b.bind,
-                                   annotations=ann)
-                    out.binds.append(info.key)
-            e = evictions.get(info.key)
-            if e is not None:
-                if _ends(e, info.uid != e.uid or info.terminating or info.terminal, now, out):
-                    drop.append((self._evictions, info.key, e))
-                else:
-                    info = replace(info, terminating=True)
-                    out.evictions.append(info.key)
-            out.infos.append(info)
-        for held, live in ((binds, self._binds), (evictions, self._evictions)):
-            for gone in [k for k in held if k not in seen]:  # deleted: nothing to hold
-                drop.append((live, gone, held[gone]))
+        for key, b in binds.items():
+            info = infos.get(key)
+            if info is None:  # deleted: nothing to hold
+                drop.append((self._binds, key, b))
                 out.confirmed += 1
+                continue
+            seen_done = bool(info.uid != b.uid or info.node_name or info.terminating
+                             or info.terminal)
+            if _ends(b, seen_done, now, out):
+                drop.append((self._binds, key, b))
+                continue
+            assert b.bind is not None
+            ann = dict(info.annotations)
+            ann.update(binding_annotations(b.bind, ann))
+            out.replaced[key] = replace(info, node_name=b.bind.node, assignment=b.bind,
+                                        annotations=ann)
+            out.binds.append(key)
+        for key, e in evictions.items():
+            info = out.replaced.get(key) or infos.get(key)
+            if info is None:
+                drop.append((self._evictions, key, e))
+                out.confirmed += 1
+                continue
+            if _ends(e, info.uid != e.uid or info.terminating or info.terminal, now, out):
+                drop.append((self._evictions, key, e))
+                continue
+            out.replaced[key] = replace(info, terminating=True)
+            out.evictions.append(key)
         with self._lock:
             for live, key, entry in drop:
                 if live.get(key) is entry:

@@ -284,13 +284,20 @@ def requeued_keys(infos: Iterable[PodInfo]) -> frozenset[str]:
     """The pending pods that replace an interrupted pod of their Job (see the module
     docstring): they are queued as requeued work."""
     infos = list(infos)
+    return requeued_among(infos, infos)
+
+
+def requeued_among(interrupted: Iterable[PodInfo], pending: Iterable[PodInfo]) -> frozenset[str]:
+    """:func:`requeued_keys` with its two readings apart: ``interrupted`` holds (at least)
+    every interrupted pod of a controller, and ``pending`` every pending pod that ran before or
+    has a controller; other pods in either are ignored."""
     gone: dict[tuple[str, str | None], float] = {}
-    for i in infos:
+    for i in interrupted:
         if i.owner_uid and i.interrupted:
             k = (i.owner_uid, i.completion_index)
             gone[k] = min(gone.get(k, i.created_s), i.created_s)
     return frozenset(
-        i.key for i in infos if i.pending and (
+        i.key for i in pending if i.pending and (
             i.ignored_failures > 0
             or (i.owner_uid and gone.get((i.owner_uid, i.completion_index), i.created_s)
                 < i.created_s)))

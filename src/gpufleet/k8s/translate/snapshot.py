@@ -10,7 +10,7 @@ yet (:mod:`.assume`), laid over the parsed pods.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +23,21 @@ from gpufleet.k8s.dra.claims import Holding, holdings, taint_holdings
 from gpufleet.k8s.translate.assume import AssumeCache, Overlay
 from gpufleet.k8s.translate.node_selector import matches
 from gpufleet.k8s.translate.nodes import NodeSpec, node_spec
-from gpufleet.k8s.translate.pods import PodInfo, pod_info, requeued_keys
+from gpufleet.k8s.translate.pod_index import (
+    CLAIMS,
+    EXTENDED,
+    INTERRUPTED,
+    LIVE,
+    OWNED,
+    PENDING,
+    PLACED,
+    RAN_BEFORE,
+    Overlaid,
+    PodIndex,
+    groups_of,
+    pods_by_key,
+)
+from gpufleet.k8s.translate.pods import PodInfo, pod_info, requeued_among
 from gpufleet.placement.gpu_select import best_fit_gpu
 from gpufleet.placement.mig import bind_masks, choose_mig
 from gpufleet.placement.view import pod_view
@@ -44,10 +58,16 @@ class Allocation:
 
 @dataclass(slots=True)
 class Snapshot:
+    """One cycle's view of the fleet. ``pods`` (every pod not terminal), ``pending_by_key``
+    (ours, not bound, not terminating) and ``placed`` (on a node, not pending) may be the parse
+    cache's own dicts (:class:`~gpufleet.k8s.translate.pod_index.PodIndex`), shared until the
+    next build: read them, never write them. ``pending`` is what the driver goes on to plan:
+    ``pending_by_key``'s pods in order until the driver sets it (made on first read: with
+    thousands of pods waiting, a cycle that plans few of them never lists them all)."""
+
     state: FleetState
-    pods: dict[str, PodInfo]
+    pods: Mapping[str, PodInfo]
     allocations: dict[str, Allocation]
-    pending: list[PodInfo]  # ours, not bound, not terminating
     taints: frozenset[str]
     unaccounted: dict[str, str] = field(default_factory=dict)  # bound pod → why not counted
     assumed: Overlay | None = None  # what the assume cache laid over the informer's pods
@@ -62,6 +82,19 @@ class Snapshot:
     # each allocated claim's devices as booked whole (a claim the state could not fit, or with
     # a result no slice publishes, is not here): what evicting its pod would free
     claim_holdings: dict[str, list[tuple[Holding, MigMasks]]] = field(default_factory=dict)
+    pending_by_key: Mapping[str, PodInfo] = field(default_factory=dict)
+    placed: Mapping[str, PodInfo] = field(default_factory=dict)
+    _pending: list[PodInfo] | None = None
+
+    @property
+    def pending(self) -> list[PodInfo]:
+        if self._pending is None:
+            self._pending = list(self.pending_by_key.values())
+        return self._pending
+
+    @pending.setter
+    def pending(self, pods: list[PodInfo]) -> None:
+        self._pending = pods
 
 
 def mig_masks(state: FleetState, bind: Bind, catalog: GpuCatalog) -> MigMasks | None:
@@ -119,6 +152,8 @@ class ParseCache:
     def __init__(self) -> None:
         self.nodes: dict[str, tuple[str, NodeSpec]] = {}
         self.pods: dict[str, tuple[str, PodInfo]] = {}
+        # the pods a snapshot reads, parsed and grouped, moved only as they change
+        self.index = PodIndex()
         # the nodes-only state of the last build without DRA devices and the parsed nodes it
         # was built from: a cycle whose nodes parse to the same specs (a heartbeat changes a
         # Node's resourceVersion, not its spec) copies it instead of adding each node again (a
@@ -154,7 +189,8 @@ class ParseCache:
             self.pods[key] = (rv, info)
         return info
 
-    def prune(self, node_names: set[str], pod_keys: set[str]) -> None:
+    def prune(self, node_names: set[str], pod_keys: Collection[str] = ()) -> None:
+        """Forget the parses of nodes not in ``node_names`` and of pods not in ``pod_keys``."""
         for k in [k for k in self.nodes if k not in node_names]:
             del self.nodes[k]
         for k in [k for k in self.pods if k not in pod_keys]:
@@ -163,22 +199,29 @@ class ParseCache:
 
 def build_snapshot(
     nodes: Iterable[Mapping[str, Any]],
-    pods: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]] | Mapping[str, Mapping[str, Any]],
     catalog: GpuCatalog | None = None,
     cache: ParseCache | None = None,
     assumed: AssumeCache | None = None,
     dra: DraWorld | None = None,
+    changed: Collection[str] | None = None,
 ) -> Snapshot:
     """The fleet as ``nodes`` and ``pods`` (the API's JSON) show it; ``cache`` re-uses parses of
-    unchanged objects and the last build's booked state (only the bound pods that changed are
-    released or booked: :func:`_rebook`, with the full booking as its fallback and test oracle),
-    ``assumed`` adds this replica's writes the informer has not shown yet, ``dra`` the
-    ResourceSlices' devices and the claims' allocations (:mod:`gpufleet.k8s.dra.claim_view`)."""
+    unchanged objects, the pods sorted by what the snapshot reads
+    (:class:`~gpufleet.k8s.translate.pod_index.PodIndex`) and the last build's booked state
+    (only the bound pods that changed are released or booked: :func:`_rebook`, with the full
+    booking as its fallback and test oracle), ``assumed`` adds this replica's writes the
+    informer has not shown yet, ``dra`` the ResourceSlices' devices and the claims'
+    allocations (:mod:`gpufleet.k8s.dra.claim_view`).
+
+    ``pods`` is a list, or the informer's store (pod key → object) with ``changed`` the keys
+    changed since the last build on the same ``cache`` (:meth:`Informer.take
+    <gpufleet.k8s.watch.informer.Informer.take>`): then only those pods are parsed and moved,
+    and the cycle's cost does not grow with the pods that did not change (None: every pod is
+    checked)."""
     cat = catalog or default_gpu_catalog()
-    state = FleetState()
     taints: set[str] = set()
     node_list = sorted(nodes, key=lambda n: n["metadata"]["name"])
-    pod_list = list(pods)
     device_only: set[str] = set()
     specs = tuple(cache.node(n, cat) if cache is not None else node_spec(n, cat)
                   for n in node_list)
@@ -187,8 +230,10 @@ def build_snapshot(
     last = cache.fleet if cache is not None else None
     if reuse and last is not None and len(last[0]) == len(specs) and all(
             a is b for a, b in zip(last[0], specs, strict=True)):
-        state, taints = last[1].copy(), set(last[2])
+        state, taints = last[1], set(last[2])  # the cache's own: copied before it is booked
+        shared = True
     else:
+        state, shared = FleetState(), False
         for spec in specs:
             devices = dra.devices.get(spec.name) if dra is not None else None
             if devices is not None:  # the slices are the inventory; the labels what's left
@@ -199,38 +244,48 @@ def build_snapshot(
             taints |= spec.info.taints
         if reuse and cache is not None:
             cache.fleet = (specs, state.copy(), frozenset(taints))
-    infos = [cache.pod(p, cat) if cache is not None else pod_info(p, cat) for p in pod_list]
+    index = cache.index if cache is not None else PodIndex()
+    if isinstance(pods, Mapping):
+        index.update(pods, changed, cat)
+    else:
+        index.update(pods_by_key(pods), None, cat)
     if cache is not None:
-        cache.prune({n["metadata"]["name"] for n in node_list}, {i.key for i in infos})
-    overlay = None
-    if assumed is not None:  # after the parse cache: an assumption is not a resourceVersion
-        overlay = assumed.overlay(infos)
-        infos = overlay.infos
-    snap = Snapshot(state=state, pods={}, allocations={}, pending=[], taints=frozenset(taints),
-                    assumed=overlay, requeued=requeued_keys(infos), dra=dra,
-                    device_only_nodes=frozenset(device_only))
+        cache.prune({n["metadata"]["name"] for n in node_list})
+    # the pods this cycle sees otherwise than parsed: the assume cache's (after the parse: an
+    # assumption is not a resourceVersion), then the DRA world's resolution of claims
+    overlay = assumed.overlay_on(index.infos) if assumed is not None else None
+    seen: dict[str, PodInfo] = dict(overlay.replaced) if overlay is not None else {}
+    groups = _Groups(index)
+    for info in seen.values():
+        groups.put(info)
+    candidates = index[RAN_BEFORE] | index[OWNED] if index[INTERRUPTED] else index[RAN_BEFORE]
+    snap = Snapshot(state=state, pods={}, allocations={}, taints=frozenset(taints),
+                    assumed=overlay, dra=dra, device_only_nodes=frozenset(device_only),
+                    requeued=requeued_among(index[INTERRUPTED].values(),
+                                            [seen.get(k, i) for k, i in candidates.items()]))
     if dra is not None:
         snap.dra_nodes = frozenset(n for n in dra.devices if n in state.index)
         dra.node_labels = {info.name: info.labels for info in state.nodes[:state.n]}
         snap.static_mig_nodes = frozenset(n for n in snap.dra_nodes
                                           if dra.devices[n].static_mig)
+        # a pod with extended resources resolves to itself unless a DeviceClass maps one or a
+        # claim was made for it: with neither in the world, only pods with claims are read
+        kinds = (CLAIMS, EXTENDED) if dra.extended or dra.extended_claims else (CLAIMS,)
+        claimed = {k: None for g in kinds for k in index[g]}
+        claimed.update(dict.fromkeys(k for k in seen if k not in claimed))
+        for key in claimed:
+            info = seen.get(key) or index.infos[key]
+            if not set(kinds).intersection(groups_of(info)):
+                continue
+            got, claims = resolve(info, dra, cat)
+            if claims is not None:
+                snap.claims[key] = claims
+            if got is not info:
+                groups.put(got)
+    snap.pods, snap.pending_by_key, snap.placed = groups.live, groups.pending, groups.placed
     bound: list[PodInfo] = []
     later: list[PodInfo] = []
-    for info in infos:
-        if info.terminal:
-            continue
-        if dra is not None and (info.uses_claims or info.extended) and (
-                info.ours or not info.pending):
-            info, claims = resolve(info, dra, cat)
-            if claims is not None:
-                snap.claims[info.key] = claims
-        snap.pods[info.key] = info
-        if info.pending:
-            if info.ours:
-                snap.pending.append(info)
-            continue
-        if not info.node_name:
-            continue  # terminating before it was ever bound: holds nothing
+    for info in groups.placed.values():
         (bound if info.assignment is not None else later).append(info)
     # a DRA world with no devices and no claims (an API that serves resource.k8s.io to a
     # cluster that uses the device plugin) books nothing of its own: the pods' bookings can
@@ -245,6 +300,8 @@ def build_snapshot(
         snap.state = base.state.copy()
         snap.allocations = {i.key: base.allocations[i.key] for i in bound}
     else:
+        if shared:
+            snap.state = state.copy()
         for info in bound:
             _account(snap, info, info.assignment, cat)
         if dra is not None:  # every allocated claim's devices, whoever allocated them
@@ -259,6 +316,26 @@ def build_snapshot(
     if dra is not None:
         _whole_gpus_of_mig_nodes(snap, dra, cat)
     return snap
+
+
+class _Groups:
+    """The index's live, pending and placed pods as this cycle sees them
+    (:class:`~gpufleet.k8s.translate.pod_index.Overlaid`): a pod seen otherwise than parsed
+    (assumed, or resolved against claims) put in its groups
+    (:func:`~gpufleet.k8s.translate.pod_index.groups_of`)."""
+
+    def __init__(self, index: PodIndex) -> None:
+        self.live, self.pending, self.placed = (
+            Overlaid(index[g]) for g in (LIVE, PENDING, PLACED))
+
+    def put(self, info: PodInfo) -> None:
+        now = groups_of(info)
+        for group, members in ((LIVE, self.live), (PENDING, self.pending),
+                               (PLACED, self.placed)):
+            if group in now:
+                members.put(info.key, info)
+            else:
+                members.drop(info.key)
 
 
 def _whole_gpus_of_mig_nodes(snap: Snapshot, dra: DraWorld, cat: GpuCatalog) -> None:
@@ -288,7 +365,9 @@ def _whole_gpus_of_mig_nodes(snap: Snapshot, dra: DraWorld, cat: GpuCatalog) -> 
         got = as_general(info, pc, dra, cat, frozenset(mig))
         if got is not None:
             info, snap.claims[info.key] = got
-            snap.pending[k] = snap.pods[info.key] = info
+            snap.pending[k] = info
+            snap.pods = {**snap.pods, info.key: info}  # the index's dicts are not written
+            snap.pending_by_key = {**snap.pending_by_key, info.key: info}
 
 
 def _rebook(base: Accounted, bound: list[PodInfo], cat: GpuCatalog) -> bool:

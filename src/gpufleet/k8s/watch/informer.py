@@ -8,7 +8,10 @@ objects deleted meanwhile vanish with the new list. Objects stay raw JSON (no mo
 deserialisation) because thousands of pods are parsed per second in a busy cluster.
 
 The store is read by the controller thread as a copy (:meth:`Informer.objects`); every change
-sets ``changed`` so the controller's loop wakes up.
+sets ``changed`` so the controller's loop wakes up. :meth:`Informer.take` hands its one reader
+only what changed since its last take instead, so the reader's own copy of the store, and what
+it derives from the objects (the controller's parsed pods), is brought up to date by what
+changed, not rebuilt from every object.
 """
 
 from __future__ import annotations
@@ -71,16 +74,28 @@ class Informer:
         self.relists = 0
         self._store: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
+        # keys added, modified or deleted since the last take (None: a list replaced the store,
+        # or nothing was taken yet: everything)
+        self._changes: set[str] | None = None
 
     def objects(self) -> list[dict[str, Any]]:
         with self._lock:
             return list(self._store.values())
 
-    def by_key(self) -> dict[str, dict[str, Any]]:
-        """The objects by ``namespace/name`` (``name`` for cluster-scoped ones): a copy of the
-        store itself, so a caller that needs both the list and the lookup builds no key."""
+    def take(self) -> tuple[dict[str, dict[str, Any] | None], bool]:
+        """What changed since the last take: each object added or modified since, by key (None:
+        deleted), and whether that is the whole store instead — the first take, or one after
+        a relist (a reader then starts again from it). For one reader that keeps its own copy
+        up to date with them (a second reader would take the first one's changes): no copy of
+        the whole store per read."""
         with self._lock:
-            return dict(self._store)
+            if self._changes is None:
+                self._changes = set()
+                return dict(self._store), True
+            got: dict[str, dict[str, Any] | None] = {
+                k: self._store.get(k) for k in self._changes}
+            self._changes = set()
+            return got, False
 
     def get(self, key: str) -> dict[str, Any] | None:
         with self._lock:
@@ -93,6 +108,7 @@ class Informer:
         with self._lock:
             self._store = items
             self.resource_version = rv
+            self._changes = None
         self.relists += 1
         if self.on_relist is not None:
             self.on_relist(self.name)
@@ -140,10 +156,14 @@ class Informer:
             raise ApiException(status=code, reason=f"{obj.get('reason')}: {obj.get('message')}")
         rv = (obj.get("metadata") or {}).get("resourceVersion")
         with self._lock:
-            if kind in ("ADDED", "MODIFIED"):
-                self._store[_key(obj)] = obj
-            elif kind == "DELETED":
-                self._store.pop(_key(obj), None)
+            if kind in ("ADDED", "MODIFIED", "DELETED"):
+                key = _key(obj)
+                if kind == "DELETED":
+                    self._store.pop(key, None)
+                else:
+                    self._store[key] = obj
+                if self._changes is not None:
+                    self._changes.add(key)
             if rv:
                 self.resource_version = rv
         if kind != "BOOKMARK":
