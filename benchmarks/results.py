@@ -173,6 +173,16 @@ def _million(o: Any) -> Figures:
     return f
 
 
+def _live_backlog(o: Any) -> Figures:
+    f: Figures = {}
+    for r in _rows(o, "pending that cannot fit"):
+        key = f"backlog_{r['backlog N']}"
+        f[f"{key}_p50_s"] = r["p50 s"]
+        f[f"{key}_p99_s"] = r["p99 s"]
+        f[f"{key}_cpu_per_cycle_ms"] = r["CPU/cycle ms"]
+    return f
+
+
 ENTRIES: dict[str, Entry] = {e.name: e for e in (
     Entry("philly", "The Philly trace (Jeon et al., ATC'19) under every default scenario",
           ("gpufleet", "simulate", "--trace", PHILLY, "--out", "{out}"), _summary, _sim),
@@ -192,6 +202,10 @@ ENTRIES: dict[str, Entry] = {e.name: e for e in (
           "pod's GPUs as a ResourceClaim",
           ("gpufleet", "bench", "k8s-packing", "--dra", "--json", "{out}/k8s.json"),
           _file("k8s.json"), _k8s),
+    Entry("live-backlog", "New pods' create→bound on the lab (64 KWOK nodes) behind 0, 1,000 and "
+          "10,000 pending pods that cannot fit",
+          ("python", "benchmarks/bench_live_backlog.py", "--backlog", "0,1000,10000",
+           "--format", "json"), _stdout_json, _live_backlog),
     Entry("spot-deadline", "Spot under a deadline (NSDI'24 protocol), mean $ per run",
           ("gpufleet", "bench", "spot-deadline", "--all-settings", "--policy", "up",
            "--policy", "optimal", "--policy", "ours", "--format", "json"),
@@ -248,6 +262,11 @@ ROWS: tuple[tuple[str, str, str, str], ...] = (
      "{k8s_packing_dra.kube_scheduler_unallocated_pct:.2f} %, "
      "{k8s_packing_dra.kube_scheduler_p50_s:.1f} / {k8s_packing_dra.kube_scheduler_p99_s:.1f} s",
      "k8s-packing-dra"),
+    ("Live scheduling behind a long queue: new pods' create→bound p50 / p99 with 10,000 pods "
+     "pending that cannot fit (64 nodes)",
+     "**{live_backlog.backlog_10000_p50_s:.3f} / {live_backlog.backlog_10000_p99_s:.3f} s**",
+     "an empty queue: {live_backlog.backlog_0_p50_s:.3f} / {live_backlog.backlog_0_p99_s:.3f} s",
+     "live-backlog"),
     ("Spot under a deadline (NSDI'24, main setting, mean $)",
      "`smdp` **${spot_deadline.ours:.2f}**, {spot_deadline.ours_misses} misses",
      "UP ${spot_deadline.up:.2f} (optimum ${spot_deadline.optimal:.2f})", "spot-deadline"),
