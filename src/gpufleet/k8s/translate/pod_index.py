@@ -68,12 +68,15 @@ def _key(obj: Mapping[str, Any]) -> str:
 
 
 class PodIndex:
-    """Parsed pods by key, and each group of :data:`GROUPS` as a dict key → parsed pod."""
+    """Parsed pods by key, each group of :data:`GROUPS` as a dict key → parsed pod, and the
+    :data:`OWNED` pods by their controller's uid (``owned_by``: the requeue rule reads only the
+    pods of controllers with an interrupted pod)."""
 
     def __init__(self) -> None:
         self.infos: dict[str, PodInfo] = {}  # every pod, terminal ones too
         self._rv: dict[str, str] = {}
         self.groups: dict[str, dict[str, PodInfo]] = {g: {} for g in GROUPS}
+        self.owned_by: dict[str, dict[str, PodInfo]] = {}
 
     def update(self, pods: Mapping[str, Mapping[str, Any]], changed: Collection[str] | None,
                catalog: GpuCatalog) -> None:
@@ -99,6 +102,7 @@ class PodIndex:
                 info = pod_info(obj, catalog)
             fresh._place(key, rv, info)
         self.infos, self._rv, self.groups = fresh.infos, fresh._rv, fresh.groups
+        self.owned_by = fresh.owned_by
 
     def _put(self, key: str, obj: Mapping[str, Any], catalog: GpuCatalog) -> None:
         rv = obj["metadata"].get("resourceVersion") or ""
@@ -111,6 +115,7 @@ class PodIndex:
         self._place(key, rv, info)
 
     def _place(self, key: str, rv: str, info: PodInfo) -> None:
+        self._unown(key)
         self.infos[key] = info
         self._rv[key] = rv
         now = groups_of(info)
@@ -119,8 +124,19 @@ class PodIndex:
                 members[key] = info  # in place when it stays, last when it joins
             else:
                 members.pop(key, None)
+        if OWNED in now:
+            self.owned_by.setdefault(info.owner_uid, {})[key] = info
+
+    def _unown(self, key: str) -> None:
+        old = self.infos.get(key)
+        mine = self.owned_by.get(old.owner_uid) if old is not None else None
+        if old is not None and mine is not None:
+            mine.pop(key, None)
+            if not mine:
+                del self.owned_by[old.owner_uid]
 
     def _drop(self, key: str) -> None:
+        self._unown(key)
         self.infos.pop(key, None)
         self._rv.pop(key, None)
         for members in self.groups.values():

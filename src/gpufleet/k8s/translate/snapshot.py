@@ -28,7 +28,6 @@ from gpufleet.k8s.translate.pod_index import (
     EXTENDED,
     INTERRUPTED,
     LIVE,
-    OWNED,
     PENDING,
     PLACED,
     RAN_BEFORE,
@@ -258,11 +257,14 @@ def build_snapshot(
     groups = _Groups(index)
     for info in seen.values():
         groups.put(info)
-    candidates = index[RAN_BEFORE] | index[OWNED] if index[INTERRUPTED] else index[RAN_BEFORE]
+    # requeued: the pods that ran before, and the pods of a controller with an interrupted pod
+    owners = {i.owner_uid for i in index[INTERRUPTED].values()}
+    candidates = [*index[RAN_BEFORE].items(),
+                  *(kv for o in owners for kv in index.owned_by.get(o, {}).items())]
     snap = Snapshot(state=state, pods={}, allocations={}, taints=frozenset(taints),
                     assumed=overlay, dra=dra, device_only_nodes=frozenset(device_only),
                     requeued=requeued_among(index[INTERRUPTED].values(),
-                                            [seen.get(k, i) for k, i in candidates.items()]))
+                                            [seen.get(k, i) for k, i in candidates]))
     if dra is not None:
         snap.dra_nodes = frozenset(n for n in dra.devices if n in state.index)
         dra.node_labels = {info.name: info.labels for info in state.nodes[:state.n]}
