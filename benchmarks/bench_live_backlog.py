@@ -2,8 +2,9 @@
 
 For each backlog size N (``--backlog``, default 0, 1,000 and 10,000) a fresh lab (kine,
 kube-apiserver, kube-controller-manager, KWOK; device-plugin GPUs, no ResourceSlices) gets
-``--nodes`` uniform nodes (``lab.fleet.uniform_fleet``: p3.8xlarge, 4 V100 each; ``--nodes ''``
-the default 1,213-node fleet) and ``gpufleet controller`` as its own process (as
+``--nodes`` uniform nodes (``lab.fleet.uniform_fleet``: p3.8xlarge, 4 V100 each; an openb node
+CSV such as ``../shared/data/openb/openb_node_list_gpu_node.csv``: the 1,213-node fleet of
+``gpufleet bench k8s-packing``) and ``gpufleet controller`` as its own process (as
 ``gpufleet bench k8s-packing`` starts it: its CPU is its own). Then:
 
 1. *fill*: one 1-GPU pod per GPU (every GPU taken), until all are bound;
