@@ -238,4 +238,3 @@ class BlockedPods:
             if self._loose is not None:
                 self._loose.discard(k)
         self._room = room
-

@@ -436,7 +436,7 @@ class Controller:
             self._backoff(out)
             if out.conflicts or out.errors:
                 self.changed.set()  # re-read and retry soon
-            by_message = Counter(carried_messages)  # a carried pod is still refused
+            by_message = carried_messages  # a carried pod is still refused (a copy)
             for r in plan.of(Refuse):
                 by_message[r.message] += 1
                 refused.append(r.job_id)

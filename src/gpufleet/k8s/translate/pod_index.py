@@ -34,7 +34,8 @@ RAN_BEFORE = "ran-before"  # pending after failed runs: requeued
 OWNED = "owned"  # pending, of a controller: requeued when a sibling was interrupted
 CLAIMS = "claims"  # what a DRA world resolves: pods with ResourceClaims
 EXTENDED = "extended"  # and pods with extended resources a DeviceClass may map
-GROUPS = (LIVE, PENDING, PLACED, INTERRUPTED, RAN_BEFORE, OWNED, CLAIMS, EXTENDED)
+# the groups kept as dicts key → pod (OWNED is kept by controller: ``PodIndex.owned_by``)
+GROUPS = (LIVE, PENDING, PLACED, INTERRUPTED, RAN_BEFORE, CLAIMS, EXTENDED)
 
 
 def groups_of(info: PodInfo) -> tuple[str, ...]:
@@ -69,8 +70,8 @@ def _key(obj: Mapping[str, Any]) -> str:
 
 class PodIndex:
     """Parsed pods by key, each group of :data:`GROUPS` as a dict key → parsed pod, and the
-    :data:`OWNED` pods by their controller's uid (``owned_by``: the requeue rule reads only the
-    pods of controllers with an interrupted pod)."""
+    :data:`OWNED` pods (only) by their controller's uid (``owned_by``: the requeue rule reads
+    only the pods of controllers with an interrupted pod)."""
 
     def __init__(self) -> None:
         self.infos: dict[str, PodInfo] = {}  # every pod, terminal ones too

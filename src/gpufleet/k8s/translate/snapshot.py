@@ -253,7 +253,7 @@ def build_snapshot(
     # the pods this cycle sees otherwise than parsed: the assume cache's (after the parse: an
     # assumption is not a resourceVersion), then the DRA world's resolution of claims
     overlay = assumed.overlay_on(index.infos) if assumed is not None else None
-    seen: dict[str, PodInfo] = dict(overlay.replaced) if overlay is not None else {}
+    seen: Mapping[str, PodInfo] = overlay.replaced if overlay is not None else {}
     groups = _Groups(index)
     for info in seen.values():
         groups.put(info)
