@@ -19,7 +19,7 @@ from gpufleet.decisions import Refuse
 from gpufleet.k8s.schedule.blocked import BlockedPods, freed, room_of
 from gpufleet.k8s.schedule.controller import Controller
 from gpufleet.k8s.schedule.cycle import plan_cycle
-from gpufleet.k8s.translate.snapshot import build_snapshot
+from gpufleet.k8s.translate.snapshot import ParseCache, build_snapshot
 from gpufleet.placement import get_policy
 
 GPU = {"nvidia.com/gpu": "1"}
@@ -89,17 +89,29 @@ CASES: list[tuple[str, list[dict], list[dict], object, bool]] = [
 ]
 
 
+@pytest.mark.parametrize("cached", [False, True], ids=["fresh builds", "one parse cache"])
 @pytest.mark.parametrize(("case", "nodes", "pods", "quotas", "want"), CASES,
                          ids=[c[0] for c in CASES])
 def test_what_frees_capacity(case: str, nodes: list, pods: list, quotas: object,
-                             want: bool) -> None:
+                             want: bool, cached: bool) -> None:
+    """Both ways ``freed`` compares: row by row where both rooms stand on the same node
+    records (a parse cache's unchanged Nodes), and by name otherwise."""
     before_nodes = NODES
     if case.startswith("a node became Ready"):
         before_nodes = [node("a", taints=NOT_READY), NODES[1]]
     if case == "a node cordoned":  # the reverse is the freeing: uncordoned
         before_nodes, nodes = nodes, NODES
-    before = room_of(build_snapshot(before_nodes, PODS))
-    assert freed(before, room_of(build_snapshot(nodes, pods), quotas)) is want
+    cache = None
+    if cached:  # as the API does: an object that changed has a new resourceVersion
+        cache = ParseCache()
+        nodes, pods = ([o if any(o is b for b in was) else
+                        {**o, "metadata": {**o["metadata"], "resourceVersion": "changed"}}
+                        for o in now] for now, was in ((nodes, before_nodes), (pods, PODS)))
+    before = room_of(build_snapshot(before_nodes, PODS, cache=cache))
+    now = room_of(build_snapshot(nodes, pods, cache=cache), quotas)
+    assert freed(before, now) is want
+    if cached and before_nodes is NODES and nodes is NODES:
+        assert all(a is b for a, b in zip(before.nodes, now.nodes, strict=True))
 
 
 def test_a_bind_the_cycle_made_is_not_freed_room() -> None:

@@ -123,3 +123,32 @@ def test_each_drain_says_its_cause() -> None:
     plan = plan_drain(nodes, [pod("pa", "a"), pod("pb", "b"), pod("pc", "c")], now=1010.0)
     assert {d.job_id: d.cause for d in plan.evict} == {
         "ns/pa": Cause.INTERRUPTION, "ns/pb": Cause.CONSOLIDATION, "ns/pc": Cause.SWAP}
+
+
+class _Core:
+    """Records the Node patches a drainer makes (``None``: a response with nothing to read)."""
+
+    def __init__(self) -> None:
+        self.patched: list[str] = []
+
+    def patch_node(self, name: str, body: dict, _preload_content: bool = True) -> None:
+        self.patched.append(name)
+
+
+def test_the_drainer_reads_the_marks_again_only_after_a_node_object_changed() -> None:
+    """Node objects are an informer's, replaced on each event: the same objects carry the same
+    marks, and a replaced one (here: a new notice on ``a``) is read again."""
+    from gpufleet.k8s.disruption.drain import Drainer
+    from gpufleet.k8s.schedule.telemetry import ControllerMetrics
+
+    core = _Core()
+    drainer = Drainer(core, applier=None, metrics=ControllerMetrics(),  # type: ignore[arg-type]
+                      terminate=lambda t: None)
+    nodes = [node("a"), node("b")]
+    drainer.cycle(nodes, [], now=1010.0)
+    marks = drainer._marks
+    drainer.cycle(list(nodes), [], now=1011.0)  # another list of the same objects
+    assert drainer._marks is marks and core.patched == []
+    drainer.cycle([node("a", SPOT), nodes[1]], [], now=1012.0)
+    assert drainer._marks is not marks and list(drainer._marks.marked) == ["a"]
+    assert core.patched == ["a"]  # cordoned; no pod on it: terminated (recorded by the lambda)

@@ -130,6 +130,7 @@ def test_builds_from_changed_pods_equal_builds_from_every_pod(seed: int) -> None
     held, fresh = AssumeCache(30.0, clock=clock), AssumeCache(30.0, clock=clock)
     cache = ParseCache()
     build_snapshot(NODES, dict(world.store), cache=cache, assumed=held, changed=None)
+    kept = 0
     for i in range(STEPS):
         changed = world.step()
         if i % 7 == 3:  # this replica binds a pending pod of ours and evicts a running one
@@ -157,6 +158,13 @@ def test_builds_from_changed_pods_equal_builds_from_every_pod(seed: int) -> None
         assert got.requeued == requeued_keys(seen)
         assert set(got.allocations) == {i.key for i in seen if not i.terminal and not i.pending
                                         and i.node_name} - set(got.unaccounted)
+        # the kept booking, brought up to date by the changed pods and the assumptions laid
+        # over a copy, books in the order the cycle sees the placed pods, as a full booking
+        assert list(got.allocations) == [k for k in got.placed if k not in got.unaccounted]
+        assert got.evicting == any(i.terminating for i in got.placed.values())
+        assert want.evicting == any(i.terminating for i in want.placed.values())
+        kept += cache.accounted is not None
+    assert kept >= STEPS * 3 // 4  # most builds book from the kept booking
 
 
 def test_a_relist_or_a_first_build_reads_every_pod_and_keeps_unchanged_parses() -> None:

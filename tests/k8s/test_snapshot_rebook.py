@@ -177,3 +177,59 @@ def test_an_api_serving_dra_without_devices_or_claims_still_books_incrementally(
              "spec": {"devices": {"requests": []}}, "status": {}}
     build_snapshot(NODES, more, cache=cache, dra=DraWorld.of([], [claim], [], cat))
     assert cache.accounted is None
+
+
+def test_the_cycles_view_is_booked_on_a_copy_as_a_full_booking_books_it() -> None:
+    """What a cycle sees otherwise than the index (a placed pod taken out, one moved to other
+    GPUs, one added) is booked on a copy of the kept booking: the same arrays and allocations,
+    in the view's order, as a fresh build of the pods as the view shows them; the kept booking
+    itself is unchanged."""
+    from gpufleet.catalog.gpus import default_gpu_catalog
+    from gpufleet.k8s.translate.pod_index import PLACED, Overlaid
+    from gpufleet.k8s.translate.pods import pod_info
+    from gpufleet.k8s.translate.snapshot import _overlaid
+
+    cat = default_gpu_catalog()
+    pods = [bound("x", "a", "0"), bound("y", "b", "0,1", n=2), bound("z", "a", "1"),
+            mig("g", "m")]
+    cache = ParseCache()
+    build_snapshot(NODES, pods, cache=cache)
+    kept = cache.accounted
+    assert kept is not None
+    free_before = kept.state.free_milli.copy()
+    moved, added = bound("y", "b", "2,3", n=2, rv="2"), bound("w", "a", "0", rv="2")
+    view = Overlaid(cache.index[PLACED])
+    view.drop("ns/x")  # taken out: GPU 0 of a is free in the view, and w takes it
+    view.put("ns/y", pod_info(moved, cat))  # keeps its place
+    view.put("ns/w", pod_info(added, cat))  # goes last
+    got = _overlaid(kept, view, cat)
+    assert got is not None
+    state, allocations = got
+    want = build_snapshot(NODES, [moved, bound("z", "a", "1"), mig("g", "m"), added])
+    n = want.state.n
+    for name, arr in want.state.__dict__.items():
+        if isinstance(arr, np.ndarray) and name != "row_version":
+            assert (getattr(state, name)[:n] == arr[:n]).all(), name
+    assert list(allocations) == ["ns/y", "ns/z", "ns/g", "ns/w"] == list(view)
+    assert allocations == {k: want.allocations[k] for k in allocations}
+    assert (kept.state.free_milli == free_before).all()
+    view.put("ns/v", pod_info(bound("v", "a", "1", rv="2"), cat))  # z holds GPU 1 of a
+    assert _overlaid(kept, view, cat) is None  # an over-commit: the caller books in full
+
+
+def test_the_same_node_objects_are_not_parsed_again_and_a_replaced_one_is() -> None:
+    """A build given the very same Node objects (an informer's, with no Node event since)
+    reuses their sorted parse; one replaced object (a Node event) is parsed again."""
+    cache = ParseCache()
+    nodes = list(reversed(NODES))
+    build_snapshot(nodes, [], cache=cache)
+    parsed = cache.node_parse
+    assert [n["metadata"]["name"] for n in parsed[0]] == ["a", "b", "m"]
+    build_snapshot(list(nodes), [], cache=cache)
+    assert cache.node_parse is parsed
+    relabelled = versioned(node("a", 4), "2")
+    relabelled["metadata"]["labels"]["pool"] = "x"
+    got = build_snapshot([relabelled, *NODES[1:]], [], cache=cache)
+    assert cache.node_parse is not parsed
+    assert got.state.nodes[got.state.index["a"]].labels.get("pool") == "x"
+    same(got, build_snapshot([relabelled, *NODES[1:]], []))

@@ -36,6 +36,7 @@ capacity controller's applier when there is one, else deleting the Node object.
 from __future__ import annotations
 
 import logging
+import operator
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
@@ -75,16 +76,17 @@ def drain_deadline(mark: InterruptionMark, default_drain_s: float = DEFAULT_DRAI
     return mark.deadline if mark.deadline is not None else mark.noticed_at + default_drain_s
 
 
-def plan_drain(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]],
-               now: float, default_drain_s: float = DEFAULT_DRAIN_S,
-               assumed_on: Mapping[str, str] | None = None,
-               evicting: AbstractSet[str] = frozenset()) -> DrainPlan:
-    """What to do this cycle for every marked Node (pure: objects in, decisions out).
+@dataclass(frozen=True)
+class NodeMarks:
+    """The marked Nodes: interrupted ones, consolidated ones, and which of those are cordoned."""
 
-    ``assumed_on`` (pod key → node) and ``evicting`` are the controller's own binds and
-    evictions the pods do not show yet: an assumed pod counts on its node (the node is not
-    empty), an assumed eviction is not made again."""
-    assumed_on = assumed_on or {}
+    marked: Mapping[str, InterruptionMark] = field(default_factory=dict)
+    consolidated: Mapping[str, ConsolidationMark] = field(default_factory=dict)
+    cordoned: AbstractSet[str] = frozenset()
+
+
+def node_marks(nodes: Iterable[Mapping[str, Any]]) -> NodeMarks:
+    """Every Node's interruption or consolidation mark (an interruption wins)."""
     marked: dict[str, InterruptionMark] = {}
     consolidated: dict[str, ConsolidationMark] = {}
     cordoned: set[str] = set()
@@ -100,6 +102,23 @@ def plan_drain(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, A
             consolidated[name] = cmark
         if (node.get("spec") or {}).get("unschedulable"):
             cordoned.add(name)
+    return NodeMarks(marked, consolidated, frozenset(cordoned))
+
+
+def plan_drain(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]],
+               now: float, default_drain_s: float = DEFAULT_DRAIN_S,
+               assumed_on: Mapping[str, str] | None = None,
+               evicting: AbstractSet[str] = frozenset(),
+               marks: NodeMarks | None = None) -> DrainPlan:
+    """What to do this cycle for every marked Node (pure: objects in, decisions out).
+
+    ``assumed_on`` (pod key → node) and ``evicting`` are the controller's own binds and
+    evictions the pods do not show yet: an assumed pod counts on its node (the node is not
+    empty), an assumed eviction is not made again. ``marks``: ``node_marks(nodes)``, when the
+    caller has it already."""
+    assumed_on = assumed_on or {}
+    marks = marks if marks is not None else node_marks(nodes)
+    marked, consolidated, cordoned = marks.marked, marks.consolidated, marks.cordoned
     if not marked and not consolidated:
         return DrainPlan()
     on_node: dict[str, list[Mapping[str, Any]]] = {n: [] for n in (*marked, *consolidated)}
@@ -183,13 +202,19 @@ class Drainer:
         self.terminate = terminate or (lambda t: delete_node(core, t))
         self.on_recovery = on_recovery
         self.clock = RecoveryClock()
+        self._seen: list[Mapping[str, Any]] = []  # the Node objects self._marks was read from
+        self._marks = NodeMarks()
 
     def cycle(self, nodes: Sequence[Mapping[str, Any]], pods: Collection[Mapping[str, Any]],
               now: float, assumed_on: Mapping[str, str] | None = None,
               evicting: AbstractSet[str] = frozenset()) -> list[str]:
         """One pass over the marked Nodes; returns the keys of the pods evicted now
         (``assumed_on``/``evicting``: see :func:`plan_drain`)."""
-        plan = plan_drain(nodes, pods, now, self.default_drain_s, assumed_on, evicting)
+        if len(nodes) != len(self._seen) or not all(map(operator.is_, nodes, self._seen)):
+            # the marks change only with a Node's object: read again after a Node event
+            self._seen, self._marks = list(nodes), node_marks(nodes)
+        plan = plan_drain(nodes, pods, now, self.default_drain_s, assumed_on, evicting,
+                          self._marks)
         self.clock.note(plan.marked, pods)
         recovered = self.clock.observe(pods, now)
         for seconds in recovered:

@@ -47,16 +47,17 @@ from gpufleet.control.pending import unit_shape
 from gpufleet.decisions import Refuse
 from gpufleet.k8s.translate.pods import PodInfo
 from gpufleet.k8s.translate.snapshot import Snapshot
+from gpufleet.state import NodeInfo
 
 
 @dataclass(frozen=True)
 class Room:
-    """What a snapshot's fleet has free, by node (rows in ``names`` order)."""
+    """What a snapshot's fleet has free, by node (rows in ``nodes`` order)."""
 
-    names: tuple[str, ...]
+    nodes: tuple[NodeInfo, ...]  # name, labels, taints (records never changed once added)
+    active: np.ndarray
     free: np.ndarray  # rows × columns that only grow when room is freed
     used_mig: np.ndarray  # rows × GPUs: the MIG memory-slice bitmasks in use
-    attrs: tuple[tuple[bool, Mapping[str, str], frozenset[str]], ...]  # active, labels, taints
     extra: Hashable  # the DRA node sets and the team queues' quotas
 
 
@@ -68,9 +69,7 @@ def room_of(snap: Snapshot, quotas: Hashable = None) -> Room:
     free = np.concatenate([s.cpu_free[:n, None], s.mem_free[:n, None],
                            s.free_milli[:n].astype(np.int64), s.gpu_mem_free[:n],
                            -s.mig_compute_used[:n].astype(np.int64)], axis=1)
-    attrs = tuple((bool(s.active[i]), info.labels, info.taints)
-                  for i, info in enumerate(s.nodes[:n]))
-    return Room(tuple(info.name for info in s.nodes[:n]), free, s.mig_used[:n].copy(), attrs,
+    return Room(tuple(s.nodes[:n]), s.active[:n].copy(), free, s.mig_used[:n].copy(),
                 (snap.dra_nodes, snap.device_only_nodes, snap.static_mig_nodes, quotas))
 
 
@@ -78,21 +77,24 @@ def freed(before: Room, now: Room) -> bool:
     """Whether ``now`` has room that ``before`` did not (the module docstring's list)."""
     if before.extra != now.extra:
         return True
-    if before.names == now.names:
-        rows_b: Sequence[int] | slice = slice(None)
-        rows_n: Sequence[int] | slice = slice(None)
-    else:
-        at = {name: i for i, name in enumerate(before.names)}
-        if any(name not in at for name in now.names):
-            return True  # a node appeared
-        rows_n = list(range(len(now.names)))
-        rows_b = [at[name] for name in now.names]
-    if np.any(now.free[rows_n] > before.free[rows_b]):
+    if len(before.nodes) == len(now.nodes) and all(
+            a is b for a, b in zip(before.nodes, now.nodes, strict=True)):
+        # the same node records row by row (a snapshot of unchanged Nodes reuses them): the
+        # same names, labels and taints; only the arrays can differ
+        return bool(np.any(now.free > before.free)
+                    or np.any(before.used_mig & ~now.used_mig)
+                    or np.any(before.active != now.active))
+    at = {info.name: i for i, info in enumerate(before.nodes)}
+    if any(info.name not in at for info in now.nodes):
+        return True  # a node appeared
+    rows = [at[info.name] for info in now.nodes]
+    if np.any(now.free > before.free[rows]):
         return True
-    if np.any(before.used_mig[rows_b] & ~now.used_mig[rows_n]):
+    if np.any(before.used_mig[rows] & ~now.used_mig):
         return True  # a MIG slice was released
-    attrs_b = before.attrs if isinstance(rows_b, slice) else [before.attrs[i] for i in rows_b]
-    return any(a != b for a, b in zip(attrs_b, now.attrs, strict=True))
+    return any(bool(before.active[r]) != bool(now.active[i])
+               or before.nodes[r].labels != info.labels or before.nodes[r].taints != info.taints
+               for i, (r, info) in enumerate(zip(rows, now.nodes, strict=True)))
 
 
 def blocked_pods(units: Iterable[PendingUnit], plan: CyclePlan) -> dict[str, Refuse]:

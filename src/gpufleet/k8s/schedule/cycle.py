@@ -363,11 +363,6 @@ def gang_room_input(
     return GangRoomInput(settings, book, usd_per_gpu_h, running, ends, moves)
 
 
-def evicting(snap: Snapshot) -> bool:
-    """Whether a bound pod is still terminating (its room is not free yet)."""
-    return any(p.terminating for p in snap.placed.values())
-
-
 def plan_cycle(
     snap: Snapshot,
     policy: Policy,
@@ -399,7 +394,7 @@ def plan_cycle(
         victims = tag_victims(victims, snap, quota.teams, policy.catalog)
     plan = plan_units(
         snap.state, units, policy, rng, backfill=backfill, now=now,
-        victims=victims, evicting=evicting(snap), quota=q, gang_room=gang_room,
+        victims=victims, evicting=snap.evicting, quota=q, gang_room=gang_room,
         nominated=nominated)
     if blocked_out is not None:
         blocked_out.update(blocked_pods(units, plan))

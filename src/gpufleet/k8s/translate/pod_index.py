@@ -19,7 +19,17 @@ not parsed again.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import (
+    Collection,
+    ItemsView,
+    Iterable,
+    Iterator,
+    Mapping,
+    ValuesView,
+)
+from collections.abc import (
+    Set as AbstractSet,
+)
 from typing import Any
 
 from gpufleet.catalog.gpus import GpuCatalog
@@ -29,13 +39,16 @@ from gpufleet.k8s.translate.pods import PodInfo, pod_info
 LIVE = "live"  # not terminal: everything a snapshot lists
 PENDING = "pending"  # ours, pending: what a cycle plans
 PLACED = "placed"  # not terminal, not pending, on a node: what holds room
+UNANNOTATED = "unannotated"  # placed without our assignment: booked where placement would put it
+TERMINATING = "terminating"  # placed and being deleted: its room is not free yet
 INTERRUPTED = "interrupted"  # an interrupted pod of a controller: its replacement is requeued
 RAN_BEFORE = "ran-before"  # pending after failed runs: requeued
 OWNED = "owned"  # pending, of a controller: requeued when a sibling was interrupted
 CLAIMS = "claims"  # what a DRA world resolves: pods with ResourceClaims
 EXTENDED = "extended"  # and pods with extended resources a DeviceClass may map
 # the groups kept as dicts key → pod (OWNED is kept by controller: ``PodIndex.owned_by``)
-GROUPS = (LIVE, PENDING, PLACED, INTERRUPTED, RAN_BEFORE, CLAIMS, EXTENDED)
+GROUPS = (LIVE, PENDING, PLACED, UNANNOTATED, TERMINATING, INTERRUPTED, RAN_BEFORE, CLAIMS,
+          EXTENDED)
 
 
 def groups_of(info: PodInfo) -> tuple[str, ...]:
@@ -55,6 +68,10 @@ def groups_of(info: PodInfo) -> tuple[str, ...]:
             out.append(OWNED)
     elif info.node_name:
         out.append(PLACED)
+        if info.assignment is None:
+            out.append(UNANNOTATED)
+        if info.terminating:
+            out.append(TERMINATING)
     if info.ours or not info.pending:
         if info.uses_claims:
             out.append(CLAIMS)
@@ -78,12 +95,16 @@ class PodIndex:
         self._rv: dict[str, str] = {}
         self.groups: dict[str, dict[str, PodInfo]] = {g: {} for g in GROUPS}
         self.owned_by: dict[str, dict[str, PodInfo]] = {}
+        # the keys the last update was given (None: it read every object), for what the
+        # snapshot keeps beside the index (its booked pods) to follow the same changes
+        self.touched: Collection[str] | None = None
 
     def update(self, pods: Mapping[str, Mapping[str, Any]], changed: Collection[str] | None,
                catalog: GpuCatalog) -> None:
         """Bring the index to ``pods`` (key → the API's pod; the informer's store) given the
         keys changed since the last update (None: any may have: each object is checked, and a
         parse is re-used only for the same ``resourceVersion``)."""
+        self.touched = changed
         if changed is None:
             self._rebuild(pods, catalog)
             return
@@ -197,6 +218,20 @@ class Overlaid(Mapping[str, PodInfo]):
         for k in self._put:
             if k not in self._base or k in self._gone:
                 yield k
+
+    def values(self) -> ValuesView[PodInfo]:
+        if not self._put and not self._gone:
+            return self._base.values()
+        return ValuesView(self)
+
+    def items(self) -> ItemsView[str, PodInfo]:
+        if not self._put and not self._gone:
+            return self._base.items()
+        return ItemsView(self)
+
+    def changes(self) -> tuple[AbstractSet[str], Mapping[str, PodInfo]]:
+        """The base's keys taken out, and the pods put in (in the order they were put)."""
+        return self._gone, self._put
 
     def __len__(self) -> int:
         if not self._put and not self._gone:

@@ -10,6 +10,7 @@ yet (:mod:`.assume`), laid over the parsed pods.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +32,8 @@ from gpufleet.k8s.translate.pod_index import (
     PENDING,
     PLACED,
     RAN_BEFORE,
+    TERMINATING,
+    UNANNOTATED,
     Overlaid,
     PodIndex,
     groups_of,
@@ -83,6 +86,7 @@ class Snapshot:
     claim_holdings: dict[str, list[tuple[Holding, MigMasks]]] = field(default_factory=dict)
     pending_by_key: Mapping[str, PodInfo] = field(default_factory=dict)
     placed: Mapping[str, PodInfo] = field(default_factory=dict)
+    evicting: bool = False  # a placed pod is terminating: its room is not free yet
     _pending: list[PodInfo] | None = None
 
     @property
@@ -135,8 +139,10 @@ def _reserve(state: FleetState, req: ResourceRequest, node: str, key: str,
 
 @dataclass(slots=True)
 class Accounted:
-    """The last snapshot's nodes with its bound pods booked (:class:`ParseCache`): kept apart
-    from any snapshot (each gets a copy), changed only by the next build's difference."""
+    """The nodes with the index's placed pods booked (:class:`ParseCache`), as the informer
+    shows them (no assumption laid over): kept apart from any snapshot (each gets a copy with
+    the cycle's assumptions booked on it), changed by each build only where the index's pods
+    changed. ``allocations`` is in the index's placed order."""
 
     specs: tuple[NodeSpec, ...]  # the parsed nodes it stands on (identity: the same objects)
     state: FleetState
@@ -150,6 +156,11 @@ class ParseCache:
 
     def __init__(self) -> None:
         self.nodes: dict[str, tuple[str, NodeSpec]] = {}
+        # the Node objects the last build was given (an informer's own, in its order) and
+        # their parses sorted by name: a build given the very same objects (no Node event
+        # since) reuses them rather than looking up each node (1,213 a cycle)
+        self.node_objects: list[Mapping[str, Any]] = []
+        self.node_parse: tuple[list[Mapping[str, Any]], tuple[NodeSpec, ...]] = ([], ())
         self.pods: dict[str, tuple[str, PodInfo]] = {}
         # the pods a snapshot reads, parsed and grouped, moved only as they change
         self.index = PodIndex()
@@ -158,9 +169,11 @@ class ParseCache:
         # Node's resourceVersion, not its spec) copies it instead of adding each node again (a
         # tenth of the controller's samples at 1,213 nodes, py-spy)
         self.fleet: tuple[tuple[NodeSpec, ...], FleetState, frozenset[str]] | None = None
-        # the same nodes with every bound pod's GPUs booked, while the last build booked each
-        # one cleanly (no DRA, no pod without our annotations, nothing unaccounted): booking
-        # 8,335 bound pods anew each cycle was a fifth of the controller's samples (py-spy)
+        # the same nodes with the index's placed pods booked, while each books cleanly (no
+        # DRA claims, no pod without our annotations, no over-commit), brought up to date by
+        # the pods that changed: booking 8,335 bound pods anew each cycle was a fifth of the
+        # controller's samples, and even comparing each with its booking grew a cycle with the
+        # pods running (py-spy, 6,212 bound pods)
         self.accounted: Accounted | None = None
 
     def node(self, obj: Mapping[str, Any], cat: GpuCatalog) -> NodeSpec:
@@ -219,11 +232,24 @@ def build_snapshot(
     and the cycle's cost does not grow with the pods that did not change (None: every pod is
     checked)."""
     cat = catalog or default_gpu_catalog()
+    # the kept booking follows the index's updates: taken now, so a build that fails anywhere
+    # below leaves none behind to be brought up to date from the wrong keys
+    kept = cache.accounted if cache is not None else None
+    if cache is not None:
+        cache.accounted = None
     taints: set[str] = set()
-    node_list = sorted(nodes, key=lambda n: n["metadata"]["name"])
+    given = nodes if isinstance(nodes, list) else list(nodes)
+    if cache is not None and len(given) == len(cache.node_objects) and all(
+            map(operator.is_, given, cache.node_objects)):
+        node_list, specs = cache.node_parse  # the very same Node objects: nothing changed
+    else:
+        node_list = sorted(given, key=lambda n: n["metadata"]["name"])
+        specs = tuple(cache.node(n, cat) if cache is not None else node_spec(n, cat)
+                      for n in node_list)
+        if cache is not None:
+            cache.prune({n["metadata"]["name"] for n in node_list})
+            cache.node_objects, cache.node_parse = list(given), (node_list, specs)
     device_only: set[str] = set()
-    specs = tuple(cache.node(n, cat) if cache is not None else node_spec(n, cat)
-                  for n in node_list)
     # (ResourceSlices rewrite their nodes' specs each cycle: no reuse while any are served)
     reuse = cache is not None and (dra is None or not dra.devices)
     last = cache.fleet if cache is not None else None
@@ -248,8 +274,6 @@ def build_snapshot(
         index.update(pods, changed, cat)
     else:
         index.update(pods_by_key(pods), None, cat)
-    if cache is not None:
-        cache.prune({n["metadata"]["name"] for n in node_list})
     # the pods this cycle sees otherwise than parsed: the assume cache's (after the parse: an
     # assumption is not a resourceVersion), then the DRA world's resolution of claims
     overlay = assumed.overlay_on(index.infos) if assumed is not None else None
@@ -285,23 +309,30 @@ def build_snapshot(
             if got is not info:
                 groups.put(got)
     snap.pods, snap.pending_by_key, snap.placed = groups.live, groups.pending, groups.placed
-    bound: list[PodInfo] = []
-    later: list[PodInfo] = []
-    for info in groups.placed.values():
-        (bound if info.assignment is not None else later).append(info)
+    gone, put = groups.placed.changes()
+    snap.evicting = any(i.terminating for i in put.values()) or any(
+        k not in gone and k not in put for k in index[TERMINATING])
     # a DRA world with no devices and no claims (an API that serves resource.k8s.io to a
     # cluster that uses the device plugin) books nothing of its own: the pods' bookings can
     # be carried over as without one
     plain = reuse and (dra is None or not dra.claims)
-    base = cache.accounted if cache is not None and plain else None
-    if cache is not None:
-        cache.accounted = None  # taken (or stale): set again below when this build is clean
-    if base is not None and not later and len(base.specs) == len(specs) and all(
-            a is b for a, b in zip(base.specs, specs, strict=True)) and _rebook(
-            base, bound, cat):
-        snap.state = base.state.copy()
-        snap.allocations = {i.key: base.allocations[i.key] for i in bound}
-    else:
+    base = None
+    if cache is not None and plain and not index[UNANNOTATED]:
+        same_nodes = kept is not None and len(kept.specs) == len(specs) and all(
+            a is b for a, b in zip(kept.specs, specs, strict=True))
+        if kept is not None and same_nodes:
+            base = kept if _rebook(kept, index[PLACED], index.touched, cat) else None
+        else:
+            base = Accounted(specs, state.copy(), {})
+            base = base if _rebook(base, index[PLACED], None, cat) else None
+    booked = _overlaid(base, groups.placed, cat) if base is not None else None
+    if booked is not None:
+        snap.state, snap.allocations = booked
+    else:  # the full booking: every placed pod, as this cycle sees it, in order
+        bound: list[PodInfo] = []
+        later: list[PodInfo] = []
+        for info in groups.placed.values():
+            (bound if info.assignment is not None else later).append(info)
         if shared:
             snap.state = state.copy()
         for info in bound:
@@ -310,9 +341,6 @@ def build_snapshot(
             _book_claims(snap, dra, cat)
         for info in later:  # pods without our annotations fill what the annotated ones left
             _account(snap, info, None, cat)
-        base = None
-        if cache is not None and plain and not later and not snap.unaccounted:
-            base = Accounted(specs, snap.state.copy(), dict(snap.allocations))
     if cache is not None and base is not None:
         cache.accounted = base
     if dra is not None:
@@ -372,33 +400,78 @@ def _whole_gpus_of_mig_nodes(snap: Snapshot, dra: DraWorld, cat: GpuCatalog) -> 
             snap.pending_by_key = {**snap.pending_by_key, info.key: info}
 
 
-def _rebook(base: Accounted, bound: list[PodInfo], cat: GpuCatalog) -> bool:
-    """Bring ``base`` to ``bound`` (pods with our annotations, all on ``base``'s nodes) by
-    releasing the bookings that went or changed and booking the new ones: the same arrays a
-    fresh build gives (sums and disjoint MIG masks do not depend on order; only the rows'
-    change counters differ, and nothing compares those across states). False when a booking
-    does not fit as written (:func:`_book`, the full build's own booking) — ``base`` is then
-    half-changed and must be dropped: the caller rebuilds from scratch, which books the
-    over-commit as it always has."""
+def _rebook(base: Accounted, placed: Mapping[str, PodInfo], keys: Collection[str] | None,
+            cat: GpuCatalog) -> bool:
+    """Bring ``base`` to ``placed`` (the index's placed pods, every one with our assignment and
+    on ``base``'s nodes) by releasing the bookings of the ``keys`` that went or changed and
+    booking the new ones (None: every key of either): the same arrays a full booking gives
+    (sums and disjoint MIG masks do not depend on order; only the rows' change counters
+    differ, and nothing compares those across states), and ``allocations`` in ``placed``'s
+    order. False when a booking does not fit as written (:func:`_book`, the full booking's
+    own) — ``base`` is then half-changed and must be dropped: the caller books in full, which
+    books the over-commit as it always has."""
     state, held = base.state, base.allocations
-    want: dict[str, PodInfo] = {i.key: i for i in bound}
-    # the same parsed pod (the parse cache hands back the same object for an unchanged pod)
-    # is the same booking: field-by-field comparison only for the pods that were re-parsed
-    for key in [k for k, a in held.items() if (i := want.get(k)) is not a.pod and (
-            i is None or i.assignment != a.bind or (i.request or _NOTHING) != a.request)]:
-        gone = held.pop(key)
-        state.release(gone.request, gone.bind, gone.masks)
-    for key, info in want.items():
-        kept = held.get(key)
-        if kept is not None:
-            if kept.pod is not info:
-                held[key] = Allocation(info, kept.request, kept.bind, kept.masks)
+    if keys is None:
+        keys = [*held, *(k for k in placed if k not in held)]
+    new: list[tuple[str, PodInfo]] = []
+    for key in keys:  # every release first: a booking may take what another pod left
+        info = placed.get(key)
+        a = held.get(key)
+        if a is not None and a.pod is info:  # the parse cache's same object: the same booking
             continue
+        if a is not None and info is not None and info.assignment == a.bind and (
+                info.request or _NOTHING) == a.request:
+            held[key] = Allocation(info, a.request, a.bind, a.masks)
+            continue
+        if a is not None:
+            del held[key]
+            state.release(a.request, a.bind, a.masks)
+        if info is not None:
+            new.append((key, info))
+    for key, info in new:
+        if info.assignment is None:
+            return False
         booked = _book(state, info, info.assignment, cat)
         if isinstance(booked, str):
             return False
         held[key] = booked
+    if len(held) != len(placed) or list(held) != list(placed):  # a rebooked pod went last
+        base.allocations = {k: held[k] for k in placed}
     return True
+
+
+def _overlaid(base: Accounted, view: Overlaid,
+              cat: GpuCatalog) -> tuple[FleetState, dict[str, Allocation]] | None:
+    """``base`` as this cycle sees its placed pods (``view``: the index's, with the assumed or
+    resolved pods put in or taken out), on a copy: the state and the allocations in
+    ``view``'s order, as the full booking gives them; None when a pod put in has no
+    assignment of ours or does not fit as written (the caller books in full)."""
+    state = base.state.copy()
+    allocations = dict(base.allocations)
+    gone, put = view.changes()
+    for key in gone:
+        if (a := allocations.pop(key, None)) is not None:
+            state.release(a.request, a.bind, a.masks)
+    new: list[tuple[str, PodInfo]] = []
+    for key, info in put.items():
+        a = allocations.get(key)
+        if a is not None and a.pod is info:
+            continue
+        if a is not None and info.assignment == a.bind and (
+                info.request or _NOTHING) == a.request:
+            allocations[key] = Allocation(info, a.request, a.bind, a.masks)
+            continue
+        if a is not None:  # booked again in place below (the view keeps its place)
+            state.release(a.request, a.bind, a.masks)
+        new.append((key, info))
+    for key, info in new:
+        if info.assignment is None:
+            return None
+        booked = _book(state, info, info.assignment, cat)
+        if isinstance(booked, str):
+            return None
+        allocations[key] = booked
+    return state, allocations
 
 
 def _book_claims(snap: Snapshot, dra: DraWorld, cat: GpuCatalog) -> None:
