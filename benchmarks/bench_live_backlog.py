@@ -7,7 +7,8 @@ CSV such as ``../shared/data/openb/openb_node_list_gpu_node.csv``: the 1,213-nod
 ``gpufleet bench k8s-packing``) and ``gpufleet controller`` as its own process (as
 ``gpufleet bench k8s-packing`` starts it: its CPU is its own). Then:
 
-1. *fill*: one 1-GPU pod per GPU (every GPU taken), until all are bound;
+1. *fill*: one 1-GPU pod per GPU (every GPU taken), until all are bound and Running (KWOK's
+   status writes done: the stream is not timed against them, whatever the backlog);
 2. *backlog*: N pods asking 2 GPUs each, created by 16 threads; the run waits until every one
    is marked ``PodScheduled=False`` (the controller wrote its refusal);
 3. *free room*: one filler deleted on each of ``--new`` nodes (one GPU free there, never two
@@ -143,6 +144,10 @@ def run_one(nodes: Sequence[GpuNodeSpec], backlog: int, new: int, interval_s: fl
             log(f"N={backlog}: filling {gpus} GPUs")
             create_all(fill, FILL)
             wait_until("the fillers bound", lambda: all(n in watch.bound_at for n in fill),
+                       300 + gpus / 10)
+            # and Running: KWOK's status writes for thousands of pods are a stream of watch
+            # events the controller answers; the stream is not timed against them
+            wait_until("the fillers Running", lambda: all(n in watch.running for n in fill),
                        300 + gpus / 10)
             names = [f"backlog-{i:05d}" for i in range(backlog)]
             t0 = time.monotonic()

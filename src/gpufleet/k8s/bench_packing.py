@@ -150,12 +150,14 @@ def pod_manifest(name: str, req: ResourceRequest, scheduler: str,
 
 
 class PodWatch:
-    """Client-side clock of when each pod was first seen bound or refused."""
+    """Client-side clock of when each pod was first seen bound or refused; and the pods seen
+    Running."""
 
     def __init__(self, core: Any, namespace: str) -> None:
         self.core, self.ns = core, namespace
         self.bound_at: dict[str, float] = {}
         self.refused: set[str] = set()
+        self.running: set[str] = set()
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
@@ -179,6 +181,8 @@ class PodWatch:
                 name = obj["metadata"]["name"]
                 if obj["spec"].get("nodeName"):
                     self.bound_at.setdefault(name, time.monotonic())
+                    if (obj.get("status") or {}).get("phase") == "Running":
+                        self.running.add(name)
                 elif any(c.get("type") == "PodScheduled" and c.get("status") == "False"
                          for c in obj.get("status", {}).get("conditions") or ()):
                     self.refused.add(name)
