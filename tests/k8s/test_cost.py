@@ -136,3 +136,17 @@ def test_the_collector_exports_only_while_leading() -> None:
     ) == pytest.approx(float(CAT["g4dn.12xlarge"].usd_per_hour))
     leading[0] = False
     assert not list(reg.collect())
+
+
+def test_the_parses_of_pods_and_nodes_no_longer_listed_are_dropped() -> None:
+    """The collector keeps each listed object's parse for the next scrape, and only those: a
+    controller that runs for months sees every pod the cluster ever ran."""
+    fleet = LiveFleet(PriceBook(CAT))
+    nodes = [node("n1", "p4d.24xlarge", "on-demand", T0), node("n2", "g5.xlarge", "spot", T0)]
+    pods = [pod(f"p{i}", "team", "n1", "1", T0) for i in range(3)]
+    for i, o in enumerate([*nodes, *pods]):
+        o["metadata"]["resourceVersion"] = str(i + 1)
+    fleet.snapshot(nodes, pods, T0 + 60)
+    assert len(fleet._cache.pods) == 3 and len(fleet._cache.nodes) == 2
+    fleet.snapshot(nodes[:1], pods[1:], T0 + 120)
+    assert set(fleet._cache.pods) == {"team/p1", "team/p2"} and set(fleet._cache.nodes) == {"n1"}

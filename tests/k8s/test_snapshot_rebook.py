@@ -233,3 +233,18 @@ def test_the_same_node_objects_are_not_parsed_again_and_a_replaced_one_is() -> N
     assert cache.node_parse is not parsed
     assert got.state.nodes[got.state.index["a"]].labels.get("pool") == "x"
     same(got, build_snapshot([relabelled, *NODES[1:]], []))
+
+
+def test_a_pod_made_anew_under_a_placed_name_goes_last_as_in_the_index() -> None:
+    """Deleted, recreated and bound between two cycles (one changed key, a new uid): the
+    index puts the new pod last, and so does the kept booking."""
+    store = {f"ns/{p['metadata']['name']}": p for p in
+             (bound("x", "a", "0"), bound("z", "a", "1"), bound("y", "b", "0"))}
+    cache = ParseCache()
+    build_snapshot(NODES, store, cache=cache, changed=None)
+    store["ns/z"] = bound("z", "b", "1", rv="2", uid="z2")
+    got = build_snapshot(NODES, store, cache=cache, changed={"ns/z"})
+    assert cache.accounted is not None
+    assert list(got.allocations) == list(got.placed) == ["ns/x", "ns/y", "ns/z"]
+    assert list(cache.accounted.allocations) == ["ns/x", "ns/y", "ns/z"]
+    same(got, build_snapshot(NODES, [store[k] for k in ("ns/x", "ns/y", "ns/z")]))

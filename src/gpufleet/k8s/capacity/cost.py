@@ -226,6 +226,11 @@ class LiveFleet:
             rate[info.namespace] += seen.price * share
             self._pod_live[info.uid] = (
                 info.namespace, seen.price * share * max(0.0, now - start) / 3600.0)
+        # the parses of objects no longer listed go: a long-lived controller sees every pod the
+        # cluster ever ran
+        self._cache.prune({n["metadata"]["name"] for n in nodes},
+                          {f"{p['metadata'].get('namespace')}/{p['metadata'].get('name')}"
+                           for p in pods})
         for gone in [u for u in self._pod_live if u not in live_pods]:
             ns, dollars = self._pod_live.pop(gone)
             self._pod_closed[ns] += dollars

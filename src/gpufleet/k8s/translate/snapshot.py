@@ -403,39 +403,19 @@ def _whole_gpus_of_mig_nodes(snap: Snapshot, dra: DraWorld, cat: GpuCatalog) -> 
 def _rebook(base: Accounted, placed: Mapping[str, PodInfo], keys: Collection[str] | None,
             cat: GpuCatalog) -> bool:
     """Bring ``base`` to ``placed`` (the index's placed pods, every one with our assignment and
-    on ``base``'s nodes) by releasing the bookings of the ``keys`` that went or changed and
-    booking the new ones (None: every key of either): the same arrays a full booking gives
-    (sums and disjoint MIG masks do not depend on order; only the rows' change counters
-    differ, and nothing compares those across states), and ``allocations`` in ``placed``'s
-    order. False when a booking does not fit as written (:func:`_book`, the full booking's
-    own) — ``base`` is then half-changed and must be dropped: the caller books in full, which
-    books the over-commit as it always has."""
-    state, held = base.state, base.allocations
+    on ``base``'s nodes), looking only at the ``keys`` that may have changed (None: every key
+    of either; :func:`_move`): the same arrays a full booking gives (sums and disjoint MIG
+    masks do not depend on order; only the rows' change counters differ, and nothing compares
+    those across states), and ``allocations`` in ``placed``'s order. False when a booking
+    does not fit as written (:func:`_book`, the full booking's own) — ``base`` is then
+    half-changed and must be dropped: the caller books in full, which books the over-commit as
+    it always has."""
     if keys is None:
-        keys = [*held, *(k for k in placed if k not in held)]
-    new: list[tuple[str, PodInfo]] = []
-    for key in keys:  # every release first: a booking may take what another pod left
-        info = placed.get(key)
-        a = held.get(key)
-        if a is not None and a.pod is info:  # the parse cache's same object: the same booking
-            continue
-        if a is not None and info is not None and info.assignment == a.bind and (
-                info.request or _NOTHING) == a.request:
-            held[key] = Allocation(info, a.request, a.bind, a.masks)
-            continue
-        if a is not None:
-            del held[key]
-            state.release(a.request, a.bind, a.masks)
-        if info is not None:
-            new.append((key, info))
-    for key, info in new:
-        if info.assignment is None:
-            return False
-        booked = _book(state, info, info.assignment, cat)
-        if isinstance(booked, str):
-            return False
-        held[key] = booked
-    if len(held) != len(placed) or list(held) != list(placed):  # a rebooked pod went last
+        keys = [*base.allocations, *(k for k in placed if k not in base.allocations)]
+    if not _move(base.state, base.allocations, ((k, placed.get(k)) for k in keys), cat):
+        return False
+    held = base.allocations
+    if len(held) != len(placed) or list(held) != list(placed):  # a pod made anew goes last
         base.allocations = {k: held[k] for k in placed}
     return True
 
@@ -446,32 +426,44 @@ def _overlaid(base: Accounted, view: Overlaid,
     resolved pods put in or taken out), on a copy: the state and the allocations in
     ``view``'s order, as the full booking gives them; None when a pod put in has no
     assignment of ours or does not fit as written (the caller books in full)."""
-    state = base.state.copy()
-    allocations = dict(base.allocations)
+    state, allocations = base.state.copy(), dict(base.allocations)
     gone, put = view.changes()
-    for key in gone:
-        if (a := allocations.pop(key, None)) is not None:
-            state.release(a.request, a.bind, a.masks)
+    if not _move(state, allocations, [*((k, None) for k in gone), *put.items()], cat):
+        return None
+    return state, allocations
+
+
+def _move(state: FleetState, held: dict[str, Allocation],
+          changes: Iterable[tuple[str, PodInfo | None]], cat: GpuCatalog) -> bool:
+    """Bring the bookings ``held`` on ``state`` to ``changes`` (each key with its pod as it is
+    now, None: gone): a pod booked as before is kept (re-pointed at its new parse), a changed
+    one released and booked again in its place, a gone one released and dropped, a new one
+    booked last. Every release comes first: a booking may take what another pod left. False
+    when a pod has no assignment of ours or does not fit as written (``state`` and ``held``
+    are then half-changed)."""
     new: list[tuple[str, PodInfo]] = []
-    for key, info in put.items():
-        a = allocations.get(key)
-        if a is not None and a.pod is info:
-            continue
-        if a is not None and info.assignment == a.bind and (
-                info.request or _NOTHING) == a.request:
-            allocations[key] = Allocation(info, a.request, a.bind, a.masks)
-            continue
-        if a is not None:  # booked again in place below (the view keeps its place)
+    for key, info in changes:
+        a = held.get(key)
+        if a is not None:
+            if a.pod is info:  # the parse cache's same object: the same booking
+                continue
+            if info is not None and info.assignment == a.bind and (
+                    info.request or _NOTHING) == a.request:
+                held[key] = Allocation(info, a.request, a.bind, a.masks)
+                continue
             state.release(a.request, a.bind, a.masks)
-        new.append((key, info))
+            if info is None:
+                del held[key]
+        if info is not None:
+            new.append((key, info))
     for key, info in new:
         if info.assignment is None:
-            return None
+            return False
         booked = _book(state, info, info.assignment, cat)
         if isinstance(booked, str):
-            return None
-        allocations[key] = booked
-    return state, allocations
+            return False
+        held[key] = booked
+    return True
 
 
 def _book_claims(snap: Snapshot, dra: DraWorld, cat: GpuCatalog) -> None:
