@@ -36,7 +36,6 @@ capacity controller's applier when there is one, else deleting the Node object.
 from __future__ import annotations
 
 import logging
-import operator
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
@@ -52,6 +51,7 @@ from gpufleet.k8s.disruption.recovery_clock import RecoveryClock
 from gpufleet.k8s.schedule.apply import ApiErrors, Applier
 from gpufleet.k8s.schedule.telemetry import ControllerMetrics
 from gpufleet.k8s.translate.pods import finished, pod_key, stays_on_drain
+from gpufleet.k8s.translate.snapshot import same_objects
 from gpufleet.k8s.watch.connections import release
 from gpufleet.provisioning.disruption.command import cause_of
 
@@ -210,7 +210,7 @@ class Drainer:
               evicting: AbstractSet[str] = frozenset()) -> list[str]:
         """One pass over the marked Nodes; returns the keys of the pods evicted now
         (``assumed_on``/``evicting``: see :func:`plan_drain`)."""
-        if len(nodes) != len(self._seen) or not all(map(operator.is_, nodes, self._seen)):
+        if not same_objects(nodes, self._seen):
             # the marks change only with a Node's object: read again after a Node event
             self._seen, self._marks = list(nodes), node_marks(nodes)
         plan = plan_drain(nodes, pods, now, self.default_drain_s, assumed_on, evicting,

@@ -46,7 +46,7 @@ from gpufleet.control.cycle import CyclePlan, PendingUnit
 from gpufleet.control.pending import unit_shape
 from gpufleet.decisions import Refuse
 from gpufleet.k8s.translate.pods import PodInfo
-from gpufleet.k8s.translate.snapshot import Snapshot
+from gpufleet.k8s.translate.snapshot import Snapshot, same_objects
 from gpufleet.state import NodeInfo
 
 
@@ -77,8 +77,7 @@ def freed(before: Room, now: Room) -> bool:
     """Whether ``now`` has room that ``before`` did not (the module docstring's list)."""
     if before.extra != now.extra:
         return True
-    if len(before.nodes) == len(now.nodes) and all(
-            a is b for a, b in zip(before.nodes, now.nodes, strict=True)):
+    if same_objects(before.nodes, now.nodes):
         # the same node records row by row (a snapshot of unchanged Nodes reuses them): the
         # same names, labels and taints; only the arrays can differ
         return bool(np.any(now.free > before.free)

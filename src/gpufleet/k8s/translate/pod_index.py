@@ -27,9 +27,7 @@ from collections.abc import (
     Mapping,
     ValuesView,
 )
-from collections.abc import (
-    Set as AbstractSet,
-)
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from gpufleet.catalog.gpus import GpuCatalog

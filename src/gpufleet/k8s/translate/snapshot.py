@@ -11,7 +11,7 @@ yet (:mod:`.assume`), laid over the parsed pods.
 from __future__ import annotations
 
 import operator
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +46,13 @@ from gpufleet.placement.view import pod_view
 from gpufleet.state import GPU_MILLI, FleetState, ResourceRequest
 
 MigMasks = tuple[tuple[int, int, int], ...]
+
+
+def same_objects(a: Sequence[object], b: Sequence[object]) -> bool:
+    """Whether ``a`` and ``b`` hold the very same objects in the same order: an informer
+    replaces an object on each event and the parse cache hands back the same parse for an
+    unchanged one, so this is "nothing changed", at an identity test per object."""
+    return len(a) == len(b) and all(map(operator.is_, a, b))
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,8 +246,7 @@ def build_snapshot(
         cache.accounted = None
     taints: set[str] = set()
     given = nodes if isinstance(nodes, list) else list(nodes)
-    if cache is not None and len(given) == len(cache.node_objects) and all(
-            map(operator.is_, given, cache.node_objects)):
+    if cache is not None and same_objects(given, cache.node_objects):
         node_list, specs = cache.node_parse  # the very same Node objects: nothing changed
     else:
         node_list = sorted(given, key=lambda n: n["metadata"]["name"])
@@ -253,8 +259,7 @@ def build_snapshot(
     # (ResourceSlices rewrite their nodes' specs each cycle: no reuse while any are served)
     reuse = cache is not None and (dra is None or not dra.devices)
     last = cache.fleet if cache is not None else None
-    if reuse and last is not None and len(last[0]) == len(specs) and all(
-            a is b for a, b in zip(last[0], specs, strict=True)):
+    if reuse and last is not None and same_objects(last[0], specs):
         state, taints = last[1], set(last[2])  # the cache's own: copied before it is booked
         shared = True
     else:
@@ -318,9 +323,7 @@ def build_snapshot(
     plain = reuse and (dra is None or not dra.claims)
     base = None
     if cache is not None and plain and not index[UNANNOTATED]:
-        same_nodes = kept is not None and len(kept.specs) == len(specs) and all(
-            a is b for a, b in zip(kept.specs, specs, strict=True))
-        if kept is not None and same_nodes:
+        if kept is not None and same_objects(kept.specs, specs):
             base = kept if _rebook(kept, index[PLACED], index.touched, cat) else None
         else:
             base = Accounted(specs, state.copy(), {})
