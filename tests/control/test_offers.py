@@ -5,11 +5,14 @@ Types from the catalog: p3.2xlarge (1 V100, not MIG-capable) and p4d.24xlarge (8
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import pytest
 
 from gpufleet.catalog.instances import default_instance_catalog
-from gpufleet.control.offers import mig_capable, next_on_demand_zone, offer_list
+from gpufleet.control.offers import OfferBook, mig_capable, next_on_demand_zone, offer_list
 from gpufleet.decisions import CapacityType
+from gpufleet.market.bidding import ZoneMarket
 
 CAT = default_instance_catalog()
 P3 = CAT["p3.2xlarge"]
@@ -66,3 +69,38 @@ def test_offer_list(name: str, types: list, od: dict, spot: dict, mig: bool,
 
 def test_mig_capable_follows_the_gpu_catalog() -> None:
     assert mig_capable(P4D) and not mig_capable(P3)
+
+
+class _CountingMarket:
+    """A spot market view whose answers change with its 600 s step, counting the reads."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    def tick_key(self, t: float) -> int:
+        return int(t // 600.0)
+
+    def zones(self, instance_type: str) -> list[str]:
+        return ["us-east-1a"] if instance_type == P3.name else []
+
+    def markets(self, instance_type: str, t: float) -> list[ZoneMarket]:
+        self.reads += 1
+        price = Decimal("0.9") + self.tick_key(t)
+        return [ZoneMarket("us-east-1a", Decimal("3.06"), (price,) * 10, (1,) * 96)]
+
+
+@pytest.mark.parametrize(("times", "reads", "price"), [
+    ((0.0, 10.0, 599.0), 1, "0.9"),  # one market step: read once, the same answer
+    ((0.0, 600.0), 2, "1.9"),  # a new step: read again, its own answer
+    ((0.0, 600.0, 0.0), 3, "0.9"),  # back to an older step: read again (only the last kept)
+])
+def test_markets_are_read_once_per_market_step(times: tuple[float, ...], reads: int,
+                                               price: str) -> None:
+    """``OfferBook.markets`` per spot-offered type (p4d has no zone here), kept while the
+    market's ``tick_key`` is the same: answers at equal keys are equal."""
+    m = _CountingMarket()
+    book = OfferBook({P3.name: P3, P4D.name: P4D}, m, mig=False)
+    got = [book.markets(t) for t in times]
+    assert m.reads == reads
+    assert list(got[-1]) == [P3.name]
+    assert got[-1][P3.name][0].price_history[0] == Decimal(price)

@@ -225,7 +225,7 @@ def test_judge_swap_asks_scale_up_only_when_the_move_could_pay(
 @pytest.mark.parametrize(("order", "anywhere", "asked", "want"), [
     ("abc", False, "", None),  # the strategy bids nowhere: no candidate is walked
     ("abc", True, "ab", "b"),  # it bids somewhere: the walk as ever (b pays)
-    ("", True, "", None),  # no candidate: the market is not even asked
+    ("", True, "", None),  # no candidate: none judged
 ])
 def test_first_swap_walks_no_candidate_when_the_strategy_bids_nowhere(
         order: str, anywhere: bool, asked: str, want: str | None) -> None:
@@ -240,6 +240,11 @@ def test_first_swap_walks_no_candidate_when_the_strategy_bids_nowhere(
         judged.append(name)
         return [Terminate(name, REASON)] if name == "b" else None
 
-    got = first_swap(list(order), lambda _: True, judge, CFG, spot_anywhere)
-    assert "".join(judged) == asked and calls == (["bids"] if order else [])
+    def candidates() -> list[str]:
+        calls.append("order")
+        return list(order)
+
+    got = first_swap(candidates, lambda _: True, judge, CFG, spot_anywhere)
+    # the market first: the candidates (a walk over every node) only where it bids
+    assert "".join(judged) == asked and calls == (["bids", "order"] if anywhere else ["bids"])
     assert (got is None if want is None else got == [Terminate(want, REASON)])

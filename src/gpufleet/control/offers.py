@@ -86,6 +86,8 @@ class OfferBook:
         self._od_nodes: Counter[tuple[str, str]] = Counter()  # on-demand nodes per (type, zone)
         self._version = 0
         self._cache: tuple[tuple[Hashable, int], list[Offer]] | None = None
+        # the last ``markets`` answer and the market step it is for (read-only to callers)
+        self._markets: tuple[Hashable, dict[str, list[ZoneMarket]]] | None = None
         self._shapes: dict[tuple[str, bool], NodeShape] = {}
 
     def on_demand_added(self, instance_type: str, zone: str) -> None:
@@ -137,4 +139,9 @@ class OfferBook:
         m = self.market
         if m is None:
             return {}
-        return {name: m.markets(name, now) for name in self.types if m.zones(name)}
+        key = m.tick_key(now)  # answers at equal keys are equal (``SpotMarketView.tick_key``)
+        if self._markets is not None and self._markets[0] == key:
+            return self._markets[1]
+        out = {name: m.markets(name, now) for name in self.types if m.zones(name)}
+        self._markets = (key, out)
+        return out

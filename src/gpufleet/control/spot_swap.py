@@ -132,7 +132,7 @@ def swap_order(
 
 
 def first_swap(
-    order: Sequence[str], movable: Callable[[str], bool],
+    order: Sequence[str] | Callable[[], Sequence[str]], movable: Callable[[str], bool],
     judge: Callable[[str], list[Decision] | None], cfg: SwapSettings,
     spot_anywhere: Callable[[], bool] | None = None,
 ) -> list[Decision] | None:
@@ -142,11 +142,14 @@ def first_swap(
 
     ``spot_anywhere`` (where the driver asks it: the strategy would launch spot somewhere
     now, ``market.bidding.bids_anywhere``): False → no walk, as no plan could be all spot
-    and so no judge could swap; it never changes the answer."""
-    if not order or (spot_anywhere is not None and not spot_anywhere()):
+    and so no judge could swap; it never changes the answer. It is asked first: ``order``
+    may be what works the candidates out (a walk over every node), then asked only when the
+    strategy bids somewhere."""
+    if spot_anywhere is not None and not spot_anywhere():
         return None
+    names = order() if callable(order) else order
     tries = 0
-    for name in order:
+    for name in names:
         if not movable(name):
             continue
         tries += 1
@@ -159,8 +162,9 @@ def first_swap(
 
 
 def swap_owed(
-    order: Sequence[str], movable: Callable[[str], bool], node_of: Callable[[str], SwapNode],
-    cfg: SwapSettings, spot_anywhere: Callable[[], bool] | None = None,
+    order: Sequence[str] | Callable[[], Sequence[str]], movable: Callable[[str], bool],
+    node_of: Callable[[str], SwapNode], cfg: SwapSettings,
+    spot_anywhere: Callable[[], bool] | None = None,
 ) -> bool:
     """Whether a look that ``swap_look`` put off to the next cycle could have swapped:
     ``first_swap``'s walk with the judge's first step alone (``may_pay``: some candidate whose

@@ -232,14 +232,19 @@ class SimAutoscaler:
         return True
 
     def _swap_inputs(self, cfg: SwapSettings) -> tuple[
-            list[str], Callable[[str], bool],
+            Callable[[], list[str]], Callable[[str], bool],
             Callable[[str], tuple[SwapNode, list[tuple[JobRun, float]]]]]:
-        """What ``control.spot_swap`` walks: the candidates in order, whether a node's pods
-        may all move, and a node as the rule reads it (with its jobs and their work done)."""
+        """What ``control.spot_swap`` walks: what orders the candidates (a walk over every
+        live node, made only when the rule walks), whether a node's pods may all move, and a
+        node as the rule reads it (with its jobs and their work done)."""
         now = self.now
         nodes = self.cloud.nodes
-        order = swap_order([(n.name, n.ready_s, n.usd_per_hour) for n in self.cloud.live.values()
-                            if n.state == "ready" and not n.spot and n.jobs], now, cfg)
+        live = self.cloud.live
+
+        def order() -> list[str]:
+            return swap_order([(n.name, n.ready_s, n.usd_per_hour) for n in live.values()
+                               if n.state == "ready" and not n.spot and n.jobs], now, cfg)
+
         guards = self.ctl.guards
 
         def movable(name: str) -> bool:
