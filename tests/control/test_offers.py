@@ -83,6 +83,9 @@ class _CountingMarket:
     def zones(self, instance_type: str) -> list[str]:
         return ["us-east-1a"] if instance_type == P3.name else []
 
+    def best_price(self, instance_type: str, t: float) -> float | None:
+        return 0.9 + self.tick_key(t) if instance_type == P3.name else None
+
     def markets(self, instance_type: str, t: float) -> list[ZoneMarket]:
         self.reads += 1
         price = Decimal("0.9") + self.tick_key(t)
@@ -104,3 +107,19 @@ def test_markets_are_read_once_per_market_step(times: tuple[float, ...], reads: 
     assert m.reads == reads
     assert list(got[-1]) == [P3.name]
     assert got[-1][P3.name][0].price_history[0] == Decimal(price)
+
+
+def test_price_scores_go_with_the_offer_list_they_were_worked_out_on() -> None:
+    """``OfferBook.price_scores`` is kept while ``offers`` answers with the same list: within
+    a market step it is the same dict; a new step, or an on-demand node added (the on-demand
+    zone moves), makes a new list and an empty dict."""
+    m = _CountingMarket()
+    book = OfferBook({P3.name: P3}, m, mig=False)
+    prices = book.price_scores(0.0)
+    prices[("k",)] = ([], 0.0)
+    assert book.price_scores(10.0) is prices and book.offers(10.0) is book.offers(0.0)
+    assert book.price_scores(600.0) == {}
+    again = book.price_scores(600.0)
+    again[("k",)] = ([], 0.0)
+    book.on_demand_added(P3.name, "us-east-1a")
+    assert book.price_scores(600.0) == {}

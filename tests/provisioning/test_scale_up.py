@@ -182,3 +182,36 @@ def test_a_capped_pod_launches_and_is_absorbed_only_within_its_cap() -> None:
     # a cap no offer meets: nothing to launch, and scale-up says so
     reply = pol.plan([replace(pod(8, spot=False), max_node_gpus=4)], OFFERS)
     assert reply.launches == () and [u.job_id for u in reply.unprovisioned] == ["j"]
+
+
+def test_price_scores_kept_per_group_give_the_plans_worked_out_afresh() -> None:
+    """``prices`` keeps ``price_scores`` per (requests, spot ok, spot only, node cap) on one
+    offer list: each group below is planned twice with it (the second time from what the first
+    kept) and once without, to the same launches; groups that differ in any of the four get an
+    entry each, and two equal groups share one."""
+    from gpufleet.provisioning.scale_up import PriceScores, price_scores
+
+    pol = ScaleUpPolicy()
+    mk = markets({"us-east-1a": 0.918})
+    groups = [
+        [pod()] * 3,
+        [pod(spot=False)] * 3,  # spot ok differs: on-demand only
+        [replace(pod(), spot_only=True)] * 3,
+        [capped(2)],
+        [pod(2)],
+        [pod()] * 3,  # equal to the first: its entry
+    ]
+    prices: PriceScores = {}
+    for members in groups:
+        for _ in range(2):
+            got = pol.launch_group(members, OFFERS, mk, get_spot_strategy(), None, prices)
+            assert got == pol.launch_group(members, OFFERS, mk, get_spot_strategy())
+        key = (tuple(p.request for p in members), members[0].spot_ok, members[0].spot_only,
+               members[0].max_node_gpus)
+        assert prices[key] == price_scores(members, OFFERS)
+    assert len(prices) == 5
+    # the spot group's launch is spot; the on-demand one's is on-demand: the keys kept apart
+    spot, od = (pol.launch_group(g, OFFERS, mk, get_spot_strategy(), None, prices)[0]
+                for g in groups[:2])
+    assert {x.capacity_type for x in spot} == {CapacityType.SPOT}
+    assert {x.capacity_type for x in od} == {CapacityType.ON_DEMAND}

@@ -26,7 +26,7 @@ from gpufleet.catalog.instances import InstanceType
 from gpufleet.decisions import CapacityType
 from gpufleet.market.bidding import ZoneMarket
 from gpufleet.market.view import SpotMarketView
-from gpufleet.provisioning import NodeShape, Offer, on_demand_zone
+from gpufleet.provisioning import NodeShape, Offer, PriceScores, on_demand_zone
 
 
 def mig_capable(it: InstanceType) -> bool:
@@ -86,6 +86,7 @@ class OfferBook:
         self._od_nodes: Counter[tuple[str, str]] = Counter()  # on-demand nodes per (type, zone)
         self._version = 0
         self._cache: tuple[tuple[Hashable, int], list[Offer]] | None = None
+        self._prices: PriceScores = {}  # price scores on the cached offers
         # the last ``markets`` answer and the market step it is for (read-only to callers)
         self._markets: tuple[Hashable, dict[str, list[ZoneMarket]]] | None = None
         self._shapes: dict[tuple[str, bool], NodeShape] = {}
@@ -117,6 +118,7 @@ class OfferBook:
         key = (m.tick_key(now) if m is not None else 0, self._version)
         if self._cache is not None and self._cache[0] == key:
             return self._cache[1]
+        self._prices = {}
         types = self.types.values()
         spot: dict[str, float] = {}
         if m is not None:
@@ -128,6 +130,12 @@ class OfferBook:
         out = offer_list(types, on_demand, spot, self._od_nodes, self._mig, self.shape)
         self._cache = (key, out)
         return out
+
+    def price_scores(self, now: float) -> PriceScores:
+        """Scale-up's price scores on ``offers(now)`` (``ScaleUpPolicy.launch_group``'s
+        ``prices``): kept with that list, and begun anew when it is made anew."""
+        self.offers(now)
+        return self._prices
 
     def on_demand_offers(self, now: float) -> list[Offer]:
         """What a consolidation's replacement node could be (on-demand only)."""

@@ -60,7 +60,13 @@ from enum import Enum
 from gpufleet.control.limits import may_launch
 from gpufleet.decisions import CapacityType, Cause, Decision, Launch, Preempt, Terminate
 from gpufleet.market.bidding import SpotStrategy, ZoneMarket
-from gpufleet.provisioning.scale_up import Hazard, Offer, PendingPod, ScaleUpPolicy
+from gpufleet.provisioning.scale_up import (
+    Hazard,
+    Offer,
+    PendingPod,
+    PriceScores,
+    ScaleUpPolicy,
+)
 
 HOUR_S = 3600.0
 REASON = "spot swap"
@@ -188,12 +194,12 @@ def plan_price(plan: Sequence[Launch], markets: Mapping[str, Sequence[ZoneMarket
 def spot_plan(
     scale_up: ScaleUpPolicy, pods: list[PendingPod], offers: Sequence[Offer],
     markets: Mapping[str, Sequence[ZoneMarket]], strategy: SpotStrategy | None,
-    hazard: Hazard,
+    hazard: Hazard, prices: PriceScores | None = None,
 ) -> tuple[list[Launch], float]:
-    """Step 2: what scale-up would launch for ``pods`` now (``ScaleUpPolicy.launch_group``) and
-    that plan's price per hour (``plan_price``). Both drivers ask this, with their own offers,
-    markets and learned hazard."""
-    plan, _ = scale_up.launch_group(pods, offers, markets, strategy, hazard)
+    """Step 2: what scale-up would launch for ``pods`` now (``ScaleUpPolicy.launch_group``,
+    with its ``prices``) and that plan's price per hour (``plan_price``). Both drivers ask
+    this, with their own offers, markets and learned hazard."""
+    plan, _ = scale_up.launch_group(pods, offers, markets, strategy, hazard, prices)
     return plan, plan_price(plan, markets)
 
 

@@ -67,6 +67,11 @@ class Offer:
     zone: str = ""  # on-demand: the zone to launch in
 
 
+# ``launch_group``'s price scores of one offer list, per (requests, spot ok, spot only, node
+# cap): ((cost per useful GPU-hour, nodes) per usable offer, the best on-demand score)
+PriceScores = dict[tuple[object, ...], tuple[list[tuple[tuple[float, int], Offer]], float]]
+
+
 @dataclass(frozen=True, slots=True)
 class PendingPod:
     """One replica waiting (a gang contributes one per replica)."""
@@ -146,10 +151,12 @@ class ScaleUpPolicy:
         markets: Mapping[str, Sequence[ZoneMarket]] | None = None,
         spot_strategy: SpotStrategy | None = None,
         hazard: Hazard | None = None,
+        prices: PriceScores | None = None,
     ) -> ScaleUpReply:
         """Launches for the pending pods the booting nodes do not absorb, once the trigger
         fires, and the pods no launch is for. ``hazard``: the reclaim rate learned so far per
-        (type, zone); with it a spot offer is scored by its expected cost (``spot_score``)."""
+        (type, zone); with it a spot offer is scored by its expected cost (``spot_score``).
+        ``prices``: see ``launch_group``."""
         pods = list(pending[: self.max_pods])
         uncovered = _absorb(pods, inflight)
         if not uncovered:
@@ -179,7 +186,7 @@ class ScaleUpPolicy:
         for key in sorted((k for k in groups if k[3]), key=group_order):
             members = groups.pop(key)
             plan, why = self.launch_group(members, offers, markets or {}, spot_strategy,
-                                           hazard)
+                                           hazard, prices)
             if plan and all(x.capacity_type == CapacityType.ON_DEMAND for x in plan):
                 od_key: _GroupKey = (key[0], key[1], key[2], False, key[4], key[5], key[6],
                                      *(x for x in key[7:] if x != "spot-only"))
@@ -191,7 +198,7 @@ class ScaleUpPolicy:
                 left.extend(Unprovisioned(i, why) for i in ids)
         for key in sorted(groups, key=group_order):
             plan, why = self.launch_group(groups[key], offers, markets or {}, spot_strategy,
-                                           hazard)
+                                           hazard, prices)
             out.extend(plan)
             if why:
                 ids = dict.fromkeys(p.job_id for p in groups[key])
@@ -205,33 +212,23 @@ class ScaleUpPolicy:
         markets: Mapping[str, Sequence[ZoneMarket]],
         spot_strategy: SpotStrategy | None,
         hazard: Hazard | None = None,
+        prices: PriceScores | None = None,
     ) -> tuple[list[Launch], str]:
         """The group's launches, or [] and why none: the cheapest offer by expected cost that
         fits every pod of ``pods`` (one group: the same key in ``plan``). Also asked by the
-        on-demand → spot swap (``control.spot_swap``) for the pods of a running node."""
-        reqs = [p.request for p in pods]
+        on-demand → spot swap (``control.spot_swap``) for the pods of a running node.
+        ``prices``: the price scores already worked out on this same ``offers`` list
+        (``price_scores``), kept there as they are worked out."""
         spot_ok = pods[0].spot_ok
-        spot_only = pods[0].spot_only
-        # Offers repeat a shape (one instance type in every zone, spot and on-demand): whether
-        # the group fits a shape and how many nodes its packing takes are asked once per shape.
-        fit: dict[NodeShape, bool] = {}
-        packed: dict[NodeShape, tuple[int, bool]] = {}
-        usable = []
-        for o in offers:
-            if not (spot_ok or o.capacity_type == CapacityType.ON_DEMAND):
-                continue
-            if spot_only and o.capacity_type != CapacityType.SPOT:
-                continue
-            if not pods[0].fits_node(o.shape.gpus):  # the group shares one cap (its key)
-                continue
-            ok = fit.get(o.shape)
-            if ok is None:
-                ok = fit[o.shape] = all(fits_shape(r, o.shape) for r in reqs)
-            if ok:
-                usable.append(o)
-        scored = [(score(reqs, o, packed), o) for o in usable]
-        od_best = min((s for (s, n), o in scored
-                       if n > 0 and o.capacity_type == CapacityType.ON_DEMAND), default=math.inf)
+        if prices is None:
+            scored, od_best = price_scores(pods, offers)
+        else:
+            key = (tuple(p.request for p in pods), spot_ok, pods[0].spot_only,
+                   pods[0].max_node_gpus)
+            got = prices.get(key)
+            if got is None:
+                got = prices[key] = price_scores(pods, offers)
+            scored, od_best = got
         ranked: list[tuple[float, int, Offer, Sequence[ZoneMarket]]] = []
         for (s, nodes), o in scored:
             if nodes <= 0:
@@ -267,6 +264,38 @@ class ScaleUpPolicy:
         if not scored or all(n <= 0 for (_, n), _ in scored):
             return [], "no offer fits"
         return [], "the spot strategy found no zone and no on-demand offer fits"
+
+
+def price_scores(pods: Sequence[PendingPod], offers: Sequence[Offer]
+                 ) -> tuple[list[tuple[tuple[float, int], Offer]], float]:
+    """``launch_group``'s price side for one group: (cost per useful GPU-hour, nodes) of each
+    offer the group may use and fits (``score``), and the best on-demand one's score. A
+    function of the pods' requests, spot tolerance, spot-only flag and node cap, and of the
+    offers alone: the same for every group with those four equal, on the same offers."""
+    reqs = [p.request for p in pods]
+    spot_ok = pods[0].spot_ok
+    spot_only = pods[0].spot_only
+    # Offers repeat a shape (one instance type in every zone, spot and on-demand): whether
+    # the group fits a shape and how many nodes its packing takes are asked once per shape.
+    fit: dict[NodeShape, bool] = {}
+    packed: dict[NodeShape, tuple[int, bool]] = {}
+    usable = []
+    for o in offers:
+        if not (spot_ok or o.capacity_type == CapacityType.ON_DEMAND):
+            continue
+        if spot_only and o.capacity_type != CapacityType.SPOT:
+            continue
+        if not pods[0].fits_node(o.shape.gpus):  # the group shares one cap (its key)
+            continue
+        ok = fit.get(o.shape)
+        if ok is None:
+            ok = fit[o.shape] = all(fits_shape(r, o.shape) for r in reqs)
+        if ok:
+            usable.append(o)
+    scored = [(score(reqs, o, packed), o) for o in usable]
+    od_best = min((s for (s, n), o in scored
+                   if n > 0 and o.capacity_type == CapacityType.ON_DEMAND), default=math.inf)
+    return scored, od_best
 
 
 def spot_score(

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator, Sequence
-from functools import partial
+from functools import cache, partial
 
 from gpufleet.config import Scenario
 from gpufleet.control.deadline import DeadlineGuards
@@ -62,6 +62,7 @@ from gpufleet.provisioning import (
     Offer,
     PendingPod,
     PodView,
+    PriceScores,
     ScaleUpReply,
     Unprovisioned,
 )
@@ -184,12 +185,12 @@ class SimAutoscaler:
         inflight = [InFlight(self.offers.shape(n.itype, n.mig), n.spot, n.zone)
                     for n in self.nodes.booting.values()]
         offers, markets = self.offers.offers(now), self.offers.markets(now)
+        prices, hazard = self.offers.price_scores(now), self._hazard_now()
         replies: list[ScaleUpReply] = []
 
         def plan(asked: Sequence[PendingPod]) -> tuple[Launch, ...]:
             replies.append(self.ctl.scale_up.plan(
-                asked, offers, inflight, markets, self.ctl.spot_strategy,
-                lambda it, zone: self.hazard.rate_per_h(it, zone, now)))
+                asked, offers, inflight, markets, self.ctl.spot_strategy, hazard, prices))
             return replies[-1].launches
 
         launches, self.cap_held = launches_under_cap(
@@ -269,12 +270,15 @@ class SimAutoscaler:
         orders and walks the candidates; this asks scale-up for each one's launch."""
         now = self.now
         order, movable, node_of = self._swap_inputs(cfg)
-        market: list[tuple[list[Offer], dict[str, list[ZoneMarket]]]] = []  # read once, if asked
+        # read once, if asked: offers, markets, price scores, reclaim rates
+        market: list[tuple[list[Offer], dict[str, list[ZoneMarket]], PriceScores,
+                           Callable[[str, str], float]]] = []
 
         def judge(name: str) -> list[Decision] | None:
             if not market:
-                market.append((self.offers.offers(now), self.offers.markets(now)))
-            offers, zones = market[0]
+                market.append((self.offers.offers(now), self.offers.markets(now),
+                               self.offers.price_scores(now), self._hazard_now()))
+            offers, zones, prices, hazard = market[0]
             swap, here = node_of(name)
 
             def ask() -> tuple[list[Launch], float]:
@@ -282,8 +286,7 @@ class SimAutoscaler:
                         for p in pending_pods(j.spec, j.req, j.on_demand_only, 0.0, done,
                                               bool(j.interruptions), now, self.ctl.guards)]
                 return spot_plan(self.ctl.scale_up, pods, offers, zones,
-                                 self.ctl.spot_strategy,
-                                 lambda it, zone: self.hazard.rate_per_h(it, zone, now))
+                                 self.ctl.spot_strategy, hazard, prices)
 
             return judge_swap(swap, ask, cfg)
 
@@ -298,6 +301,12 @@ class SimAutoscaler:
         order, movable, node_of = self._swap_inputs(cfg)
         return swap_owed(order, movable, lambda name: node_of(name)[0], cfg,
                          self._bids_anywhere)
+
+    def _hazard_now(self) -> Callable[[str, str], float]:
+        """The reclaim rate learned so far per (type, zone), as of now: each pair's rate
+        worked out once for a scan's many asks (``ReclaimHazard.rate_per_h`` at one time)."""
+        now = self.now
+        return cache(lambda it, zone: self.hazard.rate_per_h(it, zone, now))
 
     def _bids_anywhere(self) -> bool:
         """Whether the spot strategy would launch spot anywhere now
