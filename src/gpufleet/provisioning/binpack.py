@@ -123,7 +123,10 @@ class Bin:
                 mig_used=[0] * shape.gpus,
                 mig_compute_used=[0] * shape.gpus,
             )
-        return cls(shape, [GPU_MILLI] * shape.gpus, shape.cpu_milli, shape.memory_mib, tag)
+        # every field given: no default factory and no ``__post_init__`` fill (scale-up makes
+        # a bin per booting node on every scan)
+        return cls(shape, [GPU_MILLI] * shape.gpus, shape.cpu_milli, shape.memory_mib, tag, [],
+                   [], [], [shape.gpu_memory_mib] * shape.gpus)
 
     def copy(self) -> Bin:
         """An independent copy for a trial packing (a gang tried zone by zone). The shape is

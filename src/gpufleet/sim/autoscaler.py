@@ -113,6 +113,8 @@ class SimAutoscaler:
         self.cap_held = False  # the last scale-up's: the node cap held pods' launches back
         # (market step, whether the strategy bids anywhere then)
         self._bids: tuple[tuple[int, ...], bool] | None = None
+        # room-only node views, per node name, with what they were read from (``_view``)
+        self._room_views: dict[str, tuple[FleetState, tuple[int, int, float], NodeView]] = {}
 
     @property
     def now(self) -> float:
@@ -322,10 +324,27 @@ class SimAutoscaler:
 
     def _view(self, n: SimNode, room_only: bool = False) -> NodeView:
         """The disruption policy's view of a node (``room_only``: not a candidate yet, it can
-        only receive pods: ``control.views.node_view``)."""
-        pods = None if room_only else tuple(self._pod_views(n))
-        return node_view(self.state, n.name, self.offers.shape(n.itype, n.mig), n.spot,
-                         n.usd_per_hour, pods, n.empty_since, n.underused_since)
+        only receive pods: ``control.views.node_view``). A room-only view reads the node's
+        row and price alone, so it is kept per node until its row changes
+        (``FleetState.row_version``) or its price does; a consolidation look reads every
+        underused node's."""
+        state = self.state
+        if not room_only:
+            return node_view(state, n.name, self.offers.shape(n.itype, n.mig), n.spot,
+                             n.usd_per_hour, tuple(self._pod_views(n)), n.empty_since,
+                             n.underused_since)
+        row = state.index[n.name]
+        key = (row, int(state.row_version[row]), n.usd_per_hour)
+        kept = self._room_views.get(n.name)
+        if kept is not None and kept[0] is state and kept[1] == key:
+            return kept[2]
+        view = node_view(state, n.name, self.offers.shape(n.itype, n.mig), n.spot,
+                         n.usd_per_hour, None)
+        if len(self._room_views) > 2 * len(self.cloud.live) + 64:  # nodes gone: drop theirs
+            self._room_views = {k: v for k, v in self._room_views.items()
+                                if k in self.cloud.live}
+        self._room_views[n.name] = (state, key, view)
+        return view
 
     def _pod_views(self, n: SimNode) -> Iterator[PodView]:
         """The node's pods as consolidation judges them: movable or not, spot-tolerant or not
