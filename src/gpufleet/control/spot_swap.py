@@ -132,9 +132,10 @@ def swap_order(
 ) -> list[str]:
     """Candidate names from ``(name, ready_s, usd_per_hour)`` of the ready on-demand nodes that
     hold pods: ready for ``min_age_s`` or more, dearest first (name breaks ties)."""
-    old = [(name, usd) for name, ready_s, usd in nodes if now - ready_s >= cfg.min_age_s]
-    old.sort(key=lambda x: (-x[1], x[0]))
-    return [name for name, _ in old]
+    # (−price, name) pairs sort dearest first, name breaking ties, without a key function:
+    # the simulator orders every on-demand node on every look
+    old = sorted([(-usd, name) for name, ready_s, usd in nodes if now - ready_s >= cfg.min_age_s])
+    return [name for _, name in old]
 
 
 def first_swap(
